@@ -1,0 +1,36 @@
+//! Everything protocol-specific about talking to clients and agents: turning a client's
+//! request into a turn (`surface`), building the agent's request from the session's
+//! projection (`upstream`), parsing the agent's stream into log events, and rendering
+//! committed log events back into each client surface's wire format. The session log's
+//! events are the common language, so any surface works in front of any upstream.
+
+pub mod chat;
+pub mod item;
+pub mod projection;
+pub mod responses;
+pub mod sse;
+pub mod surface;
+pub mod turn;
+pub mod upstream;
+
+pub use item::{Block, Item};
+pub use projection::project;
+pub use surface::{RunInfo, StreamRenderer, Surface};
+pub use turn::{InputError, SessionRef, Tool, TurnRequest};
+pub use upstream::{Output, Protocol, StreamParser, Upstream};
+
+/// The surface a client speaks (its request and response wire format).
+pub fn surface(protocol: Protocol) -> &'static dyn Surface {
+    match protocol {
+        Protocol::OpenAiChat => &chat::ChatSurface,
+        Protocol::OpenAiResponses => &responses::ResponsesSurface,
+    }
+}
+
+/// The adapter for an agent that speaks `protocol`.
+pub fn upstream(protocol: Protocol) -> &'static dyn Upstream {
+    match protocol {
+        Protocol::OpenAiChat => &chat::ChatUpstream,
+        Protocol::OpenAiResponses => &responses::ResponsesUpstream,
+    }
+}

@@ -1,0 +1,89 @@
+//! `TurnRequest`: what a client asked for in one turn, independent of its wire format.
+
+use serde_json::{Map, Value};
+
+use crate::item::Item;
+use crate::upstream::Protocol;
+
+/// How the client named the session of this turn.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SessionRef {
+    /// No session given: Tether creates one.
+    New,
+    /// A session id (created under that id if it does not exist yet).
+    Named(String),
+    /// Continue the session of this earlier response (Responses `previous_response_id`).
+    AfterResponse(String),
+}
+
+/// A function tool the model may call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tool {
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Option<Value>,
+    pub strict: Option<bool>,
+}
+
+/// One turn as the client asked for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnRequest {
+    /// The surface the client spoke.
+    pub surface: Protocol,
+    pub model: Option<String>,
+    pub session: SessionRef,
+    /// The new input only; the history comes from the log.
+    pub input: Vec<Item>,
+    /// Per-turn instructions (Responses `instructions`); sent upstream, not recorded as history.
+    pub instructions: Option<String>,
+    pub stream: bool,
+    pub tools: Vec<Tool>,
+    /// `"auto"`, `"none"`, `"required"`, or a function name to force.
+    pub tool_choice: Option<String>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_output_tokens: Option<u64>,
+    /// Every other top-level field, passed upstream untouched when the upstream speaks the
+    /// same protocol as the surface.
+    pub extra: Map<String, Value>,
+}
+
+impl TurnRequest {
+    pub fn new(surface: Protocol) -> Self {
+        TurnRequest {
+            surface,
+            model: None,
+            session: SessionRef::New,
+            input: Vec::new(),
+            instructions: None,
+            stream: false,
+            tools: Vec::new(),
+            tool_choice: None,
+            temperature: None,
+            top_p: None,
+            max_output_tokens: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+/// A request the client got wrong: rendered as a 400 in the surface's error format.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct InputError {
+    pub message: String,
+    /// The offending parameter, when there is one (OpenAI's `error.param`).
+    pub param: Option<String>,
+    /// OpenAI's `error.code`, e.g. `invalid_json`, `invalid_type`, `missing_required_parameter`.
+    pub code: &'static str,
+}
+
+impl InputError {
+    pub fn new(code: &'static str, param: Option<&str>, message: impl Into<String>) -> Self {
+        InputError {
+            message: message.into(),
+            param: param.map(str::to_owned),
+            code,
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The event model: one row of a session log, and the JSON shapes its `content` takes.
+//!
+//! Content shapes (the common language every adapter reads and writes):
+//! - `message` (role `user`/`assistant`/`system`/`developer`): `{"text": "...", "content": [block, ...]}`
+//!   where `text` is all text blocks joined and `content` is present only when the message
+//!   has more than one plain text block. A block is `{"type":"text","text":..}`,
+//!   `{"type":"image","image_url":..,"detail"?:..}` or
+//!   `{"type":"file","filename"?:..,"file_data"?:..,"file_url"?:..}`.
+//! - `reasoning` (role `assistant`): `{"text": "..."}` — one aggregated event per turn.
+//! - `tool_call` (role `assistant`): `{"call_id": .., "name": .., "arguments": "<json text>"}`.
+//! - `tool_result` (role `tool`): `{"call_id": .., "output": "<text>", "name"?: ..}`.
+//! - `approval`: the upstream's approval request or response item, verbatim.
+//! - `run_status`: `{"status": "in_progress"|"completed"|"failed"|"cancelled"|"interrupted", "reason"?: ..}`.
+//! - `text_delta` / `reasoning_delta`: `{"delta": "..."}`.
+//! - `error`: `{"code": .., "message": ..}`.
+//! - `http_request` / `http_response` / `http_sse_event`: a teed pass-through exchange;
+//!   `metadata.exchange_id` groups the events of one exchange.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// Position of an event within its session: assigned by the store at commit, strictly
+/// increasing, never reused. The first event of a session has seq 1.
+pub type Seq = i64;
+
+/// The kind of an event. Transcript kinds are what the model sees; the rest are control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventType {
+    Message,
+    Reasoning,
+    ToolCall,
+    ToolResult,
+    Approval,
+    RunStatus,
+    TextDelta,
+    ReasoningDelta,
+    Error,
+    RunCheckpoint,
+    ToolReceipt,
+    Compaction,
+    HttpRequest,
+    HttpResponse,
+    HttpSseEvent,
+}
+
+impl EventType {
+    pub const ALL: [EventType; 15] = [
+        EventType::Message,
+        EventType::Reasoning,
+        EventType::ToolCall,
+        EventType::ToolResult,
+        EventType::Approval,
+        EventType::RunStatus,
+        EventType::TextDelta,
+        EventType::ReasoningDelta,
+        EventType::Error,
+        EventType::RunCheckpoint,
+        EventType::ToolReceipt,
+        EventType::Compaction,
+        EventType::HttpRequest,
+        EventType::HttpResponse,
+        EventType::HttpSseEvent,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Message => "message",
+            EventType::Reasoning => "reasoning",
+            EventType::ToolCall => "tool_call",
+            EventType::ToolResult => "tool_result",
+            EventType::Approval => "approval",
+            EventType::RunStatus => "run_status",
+            EventType::TextDelta => "text_delta",
+            EventType::ReasoningDelta => "reasoning_delta",
+            EventType::Error => "error",
+            EventType::RunCheckpoint => "run_checkpoint",
+            EventType::ToolReceipt => "tool_receipt",
+            EventType::Compaction => "compaction",
+            EventType::HttpRequest => "http_request",
+            EventType::HttpResponse => "http_response",
+            EventType::HttpSseEvent => "http_sse_event",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EventType> {
+        EventType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// Whether the model should see events of this type (see the projection).
+    pub fn is_transcript(self) -> bool {
+        matches!(
+            self,
+            EventType::Message
+                | EventType::Reasoning
+                | EventType::ToolCall
+                | EventType::ToolResult
+                | EventType::Approval
+        )
+    }
+}
+
+/// Lifecycle of one invocation of a run. Exactly one terminal status ends each invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    InProgress,
+    Completed,
+    Failed,
+    Cancelled,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::InProgress => "in_progress",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        [
+            RunStatus::InProgress,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != RunStatus::InProgress
+    }
+}
+
+/// An event before it is committed: no seq and no timestamp yet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    pub account_id: String,
+    pub session_id: String,
+    pub run_id: Option<String>,
+    pub invocation_id: Option<String>,
+    pub event_type: EventType,
+    pub role: Option<String>,
+    pub content: Value,
+    pub metadata: Value,
+}
+
+/// A committed event: one row of the session log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub account_id: String,
+    pub session_id: String,
+    pub seq: Seq,
+    pub run_id: Option<String>,
+    pub invocation_id: Option<String>,
+    pub event_type: EventType,
+    pub role: Option<String>,
+    pub content: Value,
+    pub metadata: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Event {
+    pub fn committed(new: NewEvent, seq: Seq, created_at: DateTime<Utc>) -> Event {
+        Event {
+            account_id: new.account_id,
+            session_id: new.session_id,
+            seq,
+            run_id: new.run_id,
+            invocation_id: new.invocation_id,
+            event_type: new.event_type,
+            role: new.role,
+            content: new.content,
+            metadata: new.metadata,
+            created_at,
+        }
+    }
+
+    /// The run status this event carries, if it is a `run_status` event.
+    pub fn run_status(&self) -> Option<RunStatus> {
+        run_status_of(self.event_type, &self.content)
+    }
+
+    /// Whether this event ends its invocation.
+    pub fn is_terminal(&self) -> bool {
+        self.run_status().is_some_and(RunStatus::is_terminal)
+    }
+
+    /// The `text` (or `delta`) string of the content, or "".
+    pub fn text(&self) -> &str {
+        text_of(&self.content)
+    }
+}
+
+impl NewEvent {
+    /// A bare event of `event_type` in `session_id`; set run fields with [`NewEvent::in_run`].
+    pub fn new(account_id: &str, session_id: &str, event_type: EventType, content: Value) -> Self {
+        NewEvent {
+            account_id: account_id.to_owned(),
+            session_id: session_id.to_owned(),
+            run_id: None,
+            invocation_id: None,
+            event_type,
+            role: None,
+            content,
+            metadata: Value::Object(Default::default()),
+        }
+    }
+
+    pub fn in_run(mut self, run_id: &str, invocation_id: &str) -> Self {
+        self.run_id = Some(run_id.to_owned());
+        self.invocation_id = Some(invocation_id.to_owned());
+        self
+    }
+
+    pub fn with_role(mut self, role: &str) -> Self {
+        self.role = Some(role.to_owned());
+        self
+    }
+
+    pub fn with_metadata(mut self, metadata: Value) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    pub fn run_status(&self) -> Option<RunStatus> {
+        run_status_of(self.event_type, &self.content)
+    }
+}
+
+fn run_status_of(event_type: EventType, content: &Value) -> Option<RunStatus> {
+    (event_type == EventType::RunStatus)
+        .then(|| {
+            content
+                .get("status")
+                .and_then(Value::as_str)
+                .and_then(RunStatus::parse)
+        })
+        .flatten()
+}
+
+fn text_of(content: &Value) -> &str {
+    content
+        .get("text")
+        .or_else(|| content.get("delta"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Content of a `run_status` event.
+pub fn run_status_content(status: RunStatus, reason: Option<&str>) -> Value {
+    match reason {
+        Some(r) => json!({ "status": status.as_str(), "reason": r }),
+        None => json!({ "status": status.as_str() }),
+    }
+}
+
+/// A session: one conversation, owned by exactly one account.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    pub account_id: String,
+    pub session_id: String,
+    pub last_seq: Seq,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}

@@ -1,0 +1,15 @@
+//! Tether's durable session log: the event model, the `Store` trait with its SQLite and
+//! PostgreSQL implementations, the batching writer that commits events before anyone may
+//! see them, and the hub that broadcasts committed events to live subscribers.
+
+pub mod event;
+pub mod hub;
+pub mod postgres;
+pub mod sqlite;
+pub mod store;
+pub mod writer;
+
+pub use event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
+pub use hub::{Hub, Subscription};
+pub use store::{open, EventQuery, Invocation, Store, StoreError};
+pub use writer::{WriteError, Writer, WriterConfig};

@@ -1,0 +1,130 @@
+//! The `Store` trait every backend implements, the queries the gateway needs, and
+//! `open`, which picks a backend from a URL.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::event::{Event, NewEvent, RunStatus, Seq, Session};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("invalid store URL {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Which events of one session to read, in seq order.
+#[derive(Clone, Debug)]
+pub struct EventQuery {
+    pub account_id: String,
+    pub session_id: String,
+    /// Only events with `seq > after_seq` (0 reads from the start).
+    pub after_seq: Seq,
+    /// Only events of this run, when set.
+    pub run_id: Option<String>,
+    /// Only events of this invocation, when set.
+    pub invocation_id: Option<String>,
+    /// At most this many events.
+    pub limit: i64,
+}
+
+impl EventQuery {
+    pub fn session(account_id: &str, session_id: &str) -> Self {
+        EventQuery {
+            account_id: account_id.to_owned(),
+            session_id: session_id.to_owned(),
+            after_seq: 0,
+            run_id: None,
+            invocation_id: None,
+            limit: i64::MAX,
+        }
+    }
+}
+
+/// One execution of a run, as tracked by the store from the run's `run_status` events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Invocation {
+    pub account_id: String,
+    pub session_id: String,
+    pub run_id: String,
+    pub invocation_id: String,
+    pub status: RunStatus,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// A durable session log. Every read is scoped to one account: an id that belongs to
+/// another account is indistinguishable from one that does not exist.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `"sqlite"` or `"postgres"`.
+    fn backend(&self) -> &'static str;
+
+    /// Succeeds when the database answers a trivial query.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Commits `batch` in one transaction and returns one entry per input event, in input
+    /// order: the committed event, or `None` for an event the store dropped (below).
+    ///
+    /// Sessions are created on their first event. Seqs are assigned per session in input
+    /// order, continuing after the session's last seq. `run_status` events maintain the
+    /// invocation table: `in_progress` opens an invocation, a terminal status closes it —
+    /// and a terminal status for an invocation that is not open (already closed, or never
+    /// opened) is dropped, so every invocation ends exactly once even when two parties
+    /// race to close it. Dropped events get no seq.
+    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError>;
+
+    async fn session(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<Session>, StoreError>;
+
+    /// Sessions of an account, most recently updated first, and the total count.
+    async fn list_sessions(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError>;
+
+    /// Events matching `query`, in seq order.
+    async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError>;
+
+    /// Number of events in a session.
+    async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError>;
+
+    /// The most recent invocation of `run_id` in the account.
+    async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError>;
+
+    async fn invocation(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Invocation>, StoreError>;
+
+    /// Every invocation still `in_progress`, across all accounts (used at start to close
+    /// what a dead gateway left open).
+    async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError>;
+}
+
+/// Opens (creating if needed) and migrates the store that `url` names: `postgres://…` or
+/// `postgresql://…` for PostgreSQL, `sqlite:…` or a plain file path for SQLite.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(crate::postgres::PgStore::connect(url).await?))
+    } else {
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        Ok(Arc::new(crate::sqlite::SqliteStore::open(path).await?))
+    }
+}

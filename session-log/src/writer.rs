@@ -1,0 +1,220 @@
+//! The writer: the single task that commits events in batches (one transaction per batch,
+//! group commit) and only then publishes them to the hub, so nothing reaches a client
+//! before it is durable.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::event::{Event, NewEvent};
+use crate::hub::Hub;
+use crate::store::Store;
+
+#[derive(Clone, Debug)]
+pub struct WriterConfig {
+    /// Most events committed in one transaction.
+    pub max_batch: usize,
+    /// Requests that may wait for the writer before senders are held back.
+    pub queue: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            max_batch: 1024,
+            queue: 8192,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WriteError {
+    #[error("the session log writer has stopped")]
+    Closed,
+    #[error("the session log writer queue is full")]
+    Full,
+}
+
+/// Counters a metrics endpoint or benchmark can read.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub events_committed: AtomicU64,
+    pub batches_committed: AtomicU64,
+    pub commit_failures: AtomicU64,
+    pub dropped: AtomicU64,
+    /// Duration of the last commit, in microseconds.
+    pub last_commit_us: AtomicU64,
+}
+
+type Reply = oneshot::Sender<Vec<Event>>;
+
+enum Request {
+    Append {
+        events: Vec<NewEvent>,
+        reply: Option<Reply>,
+    },
+    Flush(oneshot::Sender<()>),
+}
+
+/// Handle to the writer task. Cheap to clone.
+#[derive(Clone)]
+pub struct Writer {
+    tx: mpsc::Sender<Request>,
+    stats: Arc<WriterStats>,
+}
+
+impl Writer {
+    /// Starts the writer task on the current runtime.
+    pub fn spawn(store: Arc<dyn Store>, hub: Hub, config: WriterConfig) -> Writer {
+        let (tx, rx) = mpsc::channel(config.queue.max(1));
+        let stats = Arc::new(WriterStats::default());
+        tokio::spawn(run(store, hub, config, rx, stats.clone()));
+        Writer { tx, stats }
+    }
+
+    pub fn stats(&self) -> &WriterStats {
+        &self.stats
+    }
+
+    /// Queues events and waits until they are committed; returns them with their seqs.
+    /// Events the store dropped (a second terminal status) are absent.
+    pub async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<Event>, WriteError> {
+        let (reply, committed) = oneshot::channel();
+        self.tx
+            .send(Request::Append {
+                events,
+                reply: Some(reply),
+            })
+            .await
+            .map_err(|_| WriteError::Closed)?;
+        committed.await.map_err(|_| WriteError::Closed)
+    }
+
+    /// Queues events without waiting for the commit; waits only for queue space.
+    pub async fn submit(&self, events: Vec<NewEvent>) -> Result<(), WriteError> {
+        self.tx
+            .send(Request::Append {
+                events,
+                reply: None,
+            })
+            .await
+            .map_err(|_| WriteError::Closed)
+    }
+
+    /// Queues events if there is room right now; never waits (for synchronous callers
+    /// such as body filters). What cannot be queued is counted in `stats().dropped`.
+    pub fn try_submit(&self, events: Vec<NewEvent>) -> Result<(), WriteError> {
+        let n = events.len() as u64;
+        self.tx
+            .try_send(Request::Append {
+                events,
+                reply: None,
+            })
+            .map_err(|e| {
+                self.stats.dropped.fetch_add(n, Ordering::Relaxed);
+                match e {
+                    mpsc::error::TrySendError::Full(_) => WriteError::Full,
+                    mpsc::error::TrySendError::Closed(_) => WriteError::Closed,
+                }
+            })
+    }
+
+    /// Waits until everything queued before this call is committed.
+    pub async fn flush(&self) -> Result<(), WriteError> {
+        let (done, flushed) = oneshot::channel();
+        self.tx
+            .send(Request::Flush(done))
+            .await
+            .map_err(|_| WriteError::Closed)?;
+        flushed.await.map_err(|_| WriteError::Closed)
+    }
+}
+
+async fn run(
+    store: Arc<dyn Store>,
+    hub: Hub,
+    config: WriterConfig,
+    mut rx: mpsc::Receiver<Request>,
+    stats: Arc<WriterStats>,
+) {
+    let mut requests = Vec::with_capacity(256);
+    let mut batch = Batch::default();
+    let mut flushes = Vec::new();
+    loop {
+        if rx.recv_many(&mut requests, 256).await == 0 {
+            return; // every handle dropped and the queue is empty
+        }
+        for request in requests.drain(..) {
+            match request {
+                Request::Append { events, reply } => {
+                    if !batch.events.is_empty()
+                        && batch.events.len() + events.len() > config.max_batch
+                    {
+                        batch.commit(&*store, &hub, &stats).await;
+                    }
+                    batch.replies.push((reply, events.len()));
+                    batch.events.extend(events);
+                }
+                Request::Flush(done) => flushes.push(done),
+            }
+        }
+        batch.commit(&*store, &hub, &stats).await;
+        for done in flushes.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Events waiting for the next transaction, and who waits for which of them.
+#[derive(Default)]
+struct Batch {
+    events: Vec<NewEvent>,
+    /// One entry per request, in order: its reply (if it waits) and its event count.
+    replies: Vec<(Option<Reply>, usize)>,
+}
+
+impl Batch {
+    async fn commit(&mut self, store: &dyn Store, hub: &Hub, stats: &WriterStats) {
+        if self.events.is_empty() {
+            self.replies.clear();
+            return;
+        }
+        let mut backoff = Duration::from_millis(50);
+        let committed = loop {
+            let started = Instant::now();
+            match store.append(&self.events).await {
+                Ok(committed) => {
+                    stats
+                        .last_commit_us
+                        .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    break committed;
+                }
+                Err(error) => {
+                    // Nothing of the batch is committed; keep it, in order, until the store
+                    // takes it. Senders are held back by the bounded queue meanwhile.
+                    let failures = stats.commit_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::error!(%error, events = self.events.len(), failures, "session log commit failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        let published: Vec<Event> = committed.iter().flatten().cloned().collect();
+        stats
+            .events_committed
+            .fetch_add(published.len() as u64, Ordering::Relaxed);
+        stats.batches_committed.fetch_add(1, Ordering::Relaxed);
+        hub.publish(&published);
+
+        let mut committed = committed.into_iter();
+        for (reply, n) in self.replies.drain(..) {
+            let mine: Vec<Event> = committed.by_ref().take(n).flatten().collect();
+            if let Some(reply) = reply {
+                let _ = reply.send(mine);
+            }
+        }
+        self.events.clear();
+    }
+}
