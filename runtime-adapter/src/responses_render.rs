@@ -1,0 +1,588 @@
+//! The Responses rendering state machine: committed log events of one run in, Responses
+//! SSE frames and the `response` object out.
+//!
+//! One machine serves both the stream and the non-streaming body, so item ids, output
+//! indices and the final object are the same whichever way (and however often, after a
+//! reconnect) a client reads the run.
+
+use serde_json::{json, Map, Value};
+use session_log::{Event, EventType, RunStatus};
+
+use crate::sse::SseFrame;
+use crate::surface::{RunInfo, StreamRenderer};
+
+/// The hex part shared by a run id and its response id (`run_<hex>` ↔ `resp_<hex>`).
+pub(crate) fn run_hex(run_id: &str) -> &str {
+    run_id.strip_prefix("run_").unwrap_or(run_id)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Message,
+    Reasoning,
+    FunctionCall,
+    Approval,
+}
+
+/// One output item of the response, as far as it has been rendered.
+#[derive(Clone, Debug)]
+struct OutItem {
+    kind: Kind,
+    id: String,
+    status: &'static str,
+    /// Message text, reasoning text or function arguments.
+    text: String,
+    call_id: String,
+    name: String,
+    /// An approval request, verbatim.
+    raw: Value,
+    /// Left unfinished by an invocation that a later one replaced: not part of the
+    /// response any more, though its output index stays taken.
+    superseded: bool,
+}
+
+impl OutItem {
+    fn to_json(&self) -> Value {
+        match self.kind {
+            Kind::Message => json!({
+                "id": self.id,
+                "type": "message",
+                "role": "assistant",
+                "status": self.status,
+                "content": [output_text_part(&self.text)],
+            }),
+            Kind::Reasoning => json!({
+                "id": self.id,
+                "type": "reasoning",
+                "status": self.status,
+                "summary": [],
+                "content": [{ "type": "reasoning_text", "text": self.text }],
+            }),
+            Kind::FunctionCall => json!({
+                "id": self.id,
+                "type": "function_call",
+                "status": self.status,
+                "call_id": self.call_id,
+                "name": self.name,
+                "arguments": self.text,
+            }),
+            Kind::Approval => self.raw.clone(),
+        }
+    }
+
+    /// The item as `response.output_item.added` shows it: nothing produced yet.
+    fn added_json(&self) -> Value {
+        let mut v = self.to_json();
+        match self.kind {
+            Kind::Message | Kind::Reasoning => v["content"] = json!([]),
+            Kind::FunctionCall => v["arguments"] = json!(""),
+            Kind::Approval => {}
+        }
+        if self.kind != Kind::Approval {
+            v["status"] = json!("in_progress");
+        }
+        v
+    }
+}
+
+fn output_text_part(text: &str) -> Value {
+    json!({ "type": "output_text", "text": text, "annotations": [], "logprobs": [] })
+}
+
+fn reasoning_part(text: &str) -> Value {
+    json!({ "type": "reasoning_text", "text": text })
+}
+
+/// Renders one run. Feed events in seq order; transcript events outside an invocation
+/// (before its `in_progress`, after its terminal status) are the client's own input and
+/// are skipped.
+pub(crate) struct Renderer {
+    run: RunInfo,
+    hex: String,
+    next_sequence: u64,
+    started: bool,
+    /// Inside an invocation: between `in_progress` and a terminal status.
+    active: bool,
+    status: &'static str,
+    items: Vec<OutItem>,
+    open_message: Option<usize>,
+    open_reasoning: Option<usize>,
+    /// The last `error` event of the current invocation.
+    error: Option<Value>,
+    usage: Option<Value>,
+    completed_at: Option<i64>,
+}
+
+impl Renderer {
+    pub(crate) fn new(run: &RunInfo) -> Self {
+        Renderer {
+            hex: run_hex(&run.run_id).to_owned(),
+            run: run.clone(),
+            next_sequence: 0,
+            started: false,
+            active: false,
+            status: "in_progress",
+            items: Vec::new(),
+            open_message: None,
+            open_reasoning: None,
+            error: None,
+            usage: None,
+            completed_at: None,
+        }
+    }
+
+    /// The `response` object as of the events seen so far.
+    pub(crate) fn response(&self) -> Value {
+        let error = match self.status {
+            "in_progress" | "completed" => Value::Null,
+            _ => self.error.clone().unwrap_or(Value::Null),
+        };
+        json!({
+            "id": format!("resp_{}", self.hex),
+            "object": "response",
+            "created_at": self.run.created_at,
+            "completed_at": self.completed_at,
+            "status": self.status,
+            "error": error,
+            "incomplete_details": null,
+            "instructions": null,
+            "max_output_tokens": null,
+            "model": self.run.model,
+            "output": self
+                .items
+                .iter()
+                .filter(|i| !i.superseded)
+                .map(OutItem::to_json)
+                .collect::<Vec<_>>(),
+            "parallel_tool_calls": true,
+            "previous_response_id": null,
+            "temperature": null,
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": null,
+            "usage": self.usage,
+            "metadata": {},
+            "conversation": { "id": self.run.session_id },
+        })
+    }
+
+    fn frame(&mut self, seq: i64, mut body: Value) -> SseFrame {
+        body["sequence_number"] = json!(self.next_sequence);
+        self.next_sequence += 1;
+        let event = body["type"].as_str().unwrap_or_default().to_owned();
+        SseFrame::data(body.to_string())
+            .with_event(&event)
+            .with_id(seq)
+    }
+
+    fn push(&mut self, kind: Kind) -> usize {
+        let index = self.items.len();
+        let prefix = match kind {
+            Kind::Message => "msg",
+            Kind::Reasoning => "rs",
+            Kind::FunctionCall => "fc",
+            Kind::Approval => "mcpr",
+        };
+        self.items.push(OutItem {
+            kind,
+            id: format!("{prefix}_{}{index:08x}", self.hex),
+            status: "in_progress",
+            text: String::new(),
+            call_id: String::new(),
+            name: String::new(),
+            raw: Value::Null,
+            superseded: false,
+        });
+        index
+    }
+
+    fn item_added(&mut self, seq: i64, index: usize, out: &mut Vec<SseFrame>) {
+        let item = self.items[index].added_json();
+        let f = self.frame(
+            seq,
+            json!({ "type": "response.output_item.added", "output_index": index, "item": item }),
+        );
+        out.push(f);
+    }
+
+    fn item_done(&mut self, seq: i64, index: usize, out: &mut Vec<SseFrame>) {
+        if self.items[index].kind != Kind::Approval && self.items[index].status == "in_progress" {
+            self.items[index].status = "completed";
+        }
+        let item = self.items[index].to_json();
+        let f = self.frame(
+            seq,
+            json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
+        );
+        out.push(f);
+    }
+
+    fn part_event(&mut self, seq: i64, index: usize, kind: &str, part: Value) -> SseFrame {
+        let item_id = self.items[index].id.clone();
+        self.frame(
+            seq,
+            json!({
+                "type": kind,
+                "item_id": item_id,
+                "output_index": index,
+                "content_index": 0,
+                "part": part,
+            }),
+        )
+    }
+
+    fn open_message(&mut self, seq: i64, out: &mut Vec<SseFrame>) -> usize {
+        if let Some(i) = self.open_message {
+            return i;
+        }
+        let i = self.push(Kind::Message);
+        self.open_message = Some(i);
+        self.item_added(seq, i, out);
+        let f = self.part_event(seq, i, "response.content_part.added", output_text_part(""));
+        out.push(f);
+        i
+    }
+
+    fn text_delta(&mut self, seq: i64, delta: &str, out: &mut Vec<SseFrame>) {
+        let i = self.open_message(seq, out);
+        self.items[i].text.push_str(delta);
+        let item_id = self.items[i].id.clone();
+        let f = self.frame(
+            seq,
+            json!({
+                "type": "response.output_text.delta",
+                "item_id": item_id,
+                "output_index": i,
+                "content_index": 0,
+                "delta": delta,
+                "logprobs": [],
+            }),
+        );
+        out.push(f);
+    }
+
+    fn close_message(&mut self, seq: i64, text: Option<&str>, out: &mut Vec<SseFrame>) {
+        let Some(i) = self.open_message.take() else {
+            return;
+        };
+        if let Some(text) = text {
+            self.items[i].text = text.to_owned();
+        }
+        let text = self.items[i].text.clone();
+        let item_id = self.items[i].id.clone();
+        let f = self.frame(
+            seq,
+            json!({
+                "type": "response.output_text.done",
+                "item_id": item_id,
+                "output_index": i,
+                "content_index": 0,
+                "text": text,
+                "logprobs": [],
+            }),
+        );
+        out.push(f);
+        let f = self.part_event(
+            seq,
+            i,
+            "response.content_part.done",
+            output_text_part(&text),
+        );
+        out.push(f);
+        self.item_done(seq, i, out);
+    }
+
+    fn message(&mut self, seq: i64, text: &str, out: &mut Vec<SseFrame>) {
+        if self.open_message.is_none() {
+            // An empty message (e.g. beside tool calls) is not worth an output item.
+            if text.is_empty() {
+                return;
+            }
+            // The agent answered without streaming: the client still gets the whole
+            // added/delta/done sequence so stream consumers see the text.
+            self.text_delta(seq, text, out);
+        }
+        self.close_message(seq, Some(text), out);
+    }
+
+    fn reasoning_delta(&mut self, seq: i64, delta: &str, out: &mut Vec<SseFrame>) {
+        let i = match self.open_reasoning {
+            Some(i) => i,
+            None => {
+                let i = self.push(Kind::Reasoning);
+                self.open_reasoning = Some(i);
+                self.item_added(seq, i, out);
+                let f = self.part_event(seq, i, "response.content_part.added", reasoning_part(""));
+                out.push(f);
+                i
+            }
+        };
+        self.items[i].text.push_str(delta);
+        let item_id = self.items[i].id.clone();
+        let f = self.frame(
+            seq,
+            json!({
+                "type": "response.reasoning_text.delta",
+                "item_id": item_id,
+                "output_index": i,
+                "content_index": 0,
+                "delta": delta,
+            }),
+        );
+        out.push(f);
+    }
+
+    fn close_reasoning(&mut self, seq: i64, text: Option<&str>, out: &mut Vec<SseFrame>) {
+        let Some(i) = self.open_reasoning.take() else {
+            return;
+        };
+        if let Some(text) = text {
+            self.items[i].text = text.to_owned();
+        }
+        let text = self.items[i].text.clone();
+        let item_id = self.items[i].id.clone();
+        let f = self.frame(
+            seq,
+            json!({
+                "type": "response.reasoning_text.done",
+                "item_id": item_id,
+                "output_index": i,
+                "content_index": 0,
+                "text": text,
+            }),
+        );
+        out.push(f);
+        let f = self.part_event(seq, i, "response.content_part.done", reasoning_part(&text));
+        out.push(f);
+        self.item_done(seq, i, out);
+    }
+
+    fn reasoning(&mut self, seq: i64, text: &str, out: &mut Vec<SseFrame>) {
+        if self.open_reasoning.is_none() {
+            if text.is_empty() {
+                return;
+            }
+            self.reasoning_delta(seq, text, out);
+        }
+        self.close_reasoning(seq, Some(text), out);
+    }
+
+    fn tool_call(&mut self, seq: i64, content: &Value, out: &mut Vec<SseFrame>) {
+        let s = |k: &str| {
+            content
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let i = self.push(Kind::FunctionCall);
+        self.items[i].call_id = s("call_id");
+        self.items[i].name = s("name");
+        self.item_added(seq, i, out);
+        let arguments = s("arguments");
+        self.items[i].text = arguments.clone();
+        let item_id = self.items[i].id.clone();
+        if !arguments.is_empty() {
+            let f = self.frame(
+                seq,
+                json!({
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": item_id,
+                    "output_index": i,
+                    "delta": arguments,
+                }),
+            );
+            out.push(f);
+        }
+        let name = self.items[i].name.clone();
+        let f = self.frame(
+            seq,
+            json!({
+                "type": "response.function_call_arguments.done",
+                "item_id": item_id,
+                "output_index": i,
+                "name": name,
+                "arguments": arguments,
+            }),
+        );
+        out.push(f);
+        self.item_done(seq, i, out);
+    }
+
+    fn approval(&mut self, seq: i64, content: &Value, out: &mut Vec<SseFrame>) {
+        let i = self.push(Kind::Approval);
+        let mut raw = content.clone();
+        if raw.get("id").and_then(Value::as_str).is_none() {
+            raw["id"] = json!(self.items[i].id);
+        }
+        self.items[i].id = raw["id"].as_str().unwrap_or_default().to_owned();
+        self.items[i].raw = raw;
+        self.item_added(seq, i, out);
+        self.item_done(seq, i, out);
+    }
+
+    fn lifecycle(&mut self, seq: i64, kind: &str, out: &mut Vec<SseFrame>) {
+        let response = self.response();
+        let f = self.frame(seq, json!({ "type": kind, "response": response }));
+        out.push(f);
+    }
+
+    fn start(&mut self, seq: i64, out: &mut Vec<SseFrame>) {
+        self.status = "in_progress";
+        self.error = None;
+        self.active = true;
+        if !self.started {
+            self.started = true;
+            self.lifecycle(seq, "response.created", out);
+        } else {
+            // What an interrupted invocation left half-written is redone by this one.
+            for item in &mut self.items {
+                item.superseded |= item.status == "incomplete";
+            }
+        }
+        // A resumed invocation announces itself again with `in_progress` only: the SDK
+        // expects exactly one `response.created` per stream.
+        self.lifecycle(seq, "response.in_progress", out);
+    }
+
+    fn terminal(&mut self, event: &Event, status: RunStatus, out: &mut Vec<SseFrame>) {
+        let seq = event.seq;
+        if !self.started {
+            self.started = true;
+            self.lifecycle(seq, "response.created", out);
+        }
+        self.active = false;
+        self.usage = event
+            .metadata
+            .get("usage")
+            .and_then(usage_json)
+            .or(self.usage.take());
+        // Every added item is finished before the response is (the SDK's stream helper
+        // refuses a completed response with unfinished items); what the run did not
+        // finish is marked incomplete.
+        if status != RunStatus::Completed {
+            for i in [self.open_message, self.open_reasoning]
+                .into_iter()
+                .flatten()
+            {
+                self.items[i].status = "incomplete";
+            }
+        }
+        self.close_reasoning(seq, None, out);
+        self.close_message(seq, None, out);
+        if status == RunStatus::Completed {
+            self.status = "completed";
+            self.completed_at = Some(event.created_at.timestamp());
+            self.lifecycle(seq, "response.completed", out);
+            return;
+        }
+        let reason = event.content.get("reason").and_then(Value::as_str);
+        // A cancelled response is not an error (OpenAI's have `error: null`); the others
+        // say why, with `server_error` because the SDK types `error.code` as a closed set.
+        let (status, default_message) = match status {
+            RunStatus::Cancelled => ("cancelled", None),
+            RunStatus::Interrupted => (
+                "incomplete",
+                Some("The run was interrupted before it finished."),
+            ),
+            _ => ("failed", Some("The run failed.")),
+        };
+        self.status = status;
+        if let (None, Some(message)) = (&self.error, default_message) {
+            self.error = Some(json!({
+                "code": "server_error",
+                "message": reason.unwrap_or(message),
+            }));
+        }
+        self.lifecycle(seq, "response.failed", out);
+    }
+
+    fn record_error(&mut self, content: &Value) {
+        let field = |k: &str| content.get(k).and_then(Value::as_str);
+        self.error = Some(json!({
+            "code": field("code").unwrap_or("server_error"),
+            "message": field("message").unwrap_or("The agent reported an error."),
+        }));
+    }
+}
+
+impl StreamRenderer for Renderer {
+    fn render(&mut self, event: &Event) -> Vec<SseFrame> {
+        let mut out = Vec::new();
+        let seq = event.seq;
+        let c = &event.content;
+        if let Some(status) = event.run_status() {
+            match status {
+                RunStatus::InProgress => self.start(seq, &mut out),
+                _ => self.terminal(event, status, &mut out),
+            }
+            return out;
+        }
+        if !self.active {
+            return out;
+        }
+        let text = event.text();
+        match event.event_type {
+            EventType::TextDelta => self.text_delta(seq, text, &mut out),
+            EventType::Message if event.role.as_deref() == Some("assistant") => {
+                self.message(seq, text, &mut out)
+            }
+            EventType::ReasoningDelta => self.reasoning_delta(seq, text, &mut out),
+            EventType::Reasoning => self.reasoning(seq, text, &mut out),
+            EventType::ToolCall => self.tool_call(seq, c, &mut out),
+            // Only the agent's requests are output; approval responses are client input.
+            EventType::Approval
+                if c.get("type").and_then(Value::as_str) == Some("mcp_approval_request") =>
+            {
+                self.approval(seq, c, &mut out)
+            }
+            EventType::Error => self.record_error(c),
+            _ => {}
+        }
+        out
+    }
+
+    fn end(&mut self) -> Vec<SseFrame> {
+        Vec::new()
+    }
+}
+
+/// Token usage in the Responses shape, from either the Responses or the Chat shape.
+pub(crate) fn usage_json(u: &Value) -> Option<Value> {
+    let n = |keys: &[&str]| {
+        keys.iter().find_map(|k| {
+            let mut v = u;
+            for part in k.split('.') {
+                v = v.get(part)?;
+            }
+            v.as_u64()
+        })
+    };
+    let input = n(&["input_tokens", "prompt_tokens"]);
+    let output = n(&["output_tokens", "completion_tokens"]);
+    if input.is_none() && output.is_none() {
+        return None;
+    }
+    let (input, output) = (input.unwrap_or(0), output.unwrap_or(0));
+    let mut usage = Map::new();
+    usage.insert("input_tokens".into(), json!(input));
+    usage.insert(
+        "input_tokens_details".into(),
+        json!({
+            "cached_tokens": n(&["input_tokens_details.cached_tokens", "prompt_tokens_details.cached_tokens"]).unwrap_or(0),
+            "cache_write_tokens": n(&["input_tokens_details.cache_write_tokens"]).unwrap_or(0),
+        }),
+    );
+    usage.insert("output_tokens".into(), json!(output));
+    usage.insert(
+        "output_tokens_details".into(),
+        json!({
+            "reasoning_tokens": n(&["output_tokens_details.reasoning_tokens", "completion_tokens_details.reasoning_tokens"]).unwrap_or(0),
+        }),
+    );
+    usage.insert(
+        "total_tokens".into(),
+        json!(n(&["total_tokens"]).unwrap_or(input + output)),
+    );
+    Some(Value::Object(usage))
+}
