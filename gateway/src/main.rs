@@ -1,1 +1,201 @@
-fn main() {}
+//! `tether`: a Pingora gateway sidecar that authenticates callers, records every request
+//! and streamed chunk in a durable session log, and forwards to an unmodified agent —
+//! so conversations survive the agent forgetting them.
+
+mod agent;
+mod config;
+mod core;
+mod proxy;
+mod respond;
+mod runs;
+mod tee;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clap::{Parser, Subcommand};
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server, ShutdownWatch};
+use pingora::services::background::{background_service, BackgroundService};
+use session_log::event::run_status_content;
+use session_log::{EventType, Hub, NewEvent, RunStatus, Store, Writer, WriterConfig};
+
+use crate::config::{Config, Settings};
+use crate::proxy::{Gateway, State};
+use crate::runs::Runs;
+
+#[derive(Parser)]
+#[command(name = "tether", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve(Settings),
+}
+
+fn main() -> ExitCode {
+    let Command::Serve(settings) = Cli::parse().command;
+    let config = match settings.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tether: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(&config);
+    match serve(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("tether: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(config: &Config) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if config.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let core = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("tether-core")
+        .enable_all()
+        .build()?;
+    let handle = core.handle().clone();
+
+    let (raw_store, writer, hub) = core.block_on(async {
+        let store = session_log::open(&config.store).await?;
+        close_abandoned_runs(&*store).await?;
+        let hub = Hub::new();
+        let writer = Writer::spawn(
+            store.clone(),
+            hub.clone(),
+            WriterConfig {
+                max_batch: config.writer_max_batch,
+                ..Default::default()
+            },
+        );
+        Ok::<_, Box<dyn std::error::Error>>((store, writer, hub))
+    })?;
+    let store = core::CoreStore::new(raw_store.clone(), handle.clone());
+    let agent = Arc::new(agent::Agent::new(&config));
+    let upstream = runtime_adapter::upstream(config.protocol);
+    let runs = Runs::new(
+        raw_store.clone(),
+        writer.clone(),
+        agent.clone(),
+        upstream,
+        config.model.clone(),
+    );
+    tracing::info!(
+        listen = %config.listen, upstream = %config.upstream.authority, protocol = config.protocol.as_str(),
+        store = raw_store.backend(), "tether starting"
+    );
+
+    let grace = config.shutdown_grace;
+    let server_conf = ServerConf {
+        threads: config.threads,
+        // Pingora waits this long after SIGTERM before stopping its runtimes; the drain
+        // service below uses it to let runs finish and commit.
+        grace_period_seconds: Some(grace.as_secs() + 1),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..Default::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, server_conf);
+    server.bootstrap();
+    let listen = config.listen.to_string();
+    let state = Arc::new(State {
+        config,
+        core: handle.clone(),
+        store,
+        hub,
+        writer: writer.clone(),
+        runs: runs.clone(),
+        agent,
+    });
+    let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, Gateway { state });
+    proxy.add_tcp(&listen);
+    server.add_service(proxy);
+    server.add_service(background_service(
+        "drain",
+        Drain {
+            runs: runs.clone(),
+            core: handle.clone(),
+            grace,
+        },
+    ));
+    server.run(RunArgs::default());
+
+    // Pingora has stopped serving; whatever is still queued gets committed.
+    core.block_on(async {
+        runs.drain(std::time::Duration::ZERO).await;
+        let _ = writer.flush().await;
+    });
+    tracing::info!("tether stopped");
+    Ok(())
+}
+
+/// A run left `in_progress` by a gateway that died cannot be finished by anyone: close it
+/// as `interrupted`, so every run has exactly one terminal status.
+async fn close_abandoned_runs(store: &dyn Store) -> Result<(), session_log::StoreError> {
+    let open = store.open_invocations().await?;
+    if open.is_empty() {
+        return Ok(());
+    }
+    let batch: Vec<NewEvent> = open
+        .iter()
+        .map(|inv| {
+            NewEvent::new(
+                &inv.account_id,
+                &inv.session_id,
+                EventType::RunStatus,
+                run_status_content(RunStatus::Interrupted, Some("gateway_restarted")),
+            )
+            .in_run(&inv.run_id, &inv.invocation_id)
+        })
+        .collect();
+    store.append(&batch).await?;
+    tracing::warn!(
+        runs = open.len(),
+        "closed runs a previous gateway left open as interrupted"
+    );
+    Ok(())
+}
+
+/// On graceful shutdown: let running runs finish within the grace period, close the rest
+/// as interrupted, and commit everything.
+struct Drain {
+    runs: Arc<Runs>,
+    core: tokio::runtime::Handle,
+    grace: std::time::Duration,
+}
+
+#[async_trait]
+impl BackgroundService for Drain {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let _ = shutdown.changed().await;
+        tracing::info!(
+            runs = self.runs.active_count(),
+            "shutting down: draining runs"
+        );
+        let (runs, grace) = (self.runs.clone(), self.grace);
+        core::on_core(&self.core, async move { runs.drain(grace).await }).await;
+        tracing::info!("drained");
+    }
+}

@@ -1,0 +1,412 @@
+//! Configuration: one TOML file (`--conf`), overridden by `TETHER_*` environment variables,
+//! overridden by flags; validated once into `Config`, refusing bad values by key name.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use runtime_adapter::Protocol;
+use serde::Deserialize;
+
+/// Every key, as it may appear in the file. Flags and environment variables use the same
+/// names (`max_body_bytes` is `--max-body-bytes` and `TETHER_MAX_BODY_BYTES`).
+#[derive(Debug, Default, Deserialize, Parser)]
+#[serde(deny_unknown_fields)]
+#[command(name = "tether serve", about = "Run the gateway")]
+pub struct Settings {
+    /// TOML configuration file.
+    #[arg(long, env = "TETHER_CONF")]
+    #[serde(skip)]
+    pub conf: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "TETHER_LISTEN")]
+    pub listen: Option<String>,
+    /// Base URL of the agent, e.g. http://127.0.0.1:9000.
+    #[arg(long, env = "TETHER_UPSTREAM")]
+    pub upstream: Option<String>,
+    /// Protocol the agent speaks: openai-chat or openai-responses.
+    #[arg(long, env = "TETHER_PROTOCOL")]
+    pub protocol: Option<String>,
+    /// Session store: a SQLite file path (or sqlite:PATH) or a postgres:// URL.
+    #[arg(long, env = "TETHER_STORE")]
+    pub store: Option<String>,
+    /// Model name sent to the agent when the client names none.
+    #[arg(long, env = "TETHER_MODEL")]
+    pub model: Option<String>,
+    /// Header added to every request toward the agent, as "Name: value" (repeatable).
+    #[arg(
+        long = "upstream-header",
+        env = "TETHER_UPSTREAM_HEADERS",
+        value_delimiter = ';'
+    )]
+    #[serde(skip)]
+    pub upstream_header: Vec<String>,
+    /// Headers added toward the agent (file form: a table of name = value).
+    #[arg(skip)]
+    pub upstream_headers: Option<BTreeMap<String, String>>,
+    /// Forward the caller's Authorization header to the agent.
+    #[arg(long, env = "TETHER_FORWARD_AUTHORIZATION")]
+    pub forward_authorization: Option<bool>,
+    /// Listen on a non-loopback address although no authentication is configured.
+    #[arg(long, env = "TETHER_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: Option<bool>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "TETHER_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Record pass-through exchanges in the log.
+    #[arg(long, env = "TETHER_TEE")]
+    pub tee: Option<bool>,
+    /// Bytes of each pass-through request and response body kept in the log.
+    #[arg(long, env = "TETHER_TEE_BODY_CAP_BYTES")]
+    pub tee_body_cap_bytes: Option<usize>,
+    /// Seconds to connect to the agent before a run fails.
+    #[arg(long, env = "TETHER_UPSTREAM_CONNECT_TIMEOUT_SECONDS")]
+    pub upstream_connect_timeout_seconds: Option<u64>,
+    /// Seconds the agent may stay silent mid-response before a run fails.
+    #[arg(long, env = "TETHER_UPSTREAM_IDLE_TIMEOUT_SECONDS")]
+    pub upstream_idle_timeout_seconds: Option<u64>,
+    /// On SIGTERM, seconds to let running runs finish before they are closed as interrupted.
+    #[arg(long, env = "TETHER_SHUTDOWN_GRACE_SECONDS")]
+    pub shutdown_grace_seconds: Option<u64>,
+    /// Worker threads serving connections.
+    #[arg(long, env = "TETHER_THREADS")]
+    pub threads: Option<usize>,
+    /// Most events committed in one transaction.
+    #[arg(long, env = "TETHER_WRITER_MAX_BATCH")]
+    pub writer_max_batch: Option<usize>,
+    /// Log format: text or json.
+    #[arg(long, env = "TETHER_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
+/// The validated configuration the gateway runs with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub upstream: Upstream,
+    pub protocol: Protocol,
+    pub store: String,
+    pub model: String,
+    pub upstream_headers: Vec<(String, String)>,
+    pub forward_authorization: bool,
+    pub max_body_bytes: usize,
+    pub tee: bool,
+    pub tee_body_cap_bytes: usize,
+    pub upstream_connect_timeout: Duration,
+    pub upstream_idle_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub threads: usize,
+    pub writer_max_batch: usize,
+    pub log_json: bool,
+}
+
+/// The agent's base URL, split for the connector.
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    /// `host:port` to connect to (resolved per connection, so a container restarted under
+    /// a new address is found).
+    pub authority: String,
+    /// Path prefix every upstream path is appended to ("" or "/prefix").
+    pub base_path: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("configuration key `{key}`: {message}")]
+pub struct ConfigError {
+    pub key: &'static str,
+    pub message: String,
+}
+
+fn bad(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key,
+        message: message.into(),
+    }
+}
+
+impl Settings {
+    /// Reads the file named by `--conf` (if any) under the flags/env already parsed.
+    pub fn load(self) -> Result<Config, ConfigError> {
+        let file = match &self.conf {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| bad("conf", format!("cannot read {}: {e}", path.display())))?;
+                toml::from_str::<Settings>(&text)
+                    .map_err(|e| bad("conf", format!("{}: {}", path.display(), e.message())))?
+            }
+            None => Settings::default(),
+        };
+        self.over(file).validate()
+    }
+
+    /// `self` wins over `file`, key by key.
+    fn over(self, file: Settings) -> Settings {
+        macro_rules! pick {
+            ($($k:ident),*) => { Settings { $($k: self.$k.or(file.$k),)* conf: self.conf,
+                upstream_header: if self.upstream_header.is_empty() { file.upstream_header } else { self.upstream_header } } };
+        }
+        pick!(
+            listen,
+            upstream,
+            protocol,
+            store,
+            model,
+            upstream_headers,
+            forward_authorization,
+            allow_unauthenticated,
+            max_body_bytes,
+            tee,
+            tee_body_cap_bytes,
+            upstream_connect_timeout_seconds,
+            upstream_idle_timeout_seconds,
+            shutdown_grace_seconds,
+            threads,
+            writer_max_batch,
+            log_format
+        )
+    }
+
+    fn validate(self) -> Result<Config, ConfigError> {
+        let listen: SocketAddr = self
+            .listen
+            .as_deref()
+            .unwrap_or("127.0.0.1:8080")
+            .parse()
+            .map_err(|e| {
+                bad(
+                    "listen",
+                    format!("not a socket address ({e}); e.g. 127.0.0.1:8080"),
+                )
+            })?;
+        if !listen.ip().is_loopback() && !self.allow_unauthenticated.unwrap_or(false) {
+            return Err(bad(
+                "listen",
+                format!(
+                    "{listen} is not a loopback address and no authentication is configured; \
+                     set allow_unauthenticated = true to serve it anyway"
+                ),
+            ));
+        }
+        let upstream = parse_upstream(
+            self.upstream
+                .as_deref()
+                .ok_or_else(|| bad("upstream", "is required (the agent's base URL)"))?,
+        )?;
+        let protocol = match self.protocol.as_deref() {
+            None => Protocol::OpenAiChat,
+            Some(p) => Protocol::parse(p).ok_or_else(|| {
+                bad(
+                    "protocol",
+                    format!("unknown protocol {p:?}; use openai-chat or openai-responses"),
+                )
+            })?,
+        };
+        let store = self
+            .store
+            .unwrap_or_else(|| ".tether/sessions.sqlite".to_owned());
+        if store.trim().is_empty() {
+            return Err(bad("store", "is empty"));
+        }
+        let mut upstream_headers: Vec<(String, String)> = self
+            .upstream_headers
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        for h in self.upstream_header {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| bad("upstream_headers", format!("{h:?} is not \"Name: value\"")))?;
+            upstream_headers.push((name.trim().to_owned(), value.trim().to_owned()));
+        }
+        for (name, value) in &upstream_headers {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || http::HeaderValue::from_str(value).is_err()
+            {
+                return Err(bad(
+                    "upstream_headers",
+                    format!("{name:?} is not a valid header"),
+                ));
+            }
+        }
+        let positive = |key: &'static str, v: Option<u64>, default: u64| match v {
+            Some(0) => Err(bad(key, "must be greater than 0")),
+            v => Ok(v.unwrap_or(default)),
+        };
+        let log_json = match self.log_format.as_deref() {
+            None | Some("text") => false,
+            Some("json") => true,
+            Some(other) => return Err(bad("log_format", format!("{other:?}: use text or json"))),
+        };
+        Ok(Config {
+            listen,
+            upstream,
+            protocol,
+            store,
+            model: self.model.unwrap_or_else(|| "agent".to_owned()),
+            upstream_headers,
+            forward_authorization: self.forward_authorization.unwrap_or(false),
+            max_body_bytes: positive(
+                "max_body_bytes",
+                self.max_body_bytes.map(|v| v as u64),
+                10 << 20,
+            )? as usize,
+            tee: self.tee.unwrap_or(true),
+            tee_body_cap_bytes: self.tee_body_cap_bytes.unwrap_or(64 << 10),
+            upstream_connect_timeout: Duration::from_secs(positive(
+                "upstream_connect_timeout_seconds",
+                self.upstream_connect_timeout_seconds,
+                10,
+            )?),
+            upstream_idle_timeout: Duration::from_secs(positive(
+                "upstream_idle_timeout_seconds",
+                self.upstream_idle_timeout_seconds,
+                300,
+            )?),
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds.unwrap_or(10)),
+            threads: positive("threads", self.threads.map(|v| v as u64), 2)? as usize,
+            writer_max_batch: positive(
+                "writer_max_batch",
+                self.writer_max_batch.map(|v| v as u64),
+                1024,
+            )? as usize,
+            log_json,
+        })
+    }
+}
+
+fn parse_upstream(url: &str) -> Result<Upstream, ConfigError> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| bad("upstream", format!("{url:?} is not a URL ({e})")))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return Err(bad(
+                "upstream",
+                format!(
+                    "scheme {other:?} is not supported; use http:// (Tether runs beside the agent)"
+                ),
+            ))
+        }
+        None => {
+            return Err(bad(
+                "upstream",
+                format!("{url:?} has no scheme; e.g. http://127.0.0.1:9000"),
+            ))
+        }
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| bad("upstream", format!("{url:?} has no host")))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let base_path = uri.path().trim_end_matches('/').to_owned();
+    Ok(Upstream {
+        authority: format!("{host}:{port}"),
+        base_path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str]) -> Settings {
+        Settings::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn defaults_are_local_and_safe() {
+        let c = settings(&["--upstream", "http://127.0.0.1:9000/"])
+            .load()
+            .unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.store, ".tether/sessions.sqlite");
+        assert_eq!(c.protocol, Protocol::OpenAiChat);
+        assert_eq!(c.upstream.authority, "127.0.0.1:9000");
+        assert_eq!(c.upstream.base_path, "");
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(&path, "upstream = \"http://agent:8000/api\"\nprotocol = \"openai-chat\"\nmodel = \"m\"\n[upstream_headers]\nAuthorization = \"Bearer k\"\n").unwrap();
+        let c = settings(&[
+            "--conf",
+            path.to_str().unwrap(),
+            "--protocol",
+            "openai-responses",
+        ])
+        .load()
+        .unwrap();
+        assert_eq!(c.protocol, Protocol::OpenAiResponses);
+        assert_eq!(c.model, "m");
+        assert_eq!(c.upstream.authority, "agent:8000");
+        assert_eq!(c.upstream.base_path, "/api");
+        assert_eq!(
+            c.upstream_headers,
+            vec![("Authorization".to_owned(), "Bearer k".to_owned())]
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let err = |args: &[&str]| settings(args).load().unwrap_err().key;
+        assert_eq!(err(&[]), "upstream");
+        assert_eq!(err(&["--upstream", "https://x"]), "upstream");
+        assert_eq!(
+            err(&["--upstream", "http://x", "--protocol", "grpc"]),
+            "protocol"
+        );
+        assert_eq!(
+            err(&["--upstream", "http://x", "--listen", "nonsense"]),
+            "listen"
+        );
+        assert_eq!(
+            err(&["--upstream", "http://x", "--listen", "0.0.0.0:8080"]),
+            "listen"
+        );
+        assert_eq!(
+            err(&["--upstream", "http://x", "--threads", "0"]),
+            "threads"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(&path, "upstream = \"http://x\"\nlisten_adress = \"1\"\n").unwrap();
+        let e = settings(&["--conf", path.to_str().unwrap()])
+            .load()
+            .unwrap_err();
+        assert!(e.to_string().contains("listen_adress"), "{e}");
+    }
+
+    #[test]
+    fn non_loopback_needs_explicit_consent() {
+        let c = settings(&[
+            "--upstream",
+            "http://x",
+            "--listen",
+            "0.0.0.0:8080",
+            "--allow-unauthenticated",
+            "true",
+        ])
+        .load()
+        .unwrap();
+        assert!(!c.listen.ip().is_loopback());
+    }
+}
+
+#[cfg(test)]
+mod example {
+    /// The documented example configuration must load as it is.
+    #[test]
+    fn example_configuration_is_valid() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/tether.example.toml");
+        let settings = super::Settings {
+            conf: Some(path.into()),
+            ..Default::default()
+        };
+        settings.load().expect("conf/tether.example.toml loads");
+    }
+}

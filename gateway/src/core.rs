@@ -1,0 +1,106 @@
+//! The core runtime: the one tokio runtime that owns the database pool, the writer and
+//! every run. Pingora serves each service on runtimes of its own; anything that touches
+//! the store or drives a run is handed to this runtime, so connections and tasks never
+//! outlive the runtime they were made on.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use session_log::{Event, EventQuery, Invocation, NewEvent, Session, Store, StoreError};
+use tokio::runtime::Handle;
+
+/// Runs `fut` on the core runtime and waits for it from whichever runtime calls.
+pub async fn on_core<F, T>(core: &Handle, fut: F) -> T
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    match core.spawn(fut).await {
+        Ok(value) => value,
+        // Only a panic inside `fut` gets here; keep its message.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// A `Store` usable from any runtime: every call runs on the core runtime.
+pub struct CoreStore {
+    inner: Arc<dyn Store>,
+    core: Handle,
+}
+
+impl CoreStore {
+    pub fn new(inner: Arc<dyn Store>, core: Handle) -> Arc<dyn Store> {
+        Arc::new(CoreStore { inner, core })
+    }
+}
+
+macro_rules! delegate {
+    ($self:ident, |$s:ident| $call:expr) => {{
+        let $s = $self.inner.clone();
+        on_core(&$self.core, async move { $call.await }).await
+    }};
+}
+
+#[async_trait]
+impl Store for CoreStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        delegate!(self, |s| s.ping())
+    }
+
+    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+        let batch = batch.to_vec();
+        delegate!(self, |s| s.append(&batch))
+    }
+
+    async fn session(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<Session>, StoreError> {
+        let (a, id) = (account_id.to_owned(), session_id.to_owned());
+        delegate!(self, |s| s.session(&a, &id))
+    }
+
+    async fn list_sessions(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        let a = account_id.to_owned();
+        delegate!(self, |s| s.list_sessions(&a, offset, limit))
+    }
+
+    async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
+        let q = query.clone();
+        delegate!(self, |s| s.events(&q))
+    }
+
+    async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
+        let (a, id) = (account_id.to_owned(), session_id.to_owned());
+        delegate!(self, |s| s.count_events(&a, &id))
+    }
+
+    async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
+        let (a, id) = (account_id.to_owned(), run_id.to_owned());
+        delegate!(self, |s| s.run(&a, &id))
+    }
+
+    async fn invocation(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let (a, id) = (account_id.to_owned(), invocation_id.to_owned());
+        delegate!(self, |s| s.invocation(&a, &id))
+    }
+
+    async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
+        delegate!(self, |s| s.open_invocations())
+    }
+}

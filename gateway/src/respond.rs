@@ -1,0 +1,40 @@
+//! Writing answers Tether makes itself (JSON bodies, SSE streams) to a Pingora session.
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use pingora::Result;
+use serde_json::Value;
+
+/// A complete JSON response. Extra headers are (name, value) pairs.
+pub async fn json(
+    session: &mut Session,
+    status: u16,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Result<()> {
+    let body = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
+    let mut h = ResponseHeader::build(status, Some(4 + headers.len()))?;
+    h.insert_header("content-type", "application/json")?;
+    h.insert_header("content-length", body.len().to_string())?;
+    h.insert_header("cache-control", "no-store")?;
+    for (name, value) in headers {
+        h.insert_header(name.to_string(), *value)?;
+    }
+    // An unread request body would otherwise cost the connection.
+    let _ = session.drain_request_body().await;
+    session.write_response_header(Box::new(h), false).await?;
+    session.write_response_body(Some(body), true).await
+}
+
+/// Starts an SSE response; frames follow with `write_response_body`.
+pub async fn sse_start(session: &mut Session, headers: &[(&str, &str)]) -> Result<()> {
+    let mut h = ResponseHeader::build(200, Some(4 + headers.len()))?;
+    h.insert_header("content-type", "text/event-stream")?;
+    h.insert_header("cache-control", "no-cache")?;
+    h.insert_header("x-accel-buffering", "no")?;
+    for (name, value) in headers {
+        h.insert_header(name.to_string(), *value)?;
+    }
+    session.write_response_header(Box::new(h), false).await
+}
