@@ -1,0 +1,493 @@
+//! The end-to-end harness: the real `tether` binary on a free port, fake agents that are
+//! real HTTP servers (tests/fake_agent.py) in their own processes, real stores, and a
+//! small blocking HTTP client.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use session_log::{Event, EventQuery, Store};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Where sessions are stored for a test.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StoreKind {
+    Sqlite,
+    Postgres,
+}
+
+/// The PostgreSQL URL for tests: required in CI, optional on a laptop.
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TEST_DATABASE_URL must be set when CI is set")
+        }
+        _ => {
+            eprintln!("TEST_DATABASE_URL is not set: skipping the PostgreSQL variant");
+            None
+        }
+    }
+}
+
+/// A store location for one test: a fresh SQLite file or the shared test database.
+pub struct TestStore {
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestStore {
+    pub fn new(kind: StoreKind) -> Option<TestStore> {
+        match kind {
+            StoreKind::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = dir
+                    .path()
+                    .join("sessions.sqlite")
+                    .to_string_lossy()
+                    .into_owned();
+                Some(TestStore {
+                    url,
+                    _dir: Some(dir),
+                })
+            }
+            StoreKind::Postgres => postgres_url().map(|url| TestStore { url, _dir: None }),
+        }
+    }
+
+    fn rt() -> &'static tokio::runtime::Runtime {
+        static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+        RT.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap()
+        })
+    }
+
+    fn with_store<T>(&self, f: impl AsyncFnOnce(&dyn Store) -> T) -> T {
+        Self::rt().block_on(async {
+            let store = session_log::open(&self.url).await.expect("open store");
+            f(&*store).await
+        })
+    }
+
+    /// Every event of a session, in seq order.
+    pub fn events(&self, account: &str, session: &str) -> Vec<Event> {
+        self.with_store(async |s| {
+            s.events(&EventQuery::session(account, session))
+                .await
+                .unwrap()
+        })
+    }
+
+    pub fn session_count(&self, account: &str) -> i64 {
+        self.with_store(async |s| s.list_sessions(account, 0, 1).await.unwrap().1)
+    }
+
+    /// Waits until the session's log holds a terminal run_status for every run in it.
+    pub fn wait_for_terminal(&self, account: &str, session: &str, runs: usize) -> Vec<Event> {
+        let mut events = Vec::new();
+        wait_until(
+            "terminal run_status in the log",
+            Duration::from_secs(30),
+            || {
+                events = self.events(account, session);
+                events.iter().filter(|e| e.is_terminal()).count() >= runs
+            },
+        );
+        events
+    }
+}
+
+/// The fake agent: keeps nothing between requests but a record of what it received.
+pub struct FakeAgent {
+    pub port: u16,
+    child: Child,
+}
+
+impl FakeAgent {
+    pub fn start() -> FakeAgent {
+        Self::start_on(free_port())
+    }
+
+    pub fn start_on(port: u16) -> FakeAgent {
+        let mut child = Command::new("python3")
+            .arg(repo_root().join("tests/fake_agent.py"))
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start python3 tests/fake_agent.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            line.starts_with("READY"),
+            "fake agent did not start: {line:?}"
+        );
+        FakeAgent { port, child }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every model request this agent process received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        get_json(&format!("{}/_requests", self.url()))
+            .1
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Stops the process, losing whatever it held in memory.
+    pub fn kill(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.port
+    }
+
+    /// Waits for the process to exit by itself (e.g. after `die:N`).
+    pub fn wait_exit(&mut self) {
+        wait_until("the fake agent to exit", Duration::from_secs(10), || {
+            self.child.try_wait().unwrap().is_some()
+        });
+    }
+}
+
+impl Drop for FakeAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `tether serve`.
+pub struct Tether {
+    pub port: u16,
+    child: Child,
+    pub log: tempfile::NamedTempFile,
+}
+
+impl Tether {
+    pub fn start(upstream: &str, protocol: &str, store: &str, extra: &[&str]) -> Tether {
+        let port = free_port();
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .arg("serve")
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--upstream",
+                upstream,
+                "--protocol",
+                protocol,
+                "--store",
+                store,
+            ])
+            .args(extra)
+            .env("TETHER_SHUTDOWN_GRACE_SECONDS", "1")
+            .env_remove("TETHER_CONF")
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .expect("start tether");
+        let mut tether = Tether { port, child, log };
+        let url = tether.url();
+        wait_until("tether to answer /healthz", Duration::from_secs(30), || {
+            if let Ok(Some(status)) = tether.child.try_wait() {
+                panic!("tether exited with {status}: {}", tether.log_text());
+            }
+            ureq::get(&format!("{url}/healthz")).call().is_ok()
+        });
+        tether
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal and waits for the process to exit; returns whether it exited.
+    pub fn signal(&mut self, signal: &str, timeout: Duration) -> bool {
+        Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Tether {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_read(Duration::from_secs(30))
+        .build()
+}
+
+/// A response read whole: status, headers we care about, body.
+pub struct Reply {
+    pub status: u16,
+    pub session_id: Option<String>,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+fn reply(result: Result<ureq::Response, ureq::Error>) -> Reply {
+    let response = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("request failed: {e}"),
+    };
+    let status = response.status();
+    let session_id = response.header("x-session-id").map(str::to_owned);
+    let body = response.into_string().unwrap();
+    Reply {
+        status,
+        session_id,
+        body,
+    }
+}
+
+pub fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut req = agent().post(url).set("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    reply(req.send_string(body))
+}
+
+pub fn post_json(url: &str, body: &Value) -> Reply {
+    post(url, &body.to_string(), &[])
+}
+
+pub fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut req = agent().get(url);
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    reply(req.call())
+}
+
+pub fn get_json(url: &str) -> (u16, Value) {
+    let r = get(url, &[]);
+    (r.status, r.json())
+}
+
+/// One SSE event as a client sees it.
+#[derive(Clone, Debug)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: String,
+}
+
+impl SseEvent {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or(Value::Null)
+    }
+}
+
+/// An SSE response read event by event; dropping it closes the connection.
+pub struct SseStream {
+    pub status: u16,
+    pub session_id: Option<String>,
+    reader: BufReader<Box<dyn Read + Send + Sync>>,
+}
+
+impl SseStream {
+    pub fn post(url: &str, body: &Value) -> SseStream {
+        let response = match agent()
+            .post(url)
+            .set("content-type", "application/json")
+            .send_string(&body.to_string())
+        {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("request failed: {e}"),
+        };
+        SseStream {
+            status: response.status(),
+            session_id: response.header("x-session-id").map(str::to_owned),
+            reader: BufReader::new(response.into_reader()),
+        }
+    }
+
+    /// The next event, or `None` at the end of the stream.
+    pub fn next_event(&mut self) -> Option<SseEvent> {
+        let mut event = SseEvent {
+            id: None,
+            event: None,
+            data: String::new(),
+        };
+        let mut has_data = false;
+        loop {
+            let mut line = String::new();
+            if self.reader.read_line(&mut line).ok()? == 0 {
+                return has_data.then_some(event);
+            }
+            let line = line.trim_end_matches(['\r', '\n']);
+            if line.is_empty() {
+                if has_data {
+                    return Some(event);
+                }
+                continue;
+            }
+            if let Some(v) = line.strip_prefix("data:") {
+                if has_data {
+                    event.data.push('\n');
+                }
+                event.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                has_data = true;
+            } else if let Some(v) = line.strip_prefix("id:") {
+                event.id = Some(v.trim().to_owned());
+            } else if let Some(v) = line.strip_prefix("event:") {
+                event.event = Some(v.trim().to_owned());
+            }
+        }
+    }
+
+    pub fn collect(mut self) -> Vec<SseEvent> {
+        std::iter::from_fn(|| self.next_event()).collect()
+    }
+}
+
+/// Request bodies for the two OpenAI surfaces.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Surface {
+    Chat,
+    Responses,
+}
+
+impl Surface {
+    pub fn path(self) -> &'static str {
+        match self {
+            Surface::Chat => "/v1/chat/completions",
+            Surface::Responses => "/v1/responses",
+        }
+    }
+
+    pub fn body(self, text: &str, session: Option<&str>, stream: bool) -> Value {
+        let mut body = match self {
+            Surface::Chat => {
+                json!({ "model": "fake", "messages": [{ "role": "user", "content": text }], "stream": stream })
+            }
+            Surface::Responses => json!({ "model": "fake", "input": text, "stream": stream }),
+        };
+        if let Some(s) = session {
+            match self {
+                Surface::Chat => body["session_id"] = json!(s),
+                Surface::Responses => body["conversation"] = json!(s),
+            }
+        }
+        body
+    }
+
+    /// The assistant's text in a non-streaming response body.
+    pub fn text(self, body: &Value) -> String {
+        match self {
+            Surface::Chat => body["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            Surface::Responses => body["output"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|item| item["type"] == "message")
+                .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+                .filter_map(|part| part["text"].as_str().map(str::to_owned))
+                .collect(),
+        }
+    }
+
+    /// The text carried by one streamed event's deltas.
+    pub fn delta(self, event: &SseEvent) -> String {
+        let v = event.json();
+        match self {
+            Surface::Chat => v["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            Surface::Responses if v["type"] == "response.output_text.delta" => {
+                v["delta"].as_str().unwrap_or_default().to_owned()
+            }
+            Surface::Responses => String::new(),
+        }
+    }
+}
+
+/// The `(role, text)` of every message the agent received in one request, in order.
+pub fn history_sent(request: &Value) -> Vec<(String, String)> {
+    let body = &request["body"];
+    let items = body
+        .get("messages")
+        .or_else(|| body.get("input"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    items
+        .iter()
+        .filter(|m| m.get("role").is_some())
+        .map(|m| {
+            let text = match &m["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+                _ => String::new(),
+            };
+            (m["role"].as_str().unwrap_or_default().to_owned(), text)
+        })
+        .collect()
+}

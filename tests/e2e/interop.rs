@@ -1,0 +1,85 @@
+//! Interop: the official `openai` Python SDK (from PyPI, in the venv `tests/run` makes)
+//! streams and non-streams both APIs through Tether and continues conversations.
+
+use std::process::Command;
+
+use crate::harness::*;
+
+/// The venv's python, or `None` (a failure in CI) when the venv is missing.
+fn interop_python() -> Option<String> {
+    match std::env::var("TETHER_INTEROP_PYTHON") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TETHER_INTEROP_PYTHON must be set in CI (run tests/run)")
+        }
+        _ => {
+            eprintln!("TETHER_INTEROP_PYTHON is not set: skipping the OpenAI SDK interop tests (run tests/run)");
+            None
+        }
+    }
+}
+
+fn run_pytest(protocol: &str) {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), protocol, &store.url, &[]);
+    let out = Command::new(python)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/interop",
+        ])
+        .current_dir(repo_root())
+        .env("TETHER_URL", tether.url())
+        .output()
+        .expect("run pytest");
+    let report = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "pytest failed against tether ({protocol}):\n{report}\n--- tether log ---\n{}",
+        tether.log_text()
+    );
+    assert!(
+        !report.contains(" skipped"),
+        "no interop test may skip:\n{report}"
+    );
+}
+
+#[test]
+fn openai_sdk_through_tether_to_a_chat_agent() {
+    run_pytest("openai-chat");
+}
+
+#[test]
+fn openai_sdk_through_tether_to_a_responses_agent() {
+    run_pytest("openai-responses");
+}
+
+/// `docker-compose.yml` must stay valid (checked with Debian's docker-compose; no engine).
+#[test]
+fn compose_file_is_valid() {
+    let compose = Command::new("docker-compose")
+        .arg("-f")
+        .arg(repo_root().join("docker-compose.yml"))
+        .args(["config", "-q"])
+        .output();
+    match compose {
+        Ok(out) => assert!(
+            out.status.success(),
+            "docker-compose config: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(_) if std::env::var_os("CI").is_some() => panic!("docker-compose is required in CI"),
+        Err(_) => eprintln!("docker-compose is not installed: skipping the compose check"),
+    }
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests: the real gateway process in front of fake agents that are real HTTP
+//! servers, against real SQLite and PostgreSQL stores.
+
+mod harness;
+
+mod bad_input;
+mod failures;
+mod interop;
+mod passthrough;
+mod seed;
