@@ -5,6 +5,7 @@
 pub mod event;
 pub mod hub;
 pub mod postgres;
+mod sql;
 pub mod sqlite;
 pub mod store;
 pub mod writer;

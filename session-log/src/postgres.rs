@@ -1,15 +1,61 @@
-//! postgres backend of the session log (to be implemented).
+//! The PostgreSQL backend of the session log, for deployments where several gateways
+//! share one log.
+
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::types::Json;
+use sqlx::{Postgres, QueryBuilder, Row};
 
-use crate::event::{Event, NewEvent, Session};
+use crate::event::{Event, NewEvent, Seq, Session};
+use crate::sql::{self, InvocationOp};
 use crate::store::{EventQuery, Invocation, Store, StoreError};
 
-pub struct PgStore;
+const POOL_SIZE: u32 = 10;
+/// Bounds both connecting and waiting for a free pooled connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Events per INSERT. The statement takes one array per column, so its size does not
+/// depend on the chunk; the chunk only bounds one message's size.
+const INSERT_CHUNK: usize = 5000;
+
+const EVENT_COLUMNS: &str = "account_id, session_id, seq, run_id, invocation_id, event_type, \
+                             role, content_json, metadata_json, created_at";
+const INVOCATION_COLUMNS: &str =
+    "account_id, invocation_id, session_id, run_id, status, started_at, ended_at";
+const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, updated_at";
+
+/// A session log in a PostgreSQL database, safe to share between gateway processes.
+pub struct PgStore {
+    pool: PgPool,
+}
 
 impl PgStore {
-    pub async fn connect(_url: &str) -> Result<Self, StoreError> {
-        todo!()
+    /// Connects to `url` (`postgres://…`) and applies pending migrations. Migrations take
+    /// an advisory lock, so gateways starting together do not race.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Url {
+                url: redact(url),
+                reason: e.to_string(),
+            })?
+            .application_name("tether");
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        Ok(PgStore { pool })
+    }
+
+    /// The connection pool, for operator queries (such as the `session_events_readable`
+    /// view) that the `Store` trait does not cover.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 }
 
@@ -18,36 +64,451 @@ impl Store for PgStore {
     fn backend(&self) -> &'static str {
         "postgres"
     }
+
     async fn ping(&self) -> Result<(), StoreError> {
-        todo!()
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
-    async fn append(&self, _batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
-        todo!()
+
+    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = without_nul(batch);
+        let batch = &batch[..];
+        let now = sql::commit_time();
+        let mut tx = self.pool.begin().await?;
+
+        // Invocations first: which terminal events survive decides the seqs. Under READ
+        // COMMITTED a close that waited for another transaction's close re-checks
+        // `status` after it commits, finds it no longer open and updates nothing, so
+        // racing closers (across gateways too) end an invocation once.
+        let mut keep = vec![true; batch.len()];
+        for (i, op) in sql::invocation_ops(batch) {
+            keep[i] = match op {
+                InvocationOp::Open {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    run_id,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO invocations \
+                         (account_id, invocation_id, session_id, run_id, status, started_at) \
+                         VALUES ($1, $2, $3, $4, 'in_progress', $5) \
+                         ON CONFLICT (account_id, invocation_id) DO NOTHING",
+                    )
+                    .bind(account_id)
+                    .bind(invocation_id)
+                    .bind(session_id)
+                    .bind(run_id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    true
+                }
+                InvocationOp::Close {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    status,
+                } => {
+                    let closed = sqlx::query(
+                        "UPDATE invocations SET status = $1, ended_at = $2 \
+                         WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
+                         AND status = 'in_progress'",
+                    )
+                    .bind(status.as_str())
+                    .bind(now)
+                    .bind(account_id)
+                    .bind(invocation_id)
+                    .bind(session_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    closed.rows_affected() == 1
+                }
+                InvocationOp::Drop => false,
+            };
+        }
+
+        // One statement creates or bumps every session of the batch. The row lock each
+        // bump takes is held to commit, so concurrent writers of a session (in any
+        // process) get disjoint seq ranges; rows are locked in key order (`counts` is
+        // sorted) so two writers never wait on each other in a cycle.
+        let counts = sql::session_counts(batch, &keep);
+        let mut last_seqs: Vec<Option<Seq>> = vec![None; counts.len()];
+        if !counts.is_empty() {
+            let accounts: Vec<&str> = counts.iter().map(|((a, _), _)| *a).collect();
+            let sessions: Vec<&str> = counts.iter().map(|((_, s), _)| *s).collect();
+            let ns: Vec<i64> = counts.iter().map(|(_, n)| *n).collect();
+            let rows = sqlx::query(
+                "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
+                 SELECT a, s, n, $4, $4 FROM UNNEST($1::text[], $2::text[], $3::bigint[]) \
+                 AS t(a, s, n) \
+                 ON CONFLICT (account_id, session_id) DO UPDATE SET \
+                 last_seq = sessions.last_seq + excluded.last_seq, \
+                 updated_at = excluded.updated_at \
+                 RETURNING account_id, session_id, last_seq",
+            )
+            .bind(&accounts)
+            .bind(&sessions)
+            .bind(&ns)
+            .bind(now)
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in rows {
+                let account_id: &str = row.try_get(0)?;
+                let session_id: &str = row.try_get(1)?;
+                let i = sql::session_index(&counts, (account_id, session_id)).ok_or_else(|| {
+                    StoreError::Corrupt("upsert returned a session not in the batch".into())
+                })?;
+                last_seqs[i] = Some(row.try_get(2)?);
+            }
+        }
+        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+
+        // Column arrays through UNNEST: one prepared statement whatever the batch size,
+        // and far fewer bind parameters than a multi-row VALUES list.
+        let mut rows: Vec<(&NewEvent, Seq)> = batch
+            .iter()
+            .zip(&seqs)
+            .filter_map(|(event, seq)| Some((event, (*seq)?)))
+            .collect();
+        // Seqs are assigned already, so the insert order is free: session by session, each
+        // index takes its entries at one spot at a time instead of hopping between pages.
+        rows.sort_by(|(a, a_seq), (b, b_seq)| {
+            (&a.account_id, &a.session_id, a_seq).cmp(&(&b.account_id, &b.session_id, b_seq))
+        });
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut columns = EventColumns::with_capacity(chunk.len());
+            for (event, seq) in chunk {
+                columns.push(event, *seq);
+            }
+            sqlx::query(
+                "INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
+                 event_type, role, content_json, metadata_json, created_at) \
+                 SELECT a, s, q, r, i, t, ro, c::jsonb, m::jsonb, $10 FROM UNNEST(\
+                 $1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], \
+                 $7::text[], $8::text[], $9::text[]) AS u(a, s, q, r, i, t, ro, c, m)",
+            )
+            .bind(&columns.account_id)
+            .bind(&columns.session_id)
+            .bind(&columns.seq)
+            .bind(&columns.run_id)
+            .bind(&columns.invocation_id)
+            .bind(&columns.event_type)
+            .bind(&columns.role)
+            .bind(&columns.content)
+            .bind(&columns.metadata)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(sql::committed(batch, &seqs, now))
     }
-    async fn session(&self, _a: &str, _s: &str) -> Result<Option<Session>, StoreError> {
-        todo!()
+
+    async fn session(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<Session>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE account_id = $1 AND session_id = $2"
+        ))
+        .bind(account_id)
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(session_from_row).transpose()
     }
+
     async fn list_sessions(
         &self,
-        _a: &str,
-        _o: i64,
-        _l: i64,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
-        todo!()
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE account_id = $1 \
+             ORDER BY updated_at DESC, session_id LIMIT $2 OFFSET $3"
+        ))
+        .bind(account_id)
+        .bind(sql::non_negative(limit))
+        .bind(sql::non_negative(offset))
+        .fetch_all(&self.pool)
+        .await?;
+        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE account_id = $1")
+            .bind(account_id)
+            .fetch_one(&self.pool)
+            .await?;
+        let sessions = rows
+            .iter()
+            .map(session_from_row)
+            .collect::<Result<_, _>>()?;
+        Ok((sessions, total))
     }
-    async fn events(&self, _q: &EventQuery) -> Result<Vec<Event>, StoreError> {
-        todo!()
+
+    async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
+        // The optional filters are added only when set, so each combination is its own
+        // prepared statement with a plan that can use the matching index.
+        let mut select = QueryBuilder::<Postgres>::new("SELECT ");
+        select
+            .push(EVENT_COLUMNS)
+            .push(" FROM events WHERE account_id = ")
+            .push_bind(&query.account_id)
+            .push(" AND session_id = ")
+            .push_bind(&query.session_id)
+            .push(" AND seq > ")
+            .push_bind(query.after_seq);
+        if let Some(run_id) = &query.run_id {
+            select.push(" AND run_id = ").push_bind(run_id);
+        }
+        if let Some(invocation_id) = &query.invocation_id {
+            select
+                .push(" AND invocation_id = ")
+                .push_bind(invocation_id);
+        }
+        select
+            .push(" ORDER BY seq LIMIT ")
+            .push_bind(sql::non_negative(query.limit));
+        let rows = select.build().fetch_all(&self.pool).await?;
+        rows.iter().map(event_from_row).collect()
     }
-    async fn count_events(&self, _a: &str, _s: &str) -> Result<i64, StoreError> {
-        todo!()
+
+    async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM events WHERE account_id = $1 AND session_id = $2",
+        )
+        .bind(account_id)
+        .bind(session_id)
+        .fetch_one(&self.pool)
+        .await?)
     }
-    async fn run(&self, _a: &str, _r: &str) -> Result<Option<Invocation>, StoreError> {
-        todo!()
+
+    async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE account_id = $1 AND run_id = $2 \
+             ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
+        ))
+        .bind(account_id)
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(invocation_from_row).transpose()
     }
-    async fn invocation(&self, _a: &str, _i: &str) -> Result<Option<Invocation>, StoreError> {
-        todo!()
+
+    async fn invocation(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations \
+             WHERE account_id = $1 AND invocation_id = $2"
+        ))
+        .bind(account_id)
+        .bind(invocation_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(invocation_from_row).transpose()
     }
+
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
-        todo!()
+        let rows = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
+             ORDER BY started_at, account_id, invocation_id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(invocation_from_row).collect()
+    }
+}
+
+/// One chunk of events, column by column, as the UNNEST insert binds them.
+struct EventColumns<'a> {
+    account_id: Vec<&'a str>,
+    session_id: Vec<&'a str>,
+    seq: Vec<i64>,
+    run_id: Vec<Option<&'a str>>,
+    invocation_id: Vec<Option<&'a str>>,
+    event_type: Vec<&'static str>,
+    role: Vec<Option<&'a str>>,
+    /// JSON text; the server parses it into jsonb.
+    content: Vec<String>,
+    metadata: Vec<String>,
+}
+
+impl<'a> EventColumns<'a> {
+    fn with_capacity(n: usize) -> Self {
+        EventColumns {
+            account_id: Vec::with_capacity(n),
+            session_id: Vec::with_capacity(n),
+            seq: Vec::with_capacity(n),
+            run_id: Vec::with_capacity(n),
+            invocation_id: Vec::with_capacity(n),
+            event_type: Vec::with_capacity(n),
+            role: Vec::with_capacity(n),
+            content: Vec::with_capacity(n),
+            metadata: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, event: &'a NewEvent, seq: Seq) {
+        self.account_id.push(&event.account_id);
+        self.session_id.push(&event.session_id);
+        self.seq.push(seq);
+        self.run_id.push(event.run_id.as_deref());
+        self.invocation_id.push(event.invocation_id.as_deref());
+        self.event_type.push(event.event_type.as_str());
+        self.role.push(event.role.as_deref());
+        self.content.push(event.content.to_string());
+        self.metadata.push(event.metadata.to_string());
+    }
+}
+
+/// `jsonb` cannot hold U+0000, and one such character (in a tool's output, say) would
+/// fail the whole batch again on every retry. It becomes U+FFFD instead; the events
+/// `append` returns carry the replaced text, so they still equal what is stored.
+fn without_nul(batch: &[NewEvent]) -> Cow<'_, [NewEvent]> {
+    if !batch
+        .iter()
+        .any(|e| has_nul(&e.content) || has_nul(&e.metadata))
+    {
+        return Cow::Borrowed(batch);
+    }
+    Cow::Owned(
+        batch
+            .iter()
+            .cloned()
+            .map(|mut event| {
+                replace_nul(&mut event.content);
+                replace_nul(&mut event.metadata);
+                event
+            })
+            .collect(),
+    )
+}
+
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+fn replace_nul(value: &mut Value) {
+    match value {
+        Value::String(s) => {
+            if s.contains('\0') {
+                *s = s.replace('\0', "\u{FFFD}");
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(replace_nul),
+        Value::Object(map) => {
+            *map = std::mem::take(map)
+                .into_iter()
+                .map(|(k, mut v)| {
+                    replace_nul(&mut v);
+                    (k.replace('\0', "\u{FFFD}"), v)
+                })
+                .collect();
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// `url` with any password masked, fit for error messages and logs.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+fn event_from_row(row: &PgRow) -> Result<Event, StoreError> {
+    Ok(Event {
+        account_id: row.try_get("account_id")?,
+        session_id: row.try_get("session_id")?,
+        seq: row.try_get("seq")?,
+        run_id: row.try_get("run_id")?,
+        invocation_id: row.try_get("invocation_id")?,
+        event_type: sql::parse_event_type(row.try_get("event_type")?)?,
+        role: row.try_get("role")?,
+        content: row.try_get::<Json<Value>, _>("content_json")?.0,
+        metadata: row.try_get::<Json<Value>, _>("metadata_json")?.0,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn session_from_row(row: &PgRow) -> Result<Session, StoreError> {
+    Ok(Session {
+        account_id: row.try_get("account_id")?,
+        session_id: row.try_get("session_id")?,
+        last_seq: row.try_get("last_seq")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn invocation_from_row(row: &PgRow) -> Result<Invocation, StoreError> {
+    Ok(Invocation {
+        account_id: row.try_get("account_id")?,
+        session_id: row.try_get("session_id")?,
+        run_id: row.try_get("run_id")?,
+        invocation_id: row.try_get("invocation_id")?,
+        status: sql::parse_status(row.try_get("status")?)?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::event::EventType;
+
+    #[test]
+    fn redact_masks_the_password_only() {
+        assert_eq!(
+            redact("postgres://tether:s3cret@db:5432/log?sslmode=require"),
+            "postgres://tether:***@db:5432/log?sslmode=require"
+        );
+        assert_eq!(redact("postgres://db/log"), "postgres://db/log");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn nul_characters_are_replaced_keys_included() {
+        let clean = vec![NewEvent::new(
+            "a",
+            "s",
+            EventType::Message,
+            json!({"text": "ok"}),
+        )];
+        assert!(matches!(without_nul(&clean), Cow::Borrowed(_)));
+        let dirty = vec![NewEvent::new(
+            "a",
+            "s",
+            EventType::ToolResult,
+            json!({"output": "a\u{0}b", "k\u{0}": [1, "\u{0}"]}),
+        )];
+        let fixed = without_nul(&dirty);
+        assert_eq!(
+            fixed[0].content,
+            json!({"output": "a\u{FFFD}b", "k\u{FFFD}": [1, "\u{FFFD}"]})
+        );
     }
 }

@@ -1,15 +1,87 @@
-//! sqlite backend of the session log (to be implemented).
+//! The SQLite backend of the session log: one file in WAL mode, the default for a single
+//! gateway.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Row, Sqlite};
 
-use crate::event::{Event, NewEvent, Session};
+use crate::event::{Event, NewEvent, Seq, Session};
+use crate::sql::{self, InvocationOp, INSERT_CHUNK};
 use crate::store::{EventQuery, Invocation, Store, StoreError};
 
-pub struct SqliteStore;
+/// Readers run beside the writer (WAL lets them); a few connections are plenty.
+const POOL_SIZE: u32 = 4;
+/// How long a statement waits for another connection's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const EVENT_COLUMNS: &str = "account_id, session_id, seq, run_id, invocation_id, event_type, \
+                             role, content_json, metadata_json, created_at";
+const INVOCATION_COLUMNS: &str =
+    "account_id, invocation_id, session_id, run_id, status, started_at, ended_at";
+const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, updated_at";
+
+/// A session log in one SQLite database file.
+pub struct SqliteStore {
+    pool: SqlitePool,
+    /// SQLite has one writer at a time. Queueing appends here, first come first served,
+    /// is cheaper and fairer than letting them spin in SQLite's busy handler.
+    write_lock: tokio::sync::Mutex<()>,
+}
 
 impl SqliteStore {
-    pub async fn open(_path: &str) -> Result<Self, StoreError> {
-        todo!()
+    /// Opens the database at `path` (creating the file and its directories if needed) and
+    /// applies pending migrations. `:memory:` gives a private in-memory database.
+    pub async fn open(path: &str) -> Result<Self, StoreError> {
+        let in_memory = path == ":memory:";
+        let (options, pool) = if in_memory {
+            // Every connection to `:memory:` is a different database, so the pool holds
+            // exactly one, forever.
+            let options = SqliteConnectOptions::from_str("sqlite::memory:")?;
+            let pool = SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+            (options, pool)
+        } else {
+            if let Some(dir) = Path::new(path).parent() {
+                if !dir.as_os_str().is_empty() {
+                    tokio::fs::create_dir_all(dir)
+                        .await
+                        .map_err(sqlx::Error::Io)?;
+                }
+            }
+            let options = SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                // In WAL mode NORMAL loses at most the last commits on power loss, never
+                // consistency; FULL would fsync every group commit.
+                .synchronous(SqliteSynchronous::Normal);
+            (options, SqlitePoolOptions::new().max_connections(POOL_SIZE))
+        };
+        let options = options.busy_timeout(BUSY_TIMEOUT).foreign_keys(true);
+        let pool = pool.connect_with(options).await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        Ok(SqliteStore {
+            pool,
+            write_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The connection pool, for operator queries (such as the `session_events_readable`
+    /// view) that the `Store` trait does not cover.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
     }
 }
 
@@ -18,36 +90,294 @@ impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
+
     async fn ping(&self) -> Result<(), StoreError> {
-        todo!()
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
-    async fn append(&self, _batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
-        todo!()
+
+    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _writer = self.write_lock.lock().await;
+        let now = sql::commit_time();
+        // IMMEDIATE takes the write lock up front: a deferred transaction that reads
+        // first could not upgrade if another connection wrote in between.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+
+        let mut keep = vec![true; batch.len()];
+        for (i, op) in sql::invocation_ops(batch) {
+            keep[i] = match op {
+                InvocationOp::Open {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    run_id,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO invocations \
+                         (account_id, invocation_id, session_id, run_id, status, started_at) \
+                         VALUES (?, ?, ?, ?, 'in_progress', ?) \
+                         ON CONFLICT (account_id, invocation_id) DO NOTHING",
+                    )
+                    .bind(account_id)
+                    .bind(invocation_id)
+                    .bind(session_id)
+                    .bind(run_id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    true
+                }
+                InvocationOp::Close {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    status,
+                } => {
+                    let closed = sqlx::query(
+                        "UPDATE invocations SET status = ?, ended_at = ? \
+                         WHERE account_id = ? AND invocation_id = ? AND session_id = ? \
+                         AND status = 'in_progress'",
+                    )
+                    .bind(status.as_str())
+                    .bind(now)
+                    .bind(account_id)
+                    .bind(invocation_id)
+                    .bind(session_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    closed.rows_affected() == 1
+                }
+                InvocationOp::Drop => false,
+            };
+        }
+
+        let counts = sql::session_counts(batch, &keep);
+        let mut last_seqs: Vec<Option<Seq>> = vec![None; counts.len()];
+        for chunk in counts.chunks(INSERT_CHUNK) {
+            let mut upsert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) ",
+            );
+            upsert.push_values(chunk, |mut row, ((account_id, session_id), n)| {
+                row.push_bind(*account_id)
+                    .push_bind(*session_id)
+                    .push_bind(*n)
+                    .push_bind(now)
+                    .push_bind(now);
+            });
+            upsert.push(
+                " ON CONFLICT (account_id, session_id) DO UPDATE SET \
+                 last_seq = sessions.last_seq + excluded.last_seq, \
+                 updated_at = excluded.updated_at \
+                 RETURNING account_id, session_id, last_seq",
+            );
+            for row in upsert.build().fetch_all(&mut *tx).await? {
+                let account_id: &str = row.try_get(0)?;
+                let session_id: &str = row.try_get(1)?;
+                let i = sql::session_index(&counts, (account_id, session_id)).ok_or_else(|| {
+                    StoreError::Corrupt("upsert returned a session not in the batch".into())
+                })?;
+                last_seqs[i] = Some(row.try_get(2)?);
+            }
+        }
+        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+
+        let mut rows: Vec<(&NewEvent, Seq, String, String)> = batch
+            .iter()
+            .zip(&seqs)
+            .filter_map(|(event, seq)| {
+                let seq = (*seq)?;
+                Some((
+                    event,
+                    seq,
+                    event.content.to_string(),
+                    event.metadata.to_string(),
+                ))
+            })
+            .collect();
+        // Seqs are assigned already, so the insert order is free: session by session, each
+        // index takes its entries at one spot at a time instead of hopping between pages.
+        rows.sort_by(|(a, a_seq, ..), (b, b_seq, ..)| {
+            (&a.account_id, &a.session_id, a_seq).cmp(&(&b.account_id, &b.session_id, b_seq))
+        });
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new("INSERT INTO events (");
+            insert.push(EVENT_COLUMNS).push(") ");
+            insert.push_values(chunk, |mut row, (event, seq, content, metadata)| {
+                row.push_bind(event.account_id.as_str())
+                    .push_bind(event.session_id.as_str())
+                    .push_bind(*seq)
+                    .push_bind(event.run_id.as_deref())
+                    .push_bind(event.invocation_id.as_deref())
+                    .push_bind(event.event_type.as_str())
+                    .push_bind(event.role.as_deref())
+                    .push_bind(content.as_str())
+                    .push_bind(metadata.as_str())
+                    .push_bind(now);
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(sql::committed(batch, &seqs, now))
     }
-    async fn session(&self, _a: &str, _s: &str) -> Result<Option<Session>, StoreError> {
-        todo!()
+
+    async fn session(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<Session>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE account_id = ? AND session_id = ?"
+        ))
+        .bind(account_id)
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(session_from_row).transpose()
     }
+
     async fn list_sessions(
         &self,
-        _a: &str,
-        _o: i64,
-        _l: i64,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
-        todo!()
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE account_id = ? \
+             ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
+        ))
+        .bind(account_id)
+        .bind(sql::non_negative(limit))
+        .bind(sql::non_negative(offset))
+        .fetch_all(&self.pool)
+        .await?;
+        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE account_id = ?")
+            .bind(account_id)
+            .fetch_one(&self.pool)
+            .await?;
+        let sessions = rows
+            .iter()
+            .map(session_from_row)
+            .collect::<Result<_, _>>()?;
+        Ok((sessions, total))
     }
-    async fn events(&self, _q: &EventQuery) -> Result<Vec<Event>, StoreError> {
-        todo!()
+
+    async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
+        // The optional filters are added only when set, so each combination is its own
+        // cached statement that can use the matching index.
+        let mut select = QueryBuilder::<Sqlite>::new("SELECT ");
+        select
+            .push(EVENT_COLUMNS)
+            .push(" FROM events WHERE account_id = ")
+            .push_bind(&query.account_id)
+            .push(" AND session_id = ")
+            .push_bind(&query.session_id)
+            .push(" AND seq > ")
+            .push_bind(query.after_seq);
+        if let Some(run_id) = &query.run_id {
+            select.push(" AND run_id = ").push_bind(run_id);
+        }
+        if let Some(invocation_id) = &query.invocation_id {
+            select
+                .push(" AND invocation_id = ")
+                .push_bind(invocation_id);
+        }
+        select
+            .push(" ORDER BY seq LIMIT ")
+            .push_bind(sql::non_negative(query.limit));
+        let rows = select.build().fetch_all(&self.pool).await?;
+        rows.iter().map(event_from_row).collect()
     }
-    async fn count_events(&self, _a: &str, _s: &str) -> Result<i64, StoreError> {
-        todo!()
+
+    async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM events WHERE account_id = ? AND session_id = ?",
+        )
+        .bind(account_id)
+        .bind(session_id)
+        .fetch_one(&self.pool)
+        .await?)
     }
-    async fn run(&self, _a: &str, _r: &str) -> Result<Option<Invocation>, StoreError> {
-        todo!()
+
+    async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE account_id = ? AND run_id = ? \
+             ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
+        ))
+        .bind(account_id)
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(invocation_from_row).transpose()
     }
-    async fn invocation(&self, _a: &str, _i: &str) -> Result<Option<Invocation>, StoreError> {
-        todo!()
+
+    async fn invocation(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations \
+             WHERE account_id = ? AND invocation_id = ?"
+        ))
+        .bind(account_id)
+        .bind(invocation_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(invocation_from_row).transpose()
     }
+
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
-        todo!()
+        let rows = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
+             ORDER BY started_at, account_id, invocation_id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(invocation_from_row).collect()
     }
+}
+
+fn json(column: &str, text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Corrupt(format!("{column} is not valid JSON: {e}")))
+}
+
+fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
+    Ok(Event {
+        account_id: row.try_get("account_id")?,
+        session_id: row.try_get("session_id")?,
+        seq: row.try_get("seq")?,
+        run_id: row.try_get("run_id")?,
+        invocation_id: row.try_get("invocation_id")?,
+        event_type: sql::parse_event_type(row.try_get("event_type")?)?,
+        role: row.try_get("role")?,
+        content: json("content_json", row.try_get("content_json")?)?,
+        metadata: json("metadata_json", row.try_get("metadata_json")?)?,
+        created_at: row.try_get::<DateTime<Utc>, _>("created_at")?,
+    })
+}
+
+fn session_from_row(row: &SqliteRow) -> Result<Session, StoreError> {
+    Ok(Session {
+        account_id: row.try_get("account_id")?,
+        session_id: row.try_get("session_id")?,
+        last_seq: row.try_get("last_seq")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn invocation_from_row(row: &SqliteRow) -> Result<Invocation, StoreError> {
+    Ok(Invocation {
+        account_id: row.try_get("account_id")?,
+        session_id: row.try_get("session_id")?,
+        run_id: row.try_get("run_id")?,
+        invocation_id: row.try_get("invocation_id")?,
+        status: sql::parse_status(row.try_get("status")?)?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+    })
 }

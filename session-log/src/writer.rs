@@ -178,7 +178,13 @@ struct Batch {
 impl Batch {
     async fn commit(&mut self, store: &dyn Store, hub: &Hub, stats: &WriterStats) {
         if self.events.is_empty() {
-            self.replies.clear();
+            // Requests with no events still wait for an answer; dropping their reply would
+            // read as `WriteError::Closed` although the writer is alive.
+            for (reply, _) in self.replies.drain(..) {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Vec::new());
+                }
+            }
             return;
         }
         let mut backoff = Duration::from_millis(50);

@@ -1,0 +1,240 @@
+//! What the SQLite and PostgreSQL backends share: planning an append (commit timestamp,
+//! the invocation-table operations `run_status` events imply, seq assignment per session)
+//! and turning stored text back into the event model.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SubsecRound, Utc};
+
+use crate::event::{Event, EventType, NewEvent, RunStatus, Seq};
+use crate::store::StoreError;
+
+/// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
+/// 500 rows of 10 columns stays far below that while amortising the round trip.
+pub(crate) const INSERT_CHUNK: usize = 500;
+
+/// `(account_id, session_id)`, borrowed from the batch.
+pub(crate) type SessionKey<'a> = (&'a str, &'a str);
+
+/// The timestamp every event of one batch gets. Truncated to microseconds because that is
+/// what PostgreSQL keeps: the events `append` returns must equal what a later read returns.
+pub(crate) fn commit_time() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+/// What one `run_status` event does to the invocation table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InvocationOp<'a> {
+    /// `in_progress`: insert the invocation unless it exists. The event is always kept.
+    Open {
+        account_id: &'a str,
+        invocation_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    },
+    /// A terminal status: close the invocation if it is open in this session; the event is
+    /// kept only if that changed a row.
+    Close {
+        account_id: &'a str,
+        invocation_id: &'a str,
+        session_id: &'a str,
+        status: RunStatus,
+    },
+    /// A terminal status that names no invocation: there is nothing it could close.
+    Drop,
+}
+
+/// The invocation operations of `batch`, with the index of the event each comes from.
+///
+/// Ordered by invocation (stable, so one invocation's operations keep their input order):
+/// every writer then locks invocation rows in the same order, which keeps concurrent
+/// PostgreSQL transactions from deadlocking on them. The order between different
+/// invocations does not change the outcome.
+pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>)> {
+    let mut ops: Vec<(usize, InvocationOp<'_>)> = batch
+        .iter()
+        .enumerate()
+        .filter_map(|(i, event)| {
+            let status = event.run_status()?;
+            let invocation_id = event.invocation_id.as_deref();
+            let op = match (status.is_terminal(), invocation_id) {
+                (true, Some(invocation_id)) => InvocationOp::Close {
+                    account_id: &event.account_id,
+                    invocation_id,
+                    session_id: &event.session_id,
+                    status,
+                },
+                (true, None) => InvocationOp::Drop,
+                // An `in_progress` without both ids cannot be tracked; it is logged like
+                // any other event.
+                (false, Some(invocation_id)) => InvocationOp::Open {
+                    account_id: &event.account_id,
+                    invocation_id,
+                    session_id: &event.session_id,
+                    run_id: event.run_id.as_deref()?,
+                },
+                (false, None) => return None,
+            };
+            Some((i, op))
+        })
+        .collect();
+    ops.sort_by_key(|(_, op)| match op {
+        InvocationOp::Open {
+            account_id,
+            invocation_id,
+            ..
+        }
+        | InvocationOp::Close {
+            account_id,
+            invocation_id,
+            ..
+        } => Some((*account_id, *invocation_id)),
+        InvocationOp::Drop => None,
+    });
+    ops
+}
+
+/// The sessions the kept events of `batch` go to, each with its number of kept events,
+/// sorted by key so that writers lock session rows in one order.
+pub(crate) fn session_counts<'a>(
+    batch: &'a [NewEvent],
+    keep: &[bool],
+) -> Vec<(SessionKey<'a>, i64)> {
+    let mut counts: BTreeMap<SessionKey<'a>, i64> = BTreeMap::new();
+    for (event, _) in batch.iter().zip(keep).filter(|(_, keep)| **keep) {
+        *counts
+            .entry((event.account_id.as_str(), event.session_id.as_str()))
+            .or_default() += 1;
+    }
+    counts.into_iter().collect()
+}
+
+/// Seqs for the kept events of `batch`, in input order, given each session's `last_seq`
+/// after the batch's events were counted in (`last_seqs` is parallel to `counts`).
+pub(crate) fn assign_seqs(
+    batch: &[NewEvent],
+    keep: &[bool],
+    counts: &[(SessionKey<'_>, i64)],
+    last_seqs: &[Option<Seq>],
+) -> Result<Vec<Option<Seq>>, StoreError> {
+    // The next seq of each session: the batch's events take the top `n` seqs.
+    let mut next = Vec::with_capacity(counts.len());
+    for ((key, n), last) in counts.iter().zip(last_seqs) {
+        let last = last.ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "session row of account {:?} session {:?} missing after upsert",
+                key.0, key.1
+            ))
+        })?;
+        next.push(last - n + 1);
+    }
+    batch
+        .iter()
+        .zip(keep)
+        .map(|(event, keep)| {
+            if !keep {
+                return Ok(None);
+            }
+            let key = (event.account_id.as_str(), event.session_id.as_str());
+            let i = counts
+                .binary_search_by(|(k, _)| k.cmp(&key))
+                .map_err(|_| StoreError::Corrupt("event of an uncounted session".into()))?;
+            let seq = next[i];
+            next[i] += 1;
+            Ok(Some(seq))
+        })
+        .collect()
+}
+
+/// Index of `key` in `counts` (sorted by key), for mapping rows a statement returned.
+pub(crate) fn session_index(
+    counts: &[(SessionKey<'_>, i64)],
+    key: SessionKey<'_>,
+) -> Option<usize> {
+    counts.binary_search_by(|(k, _)| k.cmp(&key)).ok()
+}
+
+/// The result of `append`: one entry per input event, in input order.
+pub(crate) fn committed(
+    batch: &[NewEvent],
+    seqs: &[Option<Seq>],
+    created_at: DateTime<Utc>,
+) -> Vec<Option<Event>> {
+    batch
+        .iter()
+        .zip(seqs)
+        .map(|(event, seq)| seq.map(|seq| Event::committed(event.clone(), seq, created_at)))
+        .collect()
+}
+
+pub(crate) fn parse_event_type(s: &str) -> Result<EventType, StoreError> {
+    EventType::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown event type {s:?}")))
+}
+
+pub(crate) fn parse_status(s: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown run status {s:?}")))
+}
+
+/// SQL LIMIT/OFFSET values: PostgreSQL rejects negative ones, SQLite reads them as "none".
+pub(crate) fn non_negative(n: i64) -> i64 {
+    n.max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::event::run_status_content;
+
+    fn status(session: &str, invocation: Option<&str>, status: RunStatus) -> NewEvent {
+        let mut e = NewEvent::new(
+            "acct",
+            session,
+            EventType::RunStatus,
+            run_status_content(status, None),
+        );
+        e.run_id = Some("run".into());
+        e.invocation_id = invocation.map(str::to_owned);
+        e
+    }
+
+    #[test]
+    fn invocation_ops_keep_input_order_within_an_invocation() {
+        let batch = vec![
+            status("s", Some("b"), RunStatus::InProgress),
+            status("s", Some("a"), RunStatus::InProgress),
+            status("s", Some("b"), RunStatus::Completed),
+            status("s", None, RunStatus::Failed),
+            NewEvent::new("acct", "s", EventType::Message, json!({"text": "hi"})),
+            status("s", Some("a"), RunStatus::Failed),
+            status("s", None, RunStatus::InProgress),
+        ];
+        let ops = invocation_ops(&batch);
+        let order: Vec<usize> = ops.iter().map(|(i, _)| *i).collect();
+        assert_eq!(order, vec![3, 1, 5, 0, 2]);
+        assert_eq!(ops[0].1, InvocationOp::Drop);
+        assert!(matches!(
+            ops[2].1,
+            InvocationOp::Close {
+                status: RunStatus::Failed,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn seqs_follow_input_order_per_session() {
+        let batch: Vec<NewEvent> = ["x", "y", "x", "x", "y"]
+            .iter()
+            .map(|s| NewEvent::new("acct", s, EventType::TextDelta, json!({"delta": "."})))
+            .collect();
+        let keep = [true, true, false, true, true];
+        let counts = session_counts(&batch, &keep);
+        assert_eq!(counts, vec![(("acct", "x"), 2), (("acct", "y"), 2)]);
+        // x had 10 events before, y is new.
+        let seqs = assign_seqs(&batch, &keep, &counts, &[Some(12), Some(2)]).unwrap();
+        assert_eq!(seqs, vec![Some(11), Some(1), None, Some(12), Some(2)]);
+        assert!(assign_seqs(&batch, &keep, &counts, &[Some(12), None]).is_err());
+    }
+}

@@ -1,0 +1,1056 @@
+//! One behavioural suite for every `Store` backend: each test runs against SQLite (a fresh
+//! file) and against PostgreSQL (`TEST_DATABASE_URL`; required when `CI` is set).
+//!
+//! Tests share the PostgreSQL database and run in parallel, so every test works under
+//! its own random account ids.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::json;
+use session_log::event::run_status_content;
+use session_log::postgres::PgStore;
+use session_log::sqlite::SqliteStore;
+use session_log::{EventQuery, EventType, NewEvent, RunStatus, Store};
+use sqlx::Row;
+
+/// A store under test, with raw access for what the trait does not expose (the view).
+struct Backend {
+    store: Arc<dyn Store>,
+    raw: Raw,
+    /// Keeps the SQLite file alive for the test.
+    _dir: Option<tempfile::TempDir>,
+}
+
+enum Raw {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+impl Backend {
+    async fn sqlite() -> Backend {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A nested path: opening must create the missing directories.
+        let path = dir.path().join("nested/dir/sessions.sqlite");
+        let store = SqliteStore::open(path.to_str().expect("utf-8 path"))
+            .await
+            .expect("open sqlite store");
+        Backend {
+            raw: Raw::Sqlite(store.pool().clone()),
+            store: Arc::new(store),
+            _dir: Some(dir),
+        }
+    }
+
+    /// `None` (after a notice) when PostgreSQL is not configured outside CI.
+    async fn postgres() -> Option<Backend> {
+        let url = database_url()?;
+        let store = PgStore::connect(&url)
+            .await
+            .expect("connect to TEST_DATABASE_URL");
+        Some(Backend {
+            raw: Raw::Postgres(store.pool().clone()),
+            store: Arc::new(store),
+            _dir: None,
+        })
+    }
+
+    /// The `session_events_readable` rows of a session, in seq order.
+    async fn readable(&self, account_id: &str, session_id: &str) -> Vec<Readable> {
+        const COLUMNS: &str = "seq, event_type, message_role, message_text, tool_name, \
+                               lifecycle_status";
+        match &self.raw {
+            Raw::Sqlite(pool) => sqlx::query(&format!(
+                "SELECT {COLUMNS}, created_at FROM session_events_readable \
+                 WHERE account_id = ? AND session_id = ? ORDER BY seq"
+            ))
+            .bind(account_id)
+            .bind(session_id)
+            .fetch_all(pool)
+            .await
+            .expect("read view")
+            .iter()
+            .map(|row| Readable::from_row(row, row.get::<String, _>("created_at")))
+            .collect(),
+            Raw::Postgres(pool) => sqlx::query(&format!(
+                "SELECT {COLUMNS}, created_at FROM session_events_readable \
+                 WHERE account_id = $1 AND session_id = $2 ORDER BY seq"
+            ))
+            .bind(account_id)
+            .bind(session_id)
+            .fetch_all(pool)
+            .await
+            .expect("read view")
+            .iter()
+            .map(|row| {
+                let at: chrono::DateTime<chrono::Utc> = row.get("created_at");
+                Readable::from_row(row, at.to_rfc3339())
+            })
+            .collect(),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq)]
+struct Readable {
+    seq: i64,
+    event_type: String,
+    message_role: Option<String>,
+    message_text: Option<String>,
+    tool_name: Option<String>,
+    lifecycle_status: Option<String>,
+    created_at: String,
+}
+
+impl Readable {
+    fn from_row<R: Row>(row: &R, created_at: String) -> Readable
+    where
+        for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        for<'r> &'r str: sqlx::ColumnIndex<R>,
+    {
+        Readable {
+            seq: row.get("seq"),
+            event_type: row.get("event_type"),
+            message_role: row.get("message_role"),
+            message_text: row.get("message_text"),
+            tool_name: row.get("tool_name"),
+            lifecycle_status: row.get("lifecycle_status"),
+            created_at,
+        }
+    }
+}
+
+fn database_url() -> Option<String> {
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TEST_DATABASE_URL must be set in CI (e.g. postgres://postgres@127.0.0.1:5432/test)")
+        }
+        _ => {
+            eprintln!("TEST_DATABASE_URL is not set: skipping the PostgreSQL store tests");
+            None
+        }
+    }
+}
+
+/// Runs each listed test against both backends.
+macro_rules! store_suite {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    if let Some(backend) = super::Backend::postgres().await {
+                        super::$test(backend).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+store_suite!(
+    ping_and_empty_batch,
+    seqs_start_at_one_and_increase_per_session,
+    accounts_are_isolated_under_the_same_session_id,
+    events_after_a_cursor_and_filtered_by_run_and_invocation,
+    exactly_one_terminal_status_per_invocation,
+    racing_terminal_statuses_close_once,
+    open_invocations_lists_only_unfinished_ones,
+    run_returns_the_latest_invocation,
+    concurrent_appends_never_duplicate_or_skip_seqs,
+    list_sessions_most_recent_first_with_total_and_paging,
+    readable_view_flattens_content,
+    json_round_trips_exactly,
+    nul_characters_do_not_fail_a_batch,
+);
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4())
+}
+
+fn message(account: &str, session: &str, role: &str, text: &str) -> NewEvent {
+    NewEvent::new(
+        account,
+        session,
+        EventType::Message,
+        json!({ "text": text }),
+    )
+    .with_role(role)
+}
+
+fn delta(account: &str, session: &str, text: &str) -> NewEvent {
+    NewEvent::new(
+        account,
+        session,
+        EventType::TextDelta,
+        json!({ "delta": text }),
+    )
+}
+
+fn status(
+    account: &str,
+    session: &str,
+    run: &str,
+    invocation: &str,
+    status: RunStatus,
+) -> NewEvent {
+    NewEvent::new(
+        account,
+        session,
+        EventType::RunStatus,
+        run_status_content(status, None),
+    )
+    .in_run(run, invocation)
+}
+
+fn seqs(events: &[Option<session_log::Event>]) -> Vec<Option<i64>> {
+    events.iter().map(|e| e.as_ref().map(|e| e.seq)).collect()
+}
+
+async fn all_events(store: &dyn Store, account: &str, session: &str) -> Vec<session_log::Event> {
+    store
+        .events(&EventQuery::session(account, session))
+        .await
+        .expect("read events")
+}
+
+async fn ping_and_empty_batch(b: Backend) {
+    b.store.ping().await.expect("ping");
+    assert!(["sqlite", "postgres"].contains(&b.store.backend()));
+    assert!(b.store.append(&[]).await.expect("empty append").is_empty());
+    let account = unique("acct");
+    assert_eq!(b.store.session(&account, "nope").await.unwrap(), None);
+    assert_eq!(b.store.count_events(&account, "nope").await.unwrap(), 0);
+    assert!(all_events(&*b.store, &account, "nope").await.is_empty());
+    assert_eq!(
+        b.store.list_sessions(&account, 0, 10).await.unwrap(),
+        (vec![], 0)
+    );
+}
+
+async fn seqs_start_at_one_and_increase_per_session(b: Backend) {
+    let account = unique("acct");
+    let (x, y) = (unique("x"), unique("y"));
+    let first = b
+        .store
+        .append(&[
+            message(&account, &x, "user", "x1"),
+            message(&account, &y, "user", "y1"),
+            delta(&account, &x, "x2"),
+            delta(&account, &x, "x3"),
+            delta(&account, &y, "y2"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs(&first),
+        vec![Some(1), Some(1), Some(2), Some(3), Some(2)]
+    );
+    let first: Vec<_> = first.into_iter().flatten().collect();
+    assert!(first.iter().all(|e| e.created_at == first[0].created_at));
+    assert_eq!(first[0].content, json!({"text": "x1"}));
+    assert_eq!(first[0].role.as_deref(), Some("user"));
+
+    let second = b
+        .store
+        .append(&[delta(&account, &y, "y3"), delta(&account, &x, "x4")])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&second), vec![Some(3), Some(4)]);
+
+    let xs = all_events(&*b.store, &account, &x).await;
+    assert_eq!(
+        xs.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(
+        xs.iter().map(|e| e.text()).collect::<Vec<_>>(),
+        vec!["x1", "x2", "x3", "x4"]
+    );
+    // What append returned is exactly what is stored.
+    assert_eq!(xs[0], first[0]);
+    assert_eq!(Some(&xs[3]), second[1].as_ref());
+
+    let session = b
+        .store
+        .session(&account, &x)
+        .await
+        .unwrap()
+        .expect("session");
+    assert_eq!(session.last_seq, 4);
+    assert_eq!(session.created_at, first[0].created_at);
+    assert!(session.updated_at >= session.created_at);
+    assert_eq!(b.store.count_events(&account, &x).await.unwrap(), 4);
+    assert_eq!(b.store.count_events(&account, &y).await.unwrap(), 3);
+}
+
+async fn accounts_are_isolated_under_the_same_session_id(b: Backend) {
+    let (alice, bob) = (unique("alice"), unique("bob"));
+    let session = unique("shared-session");
+    let (run, invocation) = (unique("run"), unique("inv"));
+    b.store
+        .append(&[
+            status(&alice, &session, &run, &invocation, RunStatus::InProgress),
+            message(&alice, &session, "user", "alice's secret"),
+        ])
+        .await
+        .unwrap();
+    // Bob uses the same ids; his events must not touch Alice's session or invocation.
+    let bobs = b
+        .store
+        .append(&[
+            message(&bob, &session, "user", "bob"),
+            status(&bob, &session, &run, &invocation, RunStatus::Completed),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs(&bobs),
+        vec![Some(1), None],
+        "bob never opened the invocation"
+    );
+    assert_eq!(
+        b.store
+            .invocation(&alice, &invocation)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        RunStatus::InProgress
+    );
+    assert_eq!(b.store.invocation(&bob, &invocation).await.unwrap(), None);
+    assert_eq!(b.store.run(&bob, &run).await.unwrap(), None);
+    assert_eq!(
+        b.store
+            .run(&alice, &run)
+            .await
+            .unwrap()
+            .unwrap()
+            .invocation_id,
+        invocation
+    );
+
+    let alices = all_events(&*b.store, &alice, &session).await;
+    let bobs = all_events(&*b.store, &bob, &session).await;
+    assert_eq!(alices.len(), 2);
+    assert_eq!(bobs.len(), 1);
+    assert!(alices.iter().all(|e| e.account_id == alice));
+    assert_eq!(bobs[0].text(), "bob");
+    let filtered = EventQuery {
+        run_id: Some(run.clone()),
+        ..EventQuery::session(&bob, &session)
+    };
+    assert!(b.store.events(&filtered).await.unwrap().is_empty());
+
+    assert_eq!(
+        b.store
+            .session(&alice, &session)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_seq,
+        2
+    );
+    assert_eq!(
+        b.store
+            .session(&bob, &session)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_seq,
+        1
+    );
+    assert_eq!(b.store.count_events(&bob, &session).await.unwrap(), 1);
+    let (listed, total) = b.store.list_sessions(&bob, 0, 10).await.unwrap();
+    assert_eq!(total, 1);
+    assert_eq!(listed[0].account_id, bob);
+    let stranger = unique("carol");
+    assert_eq!(b.store.session(&stranger, &session).await.unwrap(), None);
+    assert_eq!(b.store.list_sessions(&stranger, 0, 10).await.unwrap().1, 0);
+}
+
+async fn events_after_a_cursor_and_filtered_by_run_and_invocation(b: Backend) {
+    let account = unique("acct");
+    let session = unique("s");
+    let run = unique("run");
+    let (first, resumed) = (unique("inv"), unique("inv"));
+    let other_run = unique("run");
+    let other_invocation = unique("inv");
+    let batch = vec![
+        message(&account, &session, "user", "hello"), // 1, no run
+        status(&account, &session, &run, &first, RunStatus::InProgress), // 2
+        delta(&account, &session, "a").in_run(&run, &first), // 3
+        status(&account, &session, &run, &first, RunStatus::Interrupted), // 4
+        status(&account, &session, &run, &resumed, RunStatus::InProgress), // 5
+        delta(&account, &session, "b").in_run(&run, &resumed), // 6
+        delta(&account, &session, "c").in_run(&other_run, &other_invocation), // 7
+        status(&account, &session, &run, &resumed, RunStatus::Completed), // 8
+    ];
+    let committed = b.store.append(&batch).await.unwrap();
+    assert!(committed.iter().all(Option::is_some));
+
+    let query = |after_seq, run_id: Option<&str>, invocation_id: Option<&str>, limit| EventQuery {
+        after_seq,
+        run_id: run_id.map(str::to_owned),
+        invocation_id: invocation_id.map(str::to_owned),
+        limit,
+        ..EventQuery::session(&account, &session)
+    };
+    let seqs_of =
+        |events: Vec<session_log::Event>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+
+    let after = b
+        .store
+        .events(&query(5, None, None, i64::MAX))
+        .await
+        .unwrap();
+    assert_eq!(seqs_of(after), vec![6, 7, 8]);
+    let page = b.store.events(&query(2, None, None, 2)).await.unwrap();
+    assert_eq!(seqs_of(page), vec![3, 4]);
+    let of_run = b
+        .store
+        .events(&query(0, Some(&run), None, i64::MAX))
+        .await
+        .unwrap();
+    assert_eq!(seqs_of(of_run), vec![2, 3, 4, 5, 6, 8]);
+    let of_run_after = b
+        .store
+        .events(&query(4, Some(&run), None, 2))
+        .await
+        .unwrap();
+    assert_eq!(seqs_of(of_run_after), vec![5, 6]);
+    let of_invocation = b
+        .store
+        .events(&query(0, None, Some(&resumed), i64::MAX))
+        .await
+        .unwrap();
+    assert_eq!(seqs_of(of_invocation), vec![5, 6, 8]);
+    let both = b
+        .store
+        .events(&query(0, Some(&run), Some(&first), i64::MAX))
+        .await
+        .unwrap();
+    assert_eq!(seqs_of(both), vec![2, 3, 4]);
+    let mismatched = b
+        .store
+        .events(&query(0, Some(&other_run), Some(&first), i64::MAX))
+        .await
+        .unwrap();
+    assert!(mismatched.is_empty());
+    assert!(b
+        .store
+        .events(&query(8, None, None, 10))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(b
+        .store
+        .events(&query(0, None, None, 0))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(b
+        .store
+        .events(&query(0, None, None, -1))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn exactly_one_terminal_status_per_invocation(b: Backend) {
+    let account = unique("acct");
+    let session = unique("s");
+    let run = unique("run");
+    let invocation = unique("inv");
+    let opened = b
+        .store
+        .append(&[
+            status(&account, &session, &run, &invocation, RunStatus::InProgress),
+            delta(&account, &session, "x").in_run(&run, &invocation),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&opened), vec![Some(1), Some(2)]);
+    let open = b
+        .store
+        .invocation(&account, &invocation)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(open.status, RunStatus::InProgress);
+    assert_eq!(open.ended_at, None);
+    assert_eq!(
+        (open.run_id.as_str(), open.session_id.as_str()),
+        (run.as_str(), session.as_str())
+    );
+
+    // Two terminals in one batch: the first closes, the second is dropped and the event
+    // after it takes the next seq.
+    let closed = b
+        .store
+        .append(&[
+            status(&account, &session, &run, &invocation, RunStatus::Completed),
+            status(&account, &session, &run, &invocation, RunStatus::Cancelled),
+            message(&account, &session, "assistant", "after"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&closed), vec![Some(3), None, Some(4)]);
+    let done = b
+        .store
+        .invocation(&account, &invocation)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.ended_at, closed[0].as_ref().map(|e| e.created_at));
+
+    // A later terminal for the closed invocation, one for an invocation never opened, one
+    // without an invocation id, and one naming the invocation from another session.
+    let never = unique("inv");
+    let mut no_invocation = status(&account, &session, &run, "", RunStatus::Failed);
+    no_invocation.invocation_id = None;
+    let other_session = unique("s");
+    let late = b
+        .store
+        .append(&[
+            status(
+                &account,
+                &session,
+                &run,
+                &invocation,
+                RunStatus::Interrupted,
+            ),
+            status(&account, &session, &run, &never, RunStatus::Failed),
+            no_invocation,
+            status(
+                &account,
+                &other_session,
+                &run,
+                &invocation,
+                RunStatus::Failed,
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&late), vec![None, None, None, None]);
+    assert_eq!(
+        b.store.session(&account, &other_session).await.unwrap(),
+        None
+    );
+    assert_eq!(b.store.invocation(&account, &never).await.unwrap(), None);
+
+    // Opening and closing in one batch works; a terminal before the open is dropped.
+    let quick = unique("inv");
+    let same_batch = b
+        .store
+        .append(&[
+            status(&account, &session, &run, &quick, RunStatus::Failed),
+            status(&account, &session, &run, &quick, RunStatus::InProgress),
+            status(&account, &session, &run, &quick, RunStatus::Failed),
+            status(&account, &session, &run, &quick, RunStatus::Completed),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&same_batch), vec![None, Some(5), Some(6), None]);
+    assert_eq!(
+        b.store
+            .invocation(&account, &quick)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        RunStatus::Failed
+    );
+
+    let events = all_events(&*b.store, &account, &session).await;
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5, 6]
+    );
+    for inv in [&invocation, &quick] {
+        let terminals = events
+            .iter()
+            .filter(|e| e.invocation_id.as_ref() == Some(inv) && e.is_terminal())
+            .count();
+        assert_eq!(terminals, 1, "invocation {inv}");
+    }
+    assert_eq!(
+        b.store
+            .session(&account, &session)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_seq,
+        6
+    );
+}
+
+async fn racing_terminal_statuses_close_once(b: Backend) {
+    let account = unique("acct");
+    let session = unique("s");
+    let run = unique("run");
+    for _ in 0..5 {
+        let invocation = unique("inv");
+        b.store
+            .append(&[status(
+                &account,
+                &session,
+                &run,
+                &invocation,
+                RunStatus::InProgress,
+            )])
+            .await
+            .unwrap();
+        let closers = [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .cycle()
+        .take(12)
+        .map(|s| {
+            let store = b.store.clone();
+            let batch = vec![
+                delta(&account, &session, "noise"),
+                status(&account, &session, &run, &invocation, s),
+            ];
+            tokio::spawn(async move { store.append(&batch).await })
+        })
+        .collect::<Vec<_>>();
+        let mut closed = 0;
+        for closer in closers {
+            let result = closer.await.expect("task").expect("append");
+            assert!(result[0].is_some());
+            closed += usize::from(result[1].is_some());
+        }
+        assert_eq!(closed, 1);
+        let terminals = all_events(&*b.store, &account, &session)
+            .await
+            .into_iter()
+            .filter(|e| e.invocation_id.as_ref() == Some(&invocation) && e.is_terminal())
+            .count();
+        assert_eq!(terminals, 1);
+    }
+}
+
+async fn open_invocations_lists_only_unfinished_ones(b: Backend) {
+    let (alice, bob) = (unique("alice"), unique("bob"));
+    let session = unique("s");
+    let (a1, a2, b1) = (unique("inv"), unique("inv"), unique("inv"));
+    b.store
+        .append(&[
+            status(&alice, &session, "r1", &a1, RunStatus::InProgress),
+            status(&alice, &session, "r2", &a2, RunStatus::InProgress),
+            status(&bob, &session, "r1", &b1, RunStatus::InProgress),
+            status(&alice, &session, "r2", &a2, RunStatus::Completed),
+        ])
+        .await
+        .unwrap();
+    let open: Vec<_> = b
+        .store
+        .open_invocations()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.account_id == alice || i.account_id == bob)
+        .map(|i| (i.account_id, i.invocation_id, i.status))
+        .collect();
+    assert_eq!(open.len(), 2, "{open:?}");
+    assert!(open.contains(&(alice.clone(), a1.clone(), RunStatus::InProgress)));
+    assert!(open.contains(&(bob.clone(), b1.clone(), RunStatus::InProgress)));
+
+    // Closing what a dead gateway left open, as start-up does, empties the list.
+    b.store
+        .append(&[
+            status(&alice, &session, "r1", &a1, RunStatus::Interrupted),
+            status(&bob, &session, "r1", &b1, RunStatus::Interrupted),
+        ])
+        .await
+        .unwrap();
+    let still_open = b
+        .store
+        .open_invocations()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.account_id == alice || i.account_id == bob)
+        .count();
+    assert_eq!(still_open, 0);
+}
+
+async fn run_returns_the_latest_invocation(b: Backend) {
+    let account = unique("acct");
+    let session = unique("s");
+    let run = unique("run");
+    let (first, second) = (unique("inv"), unique("inv"));
+    b.store
+        .append(&[
+            status(&account, &session, &run, &first, RunStatus::InProgress),
+            status(&account, &session, &run, &first, RunStatus::Interrupted),
+        ])
+        .await
+        .unwrap();
+    let latest = b.store.run(&account, &run).await.unwrap().unwrap();
+    assert_eq!(
+        (latest.invocation_id.as_str(), latest.status),
+        (first.as_str(), RunStatus::Interrupted)
+    );
+    assert!(latest.ended_at.is_some());
+
+    b.store
+        .append(&[status(
+            &account,
+            &session,
+            &run,
+            &second,
+            RunStatus::InProgress,
+        )])
+        .await
+        .unwrap();
+    let latest = b.store.run(&account, &run).await.unwrap().unwrap();
+    assert_eq!(latest.invocation_id, second);
+    assert_eq!(latest.status, RunStatus::InProgress);
+    assert_eq!(latest.ended_at, None);
+    assert_eq!(b.store.run(&account, "no-such-run").await.unwrap(), None);
+}
+
+async fn concurrent_appends_never_duplicate_or_skip_seqs(b: Backend) {
+    const TASKS: usize = 16;
+    const BATCHES: usize = 20;
+    let account = unique("acct");
+    let session = unique("s");
+    let other = unique("s");
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let store = b.store.clone();
+            let (account, session, other) = (account.clone(), session.clone(), other.clone());
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                for batch_no in 0..BATCHES {
+                    // Batches of varying size, some also touching a second session.
+                    let size = 1 + (task + batch_no) % 4;
+                    let mut batch: Vec<NewEvent> = (0..size)
+                        .map(|i| delta(&account, &session, &format!("{task}:{batch_no}:{i}")))
+                        .collect();
+                    if batch_no % 3 == 0 {
+                        batch.push(delta(&account, &other, "other"));
+                    }
+                    let committed = store.append(&batch).await.expect("append");
+                    let committed: Vec<_> = committed.into_iter().map(Option::unwrap).collect();
+                    // Seqs within one batch are consecutive for a session.
+                    let in_session: Vec<i64> = committed
+                        .iter()
+                        .filter(|e| e.session_id == session)
+                        .map(|e| e.seq)
+                        .collect();
+                    assert!(in_session.windows(2).all(|w| w[1] == w[0] + 1));
+                    mine.extend(committed.into_iter().filter(|e| e.session_id == session));
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut returned = Vec::new();
+    for task in tasks {
+        returned.extend(task.await.expect("task"));
+    }
+    let stored = all_events(&*b.store, &account, &session).await;
+    let expected: Vec<i64> = (1..=returned.len() as i64).collect();
+    assert_eq!(stored.iter().map(|e| e.seq).collect::<Vec<_>>(), expected);
+    let mut returned_seqs: Vec<i64> = returned.iter().map(|e| e.seq).collect();
+    returned_seqs.sort_unstable();
+    assert_eq!(returned_seqs, expected);
+    // Each task's events keep their submission order.
+    for task in 0..TASKS {
+        let prefix = format!("{task}:");
+        let texts: Vec<&str> = stored
+            .iter()
+            .map(|e| e.text())
+            .filter(|t| t.starts_with(&prefix))
+            .collect();
+        let mut sorted = texts.clone();
+        sorted.sort_by_key(|t| {
+            let parts: Vec<usize> = t.split(':').map(|p| p.parse().unwrap()).collect();
+            (parts[1], parts[2])
+        });
+        assert_eq!(texts, sorted);
+    }
+    let others = all_events(&*b.store, &account, &other).await;
+    let expected_others = TASKS * BATCHES.div_ceil(3);
+    assert_eq!(
+        others.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=expected_others as i64).collect::<Vec<_>>()
+    );
+}
+
+async fn list_sessions_most_recent_first_with_total_and_paging(b: Backend) {
+    let account = unique("acct");
+    let names: Vec<String> = (0..5).map(|i| format!("s{i}")).collect();
+    for name in &names {
+        b.store
+            .append(&[message(&account, name, "user", name)])
+            .await
+            .unwrap();
+    }
+    // Touching s1 again makes it the most recent.
+    b.store
+        .append(&[message(&account, "s1", "user", "again")])
+        .await
+        .unwrap();
+    let ids = |sessions: Vec<session_log::Session>| {
+        sessions
+            .into_iter()
+            .map(|s| s.session_id)
+            .collect::<Vec<_>>()
+    };
+    let (all, total) = b.store.list_sessions(&account, 0, 100).await.unwrap();
+    assert_eq!(total, 5);
+    assert_eq!(ids(all), vec!["s1", "s4", "s3", "s2", "s0"]);
+    let (page, total) = b.store.list_sessions(&account, 1, 2).await.unwrap();
+    assert_eq!(total, 5);
+    assert_eq!(ids(page), vec!["s4", "s3"]);
+    let (past_end, total) = b.store.list_sessions(&account, 10, 2).await.unwrap();
+    assert_eq!((past_end.len(), total), (0, 5));
+    let (none, total) = b.store.list_sessions(&account, 0, 0).await.unwrap();
+    assert_eq!((none.len(), total), (0, 5));
+
+    // Sessions written in one batch share updated_at; the id breaks the tie.
+    let other = unique("acct");
+    b.store
+        .append(&[
+            message(&other, "b", "user", "."),
+            message(&other, "c", "user", "."),
+            message(&other, "a", "user", "."),
+        ])
+        .await
+        .unwrap();
+    let (tied, _) = b.store.list_sessions(&other, 0, 10).await.unwrap();
+    assert_eq!(ids(tied), vec!["a", "b", "c"]);
+}
+
+async fn readable_view_flattens_content(b: Backend) {
+    let account = unique("acct");
+    let session = unique("s");
+    let (run, invocation) = (unique("run"), unique("inv"));
+    let in_run = |e: NewEvent| e.in_run(&run, &invocation);
+    let committed = b
+        .store
+        .append(&[
+            in_run(status(&account, &session, &run, &invocation, RunStatus::InProgress)),
+            in_run(message(&account, &session, "user", "What's the weather?")),
+            in_run(
+                NewEvent::new(
+                    &account,
+                    &session,
+                    EventType::ToolCall,
+                    json!({"call_id": "c1", "name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}),
+                )
+                .with_role("assistant"),
+            ),
+            in_run(
+                NewEvent::new(
+                    &account,
+                    &session,
+                    EventType::ToolResult,
+                    json!({"call_id": "c1", "output": "rain", "name": "get_weather"}),
+                )
+                .with_role("tool"),
+            ),
+            in_run(delta(&account, &session, "It r")),
+            in_run(NewEvent::new(
+                &account,
+                &session,
+                EventType::Error,
+                json!({"code": "upstream", "message": "boom"}),
+            )),
+            in_run(status(&account, &session, &run, &invocation, RunStatus::Completed)),
+        ])
+        .await
+        .unwrap();
+    assert!(committed.iter().all(Option::is_some));
+    let rows = b.readable(&account, &session).await;
+    let flat: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.seq,
+                r.event_type.as_str(),
+                r.message_role.as_deref(),
+                r.message_text.as_deref(),
+                r.tool_name.as_deref(),
+                r.lifecycle_status.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        flat,
+        vec![
+            (1, "run_status", None, None, None, Some("in_progress")),
+            (
+                2,
+                "message",
+                Some("user"),
+                Some("What's the weather?"),
+                None,
+                None
+            ),
+            (
+                3,
+                "tool_call",
+                Some("assistant"),
+                None,
+                Some("get_weather"),
+                None
+            ),
+            (
+                4,
+                "tool_result",
+                Some("tool"),
+                Some("rain"),
+                Some("get_weather"),
+                None
+            ),
+            (5, "text_delta", None, Some("It r"), None, None),
+            (6, "error", None, Some("boom"), None, None),
+            (7, "run_status", None, None, None, Some("completed")),
+        ]
+    );
+    assert!(rows.iter().all(|r| r.created_at.starts_with("20")));
+}
+
+async fn json_round_trips_exactly(b: Backend) {
+    let account = unique("acct");
+    let session = unique("s");
+    let content = json!({
+        "text": "Grüße, 世界! مرحبا 👋🏽 e\u{301} \"quoted\" back\\slash\nnew line\ttab \u{1}",
+        "content": [
+            {"type": "text", "text": "one"},
+            {"type": "image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
+            {"type": "file", "filename": "ñ.pdf", "file_data": null}
+        ],
+        "nested": {"deep": {"deeper": [1, -2, 3.5, 1e-7, 12345678901234567_u64, u64::MAX, i64::MIN, true, false, null, [], {}]}},
+        "": "empty key",
+        "emoji key 🔑": {"a": []}
+    });
+    let metadata = json!({"exchange_id": "ex-1", "headers": {"x-trace": ["a", "b"]}, "n": 0.1});
+    let scalars = [
+        json!("just a string"),
+        json!(42),
+        json!(null),
+        json!([1, "two", {"3": 4}]),
+    ];
+    let mut batch = vec![
+        NewEvent::new(&account, &session, EventType::Message, content.clone())
+            .with_role("user")
+            .with_metadata(metadata.clone()),
+    ];
+    batch.extend(
+        scalars
+            .iter()
+            .map(|c| NewEvent::new(&account, &session, EventType::Approval, c.clone())),
+    );
+    let committed: Vec<_> = b
+        .store
+        .append(&batch)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    let stored = all_events(&*b.store, &account, &session).await;
+    assert_eq!(stored, committed);
+    assert_eq!(stored[0].content, content);
+    assert_eq!(stored[0].metadata, metadata);
+    for (event, scalar) in stored[1..].iter().zip(&scalars) {
+        assert_eq!(&event.content, scalar);
+        assert_eq!(event.metadata, json!({}));
+    }
+}
+
+async fn nul_characters_do_not_fail_a_batch(b: Backend) {
+    let account = unique("acct");
+    let session = unique("s");
+    let committed: Vec<_> = b
+        .store
+        .append(&[NewEvent::new(
+            &account,
+            &session,
+            EventType::ToolResult,
+            json!({"call_id": "c", "output": "binary\u{0}ish"}),
+        )])
+        .await
+        .expect("a NUL in content must not fail the batch")
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    let stored = all_events(&*b.store, &account, &session).await;
+    assert_eq!(stored, committed);
+    let output = stored[0].content["output"].as_str().unwrap();
+    assert!(output.starts_with("binary") && output.ends_with("ish"));
+}
+
+/// `open` picks the backend from the URL.
+#[tokio::test]
+async fn open_dispatches_on_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        format!("sqlite:{}/a/log.sqlite", dir.path().display()),
+        format!("sqlite://{}/b/log.sqlite", dir.path().display()),
+        format!("{}/c/log.sqlite", dir.path().display()),
+    ] {
+        let store = session_log::open(&url).await.expect(&url);
+        assert_eq!(store.backend(), "sqlite");
+        store.ping().await.unwrap();
+    }
+    let memory = session_log::open(":memory:").await.unwrap();
+    let account = unique("acct");
+    memory.append(&[delta(&account, "s", "x")]).await.unwrap();
+    assert_eq!(memory.count_events(&account, "s").await.unwrap(), 1);
+
+    if let Some(url) = database_url() {
+        let store = session_log::open(&url).await.unwrap();
+        assert_eq!(store.backend(), "postgres");
+        store.ping().await.unwrap();
+    }
+}
+
+/// Reopening a SQLite file keeps its log and does not re-run migrations.
+#[tokio::test]
+async fn sqlite_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.sqlite");
+    let path = path.to_str().unwrap();
+    let account = unique("acct");
+    {
+        let store = SqliteStore::open(path).await.unwrap();
+        store.append(&[delta(&account, "s", "1")]).await.unwrap();
+        store.pool().close().await;
+    }
+    let store = SqliteStore::open(path).await.unwrap();
+    let next = store.append(&[delta(&account, "s", "2")]).await.unwrap();
+    assert_eq!(seqs(&next), vec![Some(2)]);
+    let seen: HashSet<String> = all_events(&store, &account, "s")
+        .await
+        .iter()
+        .map(|e| e.text().to_owned())
+        .collect();
+    assert_eq!(seen, HashSet::from(["1".to_owned(), "2".to_owned()]));
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+}

@@ -1,0 +1,414 @@
+//! The writer, hub and subscriptions over a real SQLite store: what a client receives is
+//! committed, and a subscription from a cursor yields every later event exactly once, in
+//! order, while events are being written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use session_log::event::run_status_content;
+use session_log::sqlite::SqliteStore;
+use session_log::{
+    Event, EventQuery, EventType, Hub, NewEvent, RunStatus, Store, Subscription, Writer,
+    WriterConfig,
+};
+
+/// Long enough for any commit on a slow machine; a hang fails instead of blocking forever.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+struct Log {
+    store: Arc<dyn Store>,
+    hub: Hub,
+    writer: Writer,
+    _dir: tempfile::TempDir,
+}
+
+async fn log_with(config: WriterConfig) -> Log {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("log.sqlite");
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(path.to_str().expect("utf-8 path"))
+            .await
+            .expect("open store"),
+    );
+    let hub = Hub::new();
+    let writer = Writer::spawn(store.clone(), hub.clone(), config);
+    Log {
+        store,
+        hub,
+        writer,
+        _dir: dir,
+    }
+}
+
+async fn log() -> Log {
+    log_with(WriterConfig::default()).await
+}
+
+fn delta(session: &str, text: &str) -> NewEvent {
+    NewEvent::new(
+        "acct",
+        session,
+        EventType::TextDelta,
+        json!({ "delta": text }),
+    )
+}
+
+fn status(session: &str, invocation: &str, status: RunStatus) -> NewEvent {
+    NewEvent::new(
+        "acct",
+        session,
+        EventType::RunStatus,
+        run_status_content(status, None),
+    )
+    .in_run("run", invocation)
+}
+
+impl Log {
+    fn subscribe(&self, session: &str, after_seq: i64) -> Subscription {
+        Subscription::open(
+            self.store.clone(),
+            &self.hub,
+            EventQuery {
+                after_seq,
+                ..EventQuery::session("acct", session)
+            },
+        )
+    }
+}
+
+async fn next(sub: &mut Subscription) -> Arc<Event> {
+    tokio::time::timeout(PATIENCE, sub.next())
+        .await
+        .expect("an event within the timeout")
+        .expect("store read")
+        .expect("hub alive")
+}
+
+/// Reads until the event with seq `last`, checking that seqs run `from..=last` with no gap
+/// or duplicate.
+async fn read_through(mut sub: Subscription, from: i64, last: i64) -> Vec<Arc<Event>> {
+    let mut seen = Vec::new();
+    let mut expected = from;
+    while expected <= last {
+        let event = next(&mut sub).await;
+        assert_eq!(event.seq, expected, "gap or duplicate");
+        expected += 1;
+        seen.push(event);
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn append_returns_committed_events_with_seqs() {
+    let log = log().await;
+    let first = log
+        .writer
+        .append(vec![
+            status("s", "inv", RunStatus::InProgress),
+            delta("s", "a"),
+            delta("s", "b"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        first.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(first[1].text(), "a");
+
+    // The second terminal is dropped, so it is absent from the reply.
+    let closed = log
+        .writer
+        .append(vec![
+            status("s", "inv", RunStatus::Completed),
+            status("s", "inv", RunStatus::Failed),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(closed.len(), 1);
+    assert_eq!(
+        (closed[0].seq, closed[0].run_status()),
+        (4, Some(RunStatus::Completed))
+    );
+
+    let stored = log
+        .store
+        .events(&EventQuery::session("acct", "s"))
+        .await
+        .unwrap();
+    assert_eq!(stored, [first, closed].concat());
+    assert_eq!(log.writer.append(vec![]).await, Ok(vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_each_get_their_own_events() {
+    let log = log_with(WriterConfig {
+        max_batch: 7,
+        queue: 16,
+    })
+    .await;
+    let tasks: Vec<_> = (0..8)
+        .map(|task| {
+            let writer = log.writer.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                for round in 0..25 {
+                    let events = (0..1 + round % 3)
+                        .map(|i| delta("s", &format!("{task}/{round}/{i}")))
+                        .collect::<Vec<_>>();
+                    let texts: Vec<String> = events
+                        .iter()
+                        .map(|e| e.content["delta"].as_str().unwrap().to_owned())
+                        .collect();
+                    let committed = writer.append(events).await.unwrap();
+                    let got: Vec<&str> = committed.iter().map(|e| e.text()).collect();
+                    assert_eq!(got, texts);
+                    mine.extend(committed.into_iter().map(|e| e.seq));
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for task in tasks {
+        seqs.extend(task.await.unwrap());
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    let stats = log.writer.stats();
+    assert_eq!(
+        stats
+            .events_committed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        seqs.len() as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_replays_after_the_cursor_then_follows_live() {
+    let log = log().await;
+    log.writer
+        .append((1..=5).map(|i| delta("s", &i.to_string())).collect())
+        .await
+        .unwrap();
+    let mut sub = log.subscribe("s", 2);
+    for seq in 3..=5 {
+        assert_eq!(next(&mut sub).await.seq, seq);
+    }
+    assert_eq!(sub.cursor(), 5);
+
+    let writer = log.writer.clone();
+    let producer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer
+            .append(vec![delta("s", "6"), delta("other", "x")])
+            .await
+            .unwrap();
+        writer.append(vec![delta("s", "7")]).await.unwrap();
+    });
+    let six = next(&mut sub).await;
+    assert_eq!((six.seq, six.text()), (6, "6"));
+    assert_eq!(next(&mut sub).await.seq, 7);
+    producer.await.unwrap();
+    // Nothing else is pending for this session.
+    assert!(tokio::time::timeout(Duration::from_millis(100), sub.next())
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_are_gapless_while_events_are_written() {
+    const PRODUCERS: usize = 4;
+    const PER_PRODUCER: usize = 1500;
+    const TOTAL: i64 = (PRODUCERS * PER_PRODUCER) as i64;
+    let log = log_with(WriterConfig {
+        max_batch: 64,
+        queue: 64,
+    })
+    .await;
+
+    // One subscriber from the start, before anything is written, and one that stops
+    // reading after the first event until everything is written: it falls far behind the
+    // live buffer and must re-read the gap from the store.
+    let early = tokio::spawn(read_through(log.subscribe("s", 0), 1, TOTAL));
+    let (done_writing, all_written) = tokio::sync::oneshot::channel::<()>();
+    let mut lagging_sub = log.subscribe("s", 0);
+    let lagging = tokio::spawn(async move {
+        assert_eq!(next(&mut lagging_sub).await.seq, 1);
+        all_written.await.unwrap();
+        read_through(lagging_sub, 2, TOTAL).await;
+    });
+
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let writer = log.writer.clone();
+            tokio::spawn(async move {
+                let mut written = 0;
+                let mut round = 0;
+                while written < PER_PRODUCER {
+                    let n = (1 + (p + round) % 9).min(PER_PRODUCER - written);
+                    let events = (0..n)
+                        .map(|i| delta("s", &format!("{p}/{round}/{i}")))
+                        .collect();
+                    // Mix waiting appends with fire-and-forget submissions.
+                    if round % 2 == 0 {
+                        writer.append(events).await.unwrap();
+                    } else {
+                        writer.submit(events).await.unwrap();
+                    }
+                    written += n;
+                    round += 1;
+                    if round % 10 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Subscribers that join mid-stream from a cursor.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut late = Vec::new();
+    for cursor in [0, 10, 100] {
+        late.push(tokio::spawn(read_through(
+            log.subscribe("s", cursor),
+            cursor + 1,
+            TOTAL,
+        )));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    for producer in producers {
+        producer.await.unwrap();
+    }
+    log.writer.flush().await.unwrap();
+    assert_eq!(log.store.count_events("acct", "s").await.unwrap(), TOTAL);
+    done_writing.send(()).unwrap();
+
+    let everything = early.await.unwrap();
+    for sub in late {
+        sub.await.unwrap();
+    }
+    lagging.await.unwrap();
+    // Each producer's events arrive in the order it wrote them.
+    for p in 0..PRODUCERS {
+        let prefix = format!("{p}/");
+        let order: Vec<(usize, usize)> = everything
+            .iter()
+            .filter(|e| e.text().starts_with(&prefix))
+            .map(|e| {
+                let parts: Vec<usize> = e.text().split('/').map(|x| x.parse().unwrap()).collect();
+                (parts[1], parts[2])
+            })
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "producer {p} reordered"
+        );
+        assert_eq!(order.len(), PER_PRODUCER);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_spans_several_pages() {
+    let log = log().await;
+    for chunk in 0..5 {
+        log.writer
+            .append(
+                (0..500)
+                    .map(|i| delta("s", &format!("{chunk}/{i}")))
+                    .collect(),
+            )
+            .await
+            .unwrap();
+    }
+    let seen = read_through(log.subscribe("s", 0), 1, 2500).await;
+    assert_eq!(seen.last().unwrap().text(), "4/499");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_subscription_sees_only_its_run() {
+    let log = log().await;
+    let in_run = |text: &str, run: &str| delta("s", text).in_run(run, &format!("{run}-inv"));
+    log.writer
+        .append(vec![
+            in_run("a1", "a"),
+            in_run("b1", "b"),
+            in_run("a2", "a"),
+        ])
+        .await
+        .unwrap();
+    let mut sub = Subscription::open(
+        log.store.clone(),
+        &log.hub,
+        EventQuery {
+            run_id: Some("a".into()),
+            ..EventQuery::session("acct", "s")
+        },
+    );
+    assert_eq!(next(&mut sub).await.text(), "a1");
+    assert_eq!(next(&mut sub).await.text(), "a2");
+    log.writer
+        .append(vec![in_run("b2", "b"), in_run("a3", "a")])
+        .await
+        .unwrap();
+    let a3 = next(&mut sub).await;
+    assert_eq!((a3.text(), a3.seq), ("a3", 5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_terminal_is_never_published() {
+    let log = log().await;
+    let mut sub = log.subscribe("s", 0);
+    log.writer
+        .append(vec![status("s", "inv", RunStatus::InProgress)])
+        .await
+        .unwrap();
+    // Two parties race to close the invocation; only one terminal may reach anyone.
+    let (a, b) = tokio::join!(
+        log.writer
+            .append(vec![status("s", "inv", RunStatus::Cancelled)]),
+        log.writer
+            .append(vec![status("s", "inv", RunStatus::Interrupted)]),
+    );
+    assert_eq!(a.unwrap().len() + b.unwrap().len(), 1);
+    log.writer.append(vec![delta("s", "after")]).await.unwrap();
+    let events = [
+        next(&mut sub).await,
+        next(&mut sub).await,
+        next(&mut sub).await,
+    ];
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert!(events[1].is_terminal());
+    assert_eq!(events[2].text(), "after");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_waits_for_prior_submissions() {
+    let log = log_with(WriterConfig {
+        max_batch: 10,
+        queue: 1024,
+    })
+    .await;
+    let mut total = 0;
+    for round in 0..100 {
+        let n = 1 + round % 5;
+        let events = (0..n)
+            .map(|i| delta("s", &format!("{round}/{i}")))
+            .collect();
+        if round % 2 == 0 {
+            log.writer.submit(events).await.unwrap();
+        } else {
+            log.writer.try_submit(events).unwrap();
+        }
+        total += n as i64;
+    }
+    log.writer.flush().await.unwrap();
+    assert_eq!(log.store.count_events("acct", "s").await.unwrap(), total);
+    let session = log.store.session("acct", "s").await.unwrap().unwrap();
+    assert_eq!(session.last_seq, total);
+}
