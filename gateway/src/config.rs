@@ -70,6 +70,9 @@ pub struct Settings {
     /// On SIGTERM, seconds to let running runs finish before they are closed as interrupted.
     #[arg(long, env = "TETHER_SHUTDOWN_GRACE_SECONDS")]
     pub shutdown_grace_seconds: Option<u64>,
+    /// Seconds a SubscribeRunEvents stream stays open without its run ending.
+    #[arg(long, env = "TETHER_SUBSCRIBE_TIMEOUT_SECONDS")]
+    pub subscribe_timeout_seconds: Option<u64>,
     /// Worker threads serving connections.
     #[arg(long, env = "TETHER_THREADS")]
     pub threads: Option<usize>,
@@ -97,6 +100,7 @@ pub struct Config {
     pub upstream_connect_timeout: Duration,
     pub upstream_idle_timeout: Duration,
     pub shutdown_grace: Duration,
+    pub subscribe_timeout: Duration,
     pub threads: usize,
     pub writer_max_batch: usize,
     pub log_json: bool,
@@ -162,6 +166,7 @@ impl Settings {
             upstream_connect_timeout_seconds,
             upstream_idle_timeout_seconds,
             shutdown_grace_seconds,
+            subscribe_timeout_seconds,
             threads,
             writer_max_batch,
             log_format
@@ -265,6 +270,11 @@ impl Settings {
                 300,
             )?),
             shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds.unwrap_or(10)),
+            subscribe_timeout: Duration::from_secs(positive(
+                "subscribe_timeout_seconds",
+                self.subscribe_timeout_seconds,
+                300,
+            )?),
             threads: positive("threads", self.threads.map(|v| v as u64), 2)? as usize,
             writer_max_batch: positive(
                 "writer_max_batch",

@@ -4,10 +4,13 @@
 
 mod agent;
 mod config;
+mod control;
 mod core;
 mod proxy;
 mod respond;
+mod responses_api;
 mod runs;
+mod stream;
 mod tee;
 
 use std::process::ExitCode;

@@ -11,17 +11,20 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
-use runtime_adapter::{surface, Protocol, RunInfo, SessionRef, Surface, TurnRequest};
+use runtime_adapter::sse::SseFrame;
+use runtime_adapter::{
+    surface, Protocol, RunInfo, SessionRef, StreamRenderer, Surface, TurnRequest,
+};
 use serde_json::{json, Value};
-use session_log::{EventQuery, Hub, Store, Subscription, Writer};
+use session_log::{Event, EventQuery, Hub, Store, Subscription, Writer};
 use tokio::runtime::Handle;
 
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::core::on_core;
-use crate::respond;
 use crate::runs::{new_id, Runs, StartError, StartedRun};
 use crate::tee::{Tee, PASSTHROUGH_SESSION};
+use crate::{control, respond, responses_api, stream};
 
 /// Everything the request path needs, shared by all connections.
 pub struct State {
@@ -46,12 +49,12 @@ pub struct Ctx {
 }
 
 /// An error to send in the surface's own format.
-struct ApiError {
-    status: u16,
-    kind: &'static str,
-    code: &'static str,
-    param: Option<String>,
-    message: String,
+pub struct ApiError {
+    pub status: u16,
+    pub kind: &'static str,
+    pub code: &'static str,
+    pub param: Option<String>,
+    pub message: String,
 }
 
 impl ApiError {
@@ -116,6 +119,26 @@ impl ProxyHttp for Gateway {
             }
             (Method::POST, "/v1/chat/completions") => {
                 self.serve_run(session, ctx, Protocol::OpenAiChat).await
+            }
+            (method, path) if path.starts_with(control::PREFIX) => {
+                let action = &path[control::PREFIX.len()..];
+                let allowed = if action == "SubscribeRunEvents" {
+                    Method::GET
+                } else {
+                    Method::POST
+                };
+                if method == allowed {
+                    control::handle(&self.state, session, &ctx.account_id, action).await?;
+                } else {
+                    let body = json!({ "Code": 405, "Message": format!("{action} takes {allowed}"), "RequestId": new_id("req"), "Action": action, "Data": null });
+                    respond::json(session, 405, &body, &[("allow", allowed.as_str())]).await?;
+                }
+                Ok(true)
+            }
+            (method, path) if path.starts_with("/v1/responses/") => {
+                let rest = &path["/v1/responses/".len()..];
+                responses_api::handle(&self.state, session, &ctx.account_id, method, rest).await?;
+                Ok(true)
             }
             _ => {
                 if self.state.config.tee {
@@ -287,6 +310,7 @@ impl Gateway {
             ("x-session-id", started.session_id.as_str()),
             ("x-run-id", started.run_id.as_str()),
             ("x-response-id", response_id.as_str()),
+            ("x-invocation-id", started.invocation_id.as_str()),
         ];
         if turn.stream {
             stream_run(session, surface, &info, &mut events, &headers).await;
@@ -393,7 +417,10 @@ impl Gateway {
 }
 
 /// Reads the whole request body, refusing more than `limit` bytes.
-async fn read_body(session: &mut Session, limit: usize) -> std::result::Result<Vec<u8>, ApiError> {
+pub async fn read_body(
+    session: &mut Session,
+    limit: usize,
+) -> std::result::Result<Vec<u8>, ApiError> {
     let too_large = || {
         ApiError::new(
             413,
@@ -448,66 +475,38 @@ async fn stream_run(
         return;
     }
     let mut renderer = surface.stream_renderer(info);
-    let mut watch_client = true;
-    loop {
-        let next = tokio::select! {
-            next = events.next() => next,
-            gone = session.read_body_or_idle(true), if watch_client => {
-                match gone {
-                    Err(_) => return, // the client left; the run does not depend on it
-                    Ok(_) => { watch_client = false; continue }
-                }
-            }
-        };
-        let (frames, last) = match next {
-            Ok(Some(event)) => {
-                let mut frames = renderer.render(&event);
-                let last = event.is_terminal();
-                if last {
-                    let seq = event.seq;
-                    frames.extend(renderer.end().into_iter().map(|f| {
-                        if f.id.is_none() {
-                            f.with_id(seq)
-                        } else {
-                            f
-                        }
-                    }));
-                }
-                (frames, last)
-            }
-            Ok(None) | Err(_) => {
-                // The log is unreachable: say so in the stream rather than hang.
-                let body = surface.error_body(
-                    "the session log is unavailable; re-subscribe later",
-                    "server_error",
-                    None,
-                    Some("session_store_unavailable"),
-                );
-                (
-                    vec![runtime_adapter::sse::SseFrame::data(body.to_string())],
-                    true,
-                )
-            }
-        };
-        let mut out = String::new();
-        for frame in &frames {
-            frame.encode(&mut out);
-        }
-        if !out.is_empty()
-            && session
-                .write_response_body(Some(Bytes::from(out)), last)
-                .await
-                .is_err()
-        {
-            return;
-        }
-        if last {
-            if frames.is_empty() {
-                let _ = session.write_response_body(Some(Bytes::new()), true).await;
-            }
-            return;
-        }
+    let end = stream::pump(session, events, None, |event| {
+        render_step(&mut *renderer, event)
+    })
+    .await;
+    if end == stream::End::LogUnavailable {
+        // Say so in the stream rather than hang; the client can resume from its last id.
+        let body = surface.error_body(
+            "the session log is unavailable; resume later",
+            "server_error",
+            None,
+            Some("session_store_unavailable"),
+        );
+        let _ = stream::write_frames(session, &[SseFrame::data(body.to_string())], true).await;
     }
+}
+
+/// Frames for one event; the terminal event also gets the renderer's closing frames,
+/// stamped with its seq.
+pub fn render_step(renderer: &mut dyn StreamRenderer, event: &Event) -> stream::Step {
+    let mut frames = renderer.render(event);
+    let last = event.is_terminal();
+    if last {
+        let seq = event.seq;
+        frames.extend(renderer.end().into_iter().map(|f| {
+            if f.id.is_none() {
+                f.with_id(seq)
+            } else {
+                f
+            }
+        }));
+    }
+    stream::Step { frames, last }
 }
 
 /// Waits for the run to end and answers with the whole response.
@@ -521,24 +520,15 @@ async fn respond_when_done(
     let mut collected = Vec::new();
     let mut watch_client = true;
     loop {
-        let next = tokio::select! {
-            next = events.next() => next,
-            gone = session.read_body_or_idle(true), if watch_client => {
-                match gone {
-                    Err(_) => return Ok(()),
-                    Ok(_) => { watch_client = false; continue }
-                }
-            }
-        };
-        match next {
-            Ok(Some(event)) => {
+        match stream::next_event(session, events, &mut watch_client, None).await {
+            Ok(event) => {
                 let last = event.is_terminal();
                 collected.push((*event).clone());
                 if last {
                     break;
                 }
             }
-            Ok(None) | Err(_) => {
+            Err(stream::End::LogUnavailable) => {
                 let body = surface.error_body(
                     "the session log is unavailable",
                     "server_error",
@@ -547,6 +537,7 @@ async fn respond_when_done(
                 );
                 return respond::json(session, 503, &body, headers).await;
             }
+            Err(_) => return Ok(()), // the client left; the run goes on
         }
     }
     let terminal = collected.last().and_then(|e| e.run_status());

@@ -344,16 +344,30 @@ impl SseEvent {
 pub struct SseStream {
     pub status: u16,
     pub session_id: Option<String>,
+    pub invocation_id: Option<String>,
     reader: BufReader<Box<dyn Read + Send + Sync>>,
 }
 
 impl SseStream {
     pub fn post(url: &str, body: &Value) -> SseStream {
-        let response = match agent()
-            .post(url)
-            .set("content-type", "application/json")
-            .send_string(&body.to_string())
-        {
+        Self::from(
+            agent()
+                .post(url)
+                .set("content-type", "application/json")
+                .send_string(&body.to_string()),
+        )
+    }
+
+    pub fn get(url: &str, headers: &[(&str, &str)]) -> SseStream {
+        let mut req = agent().get(url);
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        Self::from(req.call())
+    }
+
+    fn from(result: Result<ureq::Response, ureq::Error>) -> SseStream {
+        let response = match result {
             Ok(r) => r,
             Err(ureq::Error::Status(_, r)) => r,
             Err(e) => panic!("request failed: {e}"),
@@ -361,6 +375,7 @@ impl SseStream {
         SseStream {
             status: response.status(),
             session_id: response.header("x-session-id").map(str::to_owned),
+            invocation_id: response.header("x-invocation-id").map(str::to_owned),
             reader: BufReader::new(response.into_reader()),
         }
     }

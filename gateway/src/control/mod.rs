@@ -1,0 +1,183 @@
+//! The control API: `POST /agentengine/api/v1/<Action>` with a JSON body, answered with
+//! the `{Code, Message, RequestId, Action, Data}` envelope; every action is scoped to the
+//! caller's account, and another account's id is "not found".
+
+mod checkpoints;
+mod sessions;
+pub mod subscribe;
+
+use pingora::proxy::Session;
+use pingora::Result;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::proxy::State;
+use crate::respond;
+
+pub use sessions::cancel as sessions_cancel;
+
+pub const PREFIX: &str = "/agentengine/api/v1/";
+
+/// A control-API failure: HTTP status, envelope `Code` (= the status), message, and
+/// optional details in `Data`.
+pub struct ControlError {
+    pub status: u16,
+    pub message: String,
+    pub data: Value,
+}
+
+impl ControlError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ControlError {
+            status: 400,
+            message: message.into(),
+            data: Value::Null,
+        }
+    }
+
+    pub fn not_found(what: &str, id: &str) -> Self {
+        ControlError {
+            status: 404,
+            message: format!("{what} {id:?} not found"),
+            data: Value::Null,
+        }
+    }
+
+    pub fn conflict(message: impl Into<String>, data: Value) -> Self {
+        ControlError {
+            status: 409,
+            message: message.into(),
+            data,
+        }
+    }
+
+    pub fn unavailable(error: impl std::fmt::Display) -> Self {
+        tracing::error!(%error, "control API: store unavailable");
+        ControlError {
+            status: 503,
+            message: "the session store is unavailable".into(),
+            data: Value::Null,
+        }
+    }
+}
+
+impl From<session_log::StoreError> for ControlError {
+    fn from(e: session_log::StoreError) -> Self {
+        ControlError::unavailable(e)
+    }
+}
+
+pub type ActionResult = std::result::Result<Value, ControlError>;
+
+/// What an action handler gets: the shared state, the caller's account and the body.
+pub struct Call<'a> {
+    pub state: &'a State,
+    pub account_id: &'a str,
+    pub body: Value,
+}
+
+impl Call<'_> {
+    /// The body as the action's parameter struct; wrong types are a 400 naming the field.
+    pub fn params<T: DeserializeOwned>(&self) -> std::result::Result<T, ControlError> {
+        serde_json::from_value(self.body.clone())
+            .map_err(|e| ControlError::bad_request(format!("invalid parameters: {e}")))
+    }
+}
+
+/// Answers a control-API request. `action` is the path after the prefix.
+pub async fn handle(
+    state: &State,
+    session: &mut Session,
+    account_id: &str,
+    action: &str,
+) -> Result<()> {
+    let request_id = crate::runs::new_id("req");
+    if action == "SubscribeRunEvents" {
+        return subscribe::handle(state, session, account_id, &request_id).await;
+    }
+    let result = match read_json(state, session).await {
+        Ok(body) => {
+            let call = Call {
+                state,
+                account_id,
+                body,
+            };
+            dispatch(&call, action).await
+        }
+        Err(e) => Err(e),
+    };
+    respond_envelope(session, action, &request_id, result).await
+}
+
+pub async fn respond_envelope(
+    session: &mut Session,
+    action: &str,
+    request_id: &str,
+    result: ActionResult,
+) -> Result<()> {
+    let (status, body) = match result {
+        Ok(data) => (
+            200,
+            json!({ "Code": 0, "Message": "Success", "RequestId": request_id, "Action": action, "Data": data }),
+        ),
+        Err(e) => (
+            e.status,
+            json!({ "Code": e.status, "Message": e.message, "RequestId": request_id, "Action": action, "Data": e.data }),
+        ),
+    };
+    respond::json(session, status, &body, &[]).await
+}
+
+async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
+    match action {
+        "ListSessions" => sessions::list_sessions(call).await,
+        "ListSessionEvents" => sessions::list_session_events(call).await,
+        "CancelRun" => sessions::cancel_run(call).await,
+        "ListSessionCheckpoints" => checkpoints::list_session_checkpoints(call).await,
+        "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
+        "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
+        "ResumeRun" => checkpoints::resume_run(call).await,
+        _ => Err(ControlError {
+            status: 404,
+            message: format!("unknown action {action:?}"),
+            data: Value::Null,
+        }),
+    }
+}
+
+async fn read_json(
+    state: &State,
+    session: &mut Session,
+) -> std::result::Result<Value, ControlError> {
+    let body = crate::proxy::read_body(session, state.config.max_body_bytes)
+        .await
+        .map_err(|e| ControlError {
+            status: e.status,
+            message: e.message,
+            data: Value::Null,
+        })?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(ControlError::bad_request("the body must be a JSON object")),
+        Err(e) => Err(ControlError::bad_request(format!("malformed JSON: {e}"))),
+    }
+}
+
+/// The control API's view of one log event.
+pub fn event_json(e: &session_log::Event) -> Value {
+    json!({
+        "EventId": format!("evt_{}_{}", e.session_id, e.seq),
+        "SessionId": e.session_id,
+        "SeqId": e.seq,
+        "RunId": e.run_id,
+        "InvocationId": e.invocation_id,
+        "EventType": e.event_type.as_str(),
+        "Role": e.role,
+        "Content": e.content,
+        "Metadata": e.metadata,
+        "Timestamp": e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+    })
+}

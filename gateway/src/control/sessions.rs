@@ -1,0 +1,160 @@
+//! Session actions: ListSessions, ListSessionEvents, CancelRun.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use session_log::event::run_status_content;
+use session_log::{EventQuery, EventType, NewEvent, RunStatus};
+
+use super::{event_json, ActionResult, Call, ControlError};
+use crate::runs::Stop;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListSessions {
+    #[serde(default)]
+    agent_id: Option<String>,
+    #[serde(default)]
+    user_id: Option<String>,
+    #[serde(default)]
+    page: Option<i64>,
+    #[serde(default)]
+    page_size: Option<i64>,
+}
+
+/// Sessions of the caller's account, most recently updated first.
+pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
+    let p: ListSessions = call.params()?;
+    let page = p.page.unwrap_or(1);
+    let page_size = p.page_size.unwrap_or(20);
+    if page < 1 {
+        return Err(ControlError::bad_request("Page must be 1 or more"));
+    }
+    if !(1..=100).contains(&page_size) {
+        return Err(ControlError::bad_request(
+            "PageSize must be between 1 and 100",
+        ));
+    }
+    let (sessions, total) = call
+        .state
+        .store
+        .list_sessions(call.account_id, (page - 1) * page_size, page_size)
+        .await?;
+    let sessions: Vec<Value> = sessions
+        .iter()
+        .map(|s| {
+            json!({
+                "SessionId": s.session_id,
+                "AgentId": p.agent_id,
+                "UserId": p.user_id,
+                "LastSeqId": s.last_seq,
+                "CreatedAt": s.created_at.to_rfc3339(),
+                "UpdatedAt": s.updated_at.to_rfc3339(),
+            })
+        })
+        .collect();
+    Ok(json!({ "Sessions": sessions, "Total": total, "Page": page, "PageSize": page_size }))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListSessionEvents {
+    session_id: String,
+    #[serde(default)]
+    offset: Option<i64>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+/// One page of a session's log, in seq order. Seqs are dense from 1, so `Offset` N reads
+/// the events after seq N.
+pub async fn list_session_events(call: &Call<'_>) -> ActionResult {
+    let p: ListSessionEvents = call.params()?;
+    let offset = p.offset.unwrap_or(0);
+    let limit = p.limit.unwrap_or(50);
+    if offset < 0 {
+        return Err(ControlError::bad_request("Offset must be 0 or more"));
+    }
+    if !(1..=500).contains(&limit) {
+        return Err(ControlError::bad_request("Limit must be between 1 and 500"));
+    }
+    let store = &call.state.store;
+    let session = store
+        .session(call.account_id, &p.session_id)
+        .await?
+        .ok_or_else(|| ControlError::not_found("session", &p.session_id))?;
+    let query = EventQuery {
+        after_seq: offset,
+        limit,
+        ..EventQuery::session(call.account_id, &p.session_id)
+    };
+    let events = store.events(&query).await?;
+    Ok(json!({
+        "SessionId": p.session_id,
+        "Events": events.iter().map(event_json).collect::<Vec<_>>(),
+        "Total": session.last_seq,
+        "Offset": offset,
+        "Limit": limit,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CancelRun {
+    invocation_id: String,
+    #[serde(default)]
+    #[allow(dead_code)] // accepted for compatibility; ownership comes from the account
+    agent_id: Option<String>,
+}
+
+/// Cancels a running invocation: the agent call is aborted and `run_status=cancelled`
+/// ends every subscriber's stream. Idempotent; an unknown id is `Found: false`.
+pub async fn cancel_run(call: &Call<'_>) -> ActionResult {
+    let p: CancelRun = call.params()?;
+    if p.invocation_id.is_empty() {
+        return Err(ControlError::bad_request("InvocationId is required"));
+    }
+    cancel(call.state, call.account_id, &p.invocation_id).await
+}
+
+/// Shared by CancelRun and the Responses surface's cancel.
+pub async fn cancel(
+    state: &crate::proxy::State,
+    account_id: &str,
+    invocation_id: &str,
+) -> ActionResult {
+    let Some(invocation) = state.store.invocation(account_id, invocation_id).await? else {
+        return Ok(
+            json!({ "Cancelled": false, "Found": false, "Status": "not_found", "RunnerCancelStatus": "not_found" }),
+        );
+    };
+    if invocation.status.is_terminal() {
+        return Ok(json!({
+            "Cancelled": invocation.status == RunStatus::Cancelled,
+            "Found": true,
+            "Status": invocation.status.as_str(),
+            "RunnerCancelStatus": "already_finished",
+        }));
+    }
+    if state.runs.stop(invocation_id, Stop::Cancel) {
+        return Ok(
+            json!({ "Cancelled": true, "Found": true, "Status": "cancelling", "RunnerCancelStatus": "accepted" }),
+        );
+    }
+    // Open in the log but driven by nobody here (its gateway died): close it now. The
+    // store refuses a second terminal status, so racing a live owner is harmless.
+    let terminal = NewEvent::new(
+        account_id,
+        &invocation.session_id,
+        EventType::RunStatus,
+        run_status_content(RunStatus::Cancelled, Some("cancelled_without_runner")),
+    )
+    .in_run(&invocation.run_id, invocation_id);
+    state
+        .writer
+        .append(vec![terminal])
+        .await
+        .map_err(ControlError::unavailable)?;
+    Ok(
+        json!({ "Cancelled": true, "Found": true, "Status": "cancelled", "RunnerCancelStatus": "not_running" }),
+    )
+}

@@ -1,0 +1,171 @@
+//! SubscribeRunEvents: an SSE stream of a session's committed events after a cursor —
+//! replay from the log, then live — ending with `data: [DONE]` after the invocation's
+//! terminal `run_status`, or after the subscription timeout without `[DONE]`.
+
+use pingora::proxy::Session;
+use pingora::Result;
+use runtime_adapter::sse::SseFrame;
+use session_log::{EventQuery, Subscription};
+use tokio::time::Instant;
+
+use super::{event_json, respond_envelope, ControlError};
+use crate::proxy::State;
+use crate::{respond, stream};
+
+const ACTION: &str = "SubscribeRunEvents";
+
+struct Params {
+    session_id: String,
+    invocation_id: Option<String>,
+    after_seq: i64,
+}
+
+fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
+    let req = session.req_header();
+    let mut session_id = None;
+    let mut invocation_id = None;
+    let mut after = None;
+    for pair in req
+        .uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_decode(v).ok_or_else(|| {
+            ControlError::bad_request(format!("{k} is not valid percent-encoding"))
+        })?;
+        match k {
+            "SessionId" => session_id = Some(v),
+            "InvocationId" => invocation_id = Some(v),
+            "AfterSeqId" => after = Some(("AfterSeqId", v)),
+            _ => {}
+        }
+    }
+    if after.is_none() {
+        if let Some(v) = req
+            .headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            after = Some(("Last-Event-ID", v.trim().to_owned()));
+        }
+    }
+    let after_seq = match after {
+        None => 0,
+        Some((name, v)) => match v.parse::<i64>() {
+            Ok(n) if n >= 0 => n,
+            _ => {
+                return Err(ControlError::bad_request(format!(
+                    "{name} must be a non-negative integer, got {v:?}"
+                )))
+            }
+        },
+    };
+    let session_id = session_id
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ControlError::bad_request("SessionId is required"))?;
+    Ok(Params {
+        session_id,
+        invocation_id: invocation_id.filter(|s| !s.is_empty()),
+        after_seq,
+    })
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+pub async fn handle(
+    state: &State,
+    session: &mut Session,
+    account_id: &str,
+    request_id: &str,
+) -> Result<()> {
+    let params = match check(state, session, account_id).await {
+        Ok(p) => p,
+        Err(e) => return respond_envelope(session, ACTION, request_id, Err(e)).await,
+    };
+    let (params, finished) = params;
+    respond::sse_start(session, &[("x-session-id", &params.session_id)]).await?;
+    if finished {
+        // A finished run with nothing after the cursor: nothing to wait for.
+        return stream::write_frames(session, &[SseFrame::data("[DONE]")], true).await;
+    }
+    let query = EventQuery {
+        after_seq: params.after_seq,
+        invocation_id: params.invocation_id.clone(),
+        ..EventQuery::session(account_id, &params.session_id)
+    };
+    let mut events = Subscription::open(state.store.clone(), &state.hub, query);
+    let deadline = Instant::now() + state.config.subscribe_timeout;
+    let follows_one_run = params.invocation_id.is_some();
+    let end = stream::pump(session, &mut events, Some(deadline), |event| {
+        let mut frames = vec![SseFrame::data(event_json(event).to_string()).with_id(event.seq)];
+        let last = follows_one_run && event.is_terminal();
+        if last {
+            frames.push(SseFrame::data("[DONE]").with_id(event.seq));
+        }
+        stream::Step { frames, last }
+    })
+    .await;
+    if matches!(end, stream::End::Deadline | stream::End::LogUnavailable) {
+        // No [DONE]: the client re-subscribes from the last id it saw.
+        let _ = session.write_response_body(None, true).await;
+    }
+    Ok(())
+}
+
+/// Validates the request against the caller's account. Returns the parameters and
+/// whether the subscribed invocation is already over with nothing left after the cursor.
+async fn check(
+    state: &State,
+    session: &Session,
+    account_id: &str,
+) -> std::result::Result<(Params, bool), ControlError> {
+    let params = parse(session)?;
+    let store = &state.store;
+    store
+        .session(account_id, &params.session_id)
+        .await?
+        .ok_or_else(|| ControlError::not_found("session", &params.session_id))?;
+    let Some(invocation_id) = &params.invocation_id else {
+        return Ok((params, false));
+    };
+    let invocation = store
+        .invocation(account_id, invocation_id)
+        .await?
+        .filter(|i| i.session_id == params.session_id)
+        .ok_or_else(|| ControlError::not_found("invocation", invocation_id))?;
+    let finished = invocation.status.is_terminal() && {
+        let rest = EventQuery {
+            after_seq: params.after_seq,
+            invocation_id: Some(invocation_id.clone()),
+            limit: 1,
+            ..EventQuery::session(account_id, &params.session_id)
+        };
+        store.events(&rest).await?.is_empty()
+    };
+    Ok((params, finished))
+}

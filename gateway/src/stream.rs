@@ -1,0 +1,97 @@
+//! Serving a subscription to a client: committed events in, SSE frames out, until the
+//! stream's last event, a deadline, or the client leaving (which never affects the run).
+
+use bytes::Bytes;
+use pingora::proxy::Session;
+use runtime_adapter::sse::SseFrame;
+use session_log::{Event, Subscription};
+use tokio::time::Instant;
+
+/// Why a stream ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    /// The renderer said the last frame was sent.
+    Done,
+    /// The client closed its connection (or a write to it failed).
+    ClientGone,
+    /// The deadline passed; the client re-subscribes from its last seq.
+    Deadline,
+    /// The log could not be read.
+    LogUnavailable,
+}
+
+/// What to send for one event, and whether it ends the stream.
+pub struct Step {
+    pub frames: Vec<SseFrame>,
+    pub last: bool,
+}
+
+/// Waits for the next committed event, watching for the client leaving and the deadline.
+pub async fn next_event(
+    session: &mut Session,
+    events: &mut Subscription,
+    watch_client: &mut bool,
+    deadline: Option<Instant>,
+) -> Result<std::sync::Arc<Event>, End> {
+    let sleep = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            next = events.next() => return match next {
+                Ok(Some(event)) => Ok(event),
+                Ok(None) | Err(_) => Err(End::LogUnavailable),
+            },
+            gone = session.read_body_or_idle(true), if *watch_client => match gone {
+                Err(_) => return Err(End::ClientGone),
+                // Unexpected bytes from the client: stop watching rather than spin.
+                Ok(_) => *watch_client = false,
+            },
+            _ = &mut sleep => return Err(End::Deadline),
+        }
+    }
+}
+
+/// Streams rendered events to the client (whose SSE header is already sent).
+pub async fn pump(
+    session: &mut Session,
+    events: &mut Subscription,
+    deadline: Option<Instant>,
+    mut render: impl FnMut(&Event) -> Step,
+) -> End {
+    let mut watch_client = true;
+    loop {
+        let event = match next_event(session, events, &mut watch_client, deadline).await {
+            Ok(event) => event,
+            Err(end) => return end,
+        };
+        let Step { frames, last } = render(&event);
+        if !frames.is_empty() || last {
+            if write_frames(session, &frames, last).await.is_err() {
+                return End::ClientGone;
+            }
+        }
+        if last {
+            return End::Done;
+        }
+    }
+}
+
+/// Writes frames in one body piece; `last` ends the response.
+pub async fn write_frames(
+    session: &mut Session,
+    frames: &[SseFrame],
+    last: bool,
+) -> pingora::Result<()> {
+    let mut out = String::new();
+    for frame in frames {
+        frame.encode(&mut out);
+    }
+    session
+        .write_response_body(Some(Bytes::from(out)), last)
+        .await
+}
