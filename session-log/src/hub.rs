@@ -125,6 +125,9 @@ impl Subscription {
             && q.invocation_id
                 .as_ref()
                 .is_none_or(|i| event.invocation_id.as_ref() == Some(i))
+            && q.event_types
+                .as_ref()
+                .is_none_or(|types| types.contains(&event.event_type))
     }
 
     async fn replay_page(&mut self) -> Result<(), StoreError> {

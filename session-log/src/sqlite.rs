@@ -265,6 +265,9 @@ impl Store for SqliteStore {
     }
 
     async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
+        if query.event_types.as_ref().is_some_and(Vec::is_empty) {
+            return Ok(Vec::new()); // and `IN ()` is not valid SQL everywhere
+        }
         // The optional filters are added only when set, so each combination is its own
         // cached statement that can use the matching index.
         let mut select = QueryBuilder::<Sqlite>::new("SELECT ");
@@ -283,6 +286,14 @@ impl Store for SqliteStore {
             select
                 .push(" AND invocation_id = ")
                 .push_bind(invocation_id);
+        }
+        if let Some(types) = &query.event_types {
+            select.push(" AND event_type IN (");
+            let mut list = select.separated(", ");
+            for t in types {
+                list.push_bind(t.as_str());
+            }
+            select.push(")");
         }
         select
             .push(" ORDER BY seq LIMIT ")

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::event::{Event, NewEvent, RunStatus, Seq, Session};
+use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -31,6 +31,8 @@ pub struct EventQuery {
     pub run_id: Option<String>,
     /// Only events of this invocation, when set.
     pub invocation_id: Option<String>,
+    /// Only events of these types, when set.
+    pub event_types: Option<Vec<EventType>>,
     /// At most this many events.
     pub limit: i64,
 }
@@ -43,6 +45,7 @@ impl EventQuery {
             after_seq: 0,
             run_id: None,
             invocation_id: None,
+            event_types: None,
             limit: i64::MAX,
         }
     }

@@ -172,6 +172,7 @@ store_suite!(
     readable_view_flattens_content,
     json_round_trips_exactly,
     nul_characters_do_not_fail_a_batch,
+    events_filtered_by_type,
 );
 
 fn unique(prefix: &str) -> String {
@@ -1053,4 +1054,37 @@ async fn sqlite_survives_reopen() {
         .await
         .unwrap();
     assert_eq!(mode, "wal");
+}
+
+async fn events_filtered_by_type(b: Backend) {
+    let account = unique("acct");
+    let session = unique("s");
+    let batch = vec![
+        message(&account, &session, "user", "hello"),   // 1
+        delta(&account, &session, "a"),                 // 2
+        message(&account, &session, "assistant", "hi"), // 3
+        delta(&account, &session, "b"),                 // 4
+    ];
+    b.store.append(&batch).await.unwrap();
+    let of_types = |types: Vec<EventType>, after_seq| EventQuery {
+        event_types: Some(types),
+        after_seq,
+        ..EventQuery::session(&account, &session)
+    };
+    let seqs_of =
+        |events: Vec<session_log::Event>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    let messages = b
+        .store
+        .events(&of_types(vec![EventType::Message], 0))
+        .await
+        .unwrap();
+    assert_eq!(seqs_of(messages), vec![1, 3]);
+    let both = b
+        .store
+        .events(&of_types(vec![EventType::TextDelta, EventType::Message], 1))
+        .await
+        .unwrap();
+    assert_eq!(seqs_of(both), vec![2, 3, 4]);
+    let none = b.store.events(&of_types(vec![], 0)).await.unwrap();
+    assert!(none.is_empty());
 }
