@@ -20,6 +20,36 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// Whether the database could not be reached (worth retrying as it is), as opposed to
+    /// refusing what it was given.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Database(e) => {
+                matches!(
+                    e,
+                    sqlx::Error::Io(_)
+                        | sqlx::Error::PoolTimedOut
+                        | sqlx::Error::PoolClosed
+                        | sqlx::Error::WorkerCrashed
+                        | sqlx::Error::Protocol(_)
+                        | sqlx::Error::Tls(_)
+                ) || matches!(e, sqlx::Error::Database(db) if is_busy(db.code().as_deref()))
+            }
+            StoreError::Migrate(_) | StoreError::Url { .. } | StoreError::Corrupt(_) => false,
+        }
+    }
+}
+
+/// SQLite busy/locked, PostgreSQL serialization, deadlock, connection and shutdown
+/// classes: the same statement may well succeed on a later try.
+fn is_busy(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some("5" | "6" | "517" | "261" | "40001" | "40P01" | "57P01" | "57P02" | "57P03")
+    ) || code.is_some_and(|c| c.starts_with("08"))
+}
+
 /// Which events of one session to read, in seq order.
 #[derive(Clone, Debug)]
 pub struct EventQuery {

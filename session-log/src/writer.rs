@@ -43,12 +43,68 @@ pub struct WriterStats {
     pub events_committed: AtomicU64,
     pub batches_committed: AtomicU64,
     pub commit_failures: AtomicU64,
+    /// Events `try_submit` could not queue.
     pub dropped: AtomicU64,
+    /// Events the database refused even alone (never committed).
+    pub rejected: AtomicU64,
     /// Duration of the last commit, in microseconds.
     pub last_commit_us: AtomicU64,
 }
 
 type Reply = oneshot::Sender<Vec<Event>>;
+
+/// Attempts at a batch the database refuses (as opposed to cannot be reached) before it is
+/// split to find the event it refuses.
+const REFUSALS_BEFORE_SPLIT: u32 = 3;
+
+/// Commits `events`, retrying until the store takes them. Unreachable databases are
+/// retried for as long as they stay down (senders are held back by the bounded queue
+/// meanwhile). A batch the database keeps refusing is split in halves, so one bad event
+/// costs only itself — dropped, logged and counted — instead of stalling every session.
+fn append_with_retry<'a>(
+    store: &'a dyn Store,
+    events: &'a [NewEvent],
+    stats: &'a WriterStats,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Option<Event>>> + Send + 'a>> {
+    Box::pin(async move {
+        let mut backoff = Duration::from_millis(50);
+        let mut refusals = 0;
+        loop {
+            let started = Instant::now();
+            match store.append(events).await {
+                Ok(committed) => {
+                    stats
+                        .last_commit_us
+                        .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    return committed;
+                }
+                Err(error) => {
+                    let failures = stats.commit_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::error!(%error, events = events.len(), failures, "session log commit failed; retrying");
+                    if !error.is_transient() {
+                        refusals += 1;
+                        if refusals >= REFUSALS_BEFORE_SPLIT {
+                            if let [event] = events {
+                                stats.rejected.fetch_add(1, Ordering::Relaxed);
+                                tracing::error!(
+                                    account_id = %event.account_id, session_id = %event.session_id,
+                                    event_type = event.event_type.as_str(), "the store refuses this event; dropping it"
+                                );
+                                return vec![None];
+                            }
+                            let (left, right) = events.split_at(events.len() / 2);
+                            let mut committed = append_with_retry(store, left, stats).await;
+                            committed.extend(append_with_retry(store, right, stats).await);
+                            return committed;
+                        }
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    })
+}
 
 enum Request {
     Append {
@@ -187,26 +243,7 @@ impl Batch {
             }
             return;
         }
-        let mut backoff = Duration::from_millis(50);
-        let committed = loop {
-            let started = Instant::now();
-            match store.append(&self.events).await {
-                Ok(committed) => {
-                    stats
-                        .last_commit_us
-                        .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    break committed;
-                }
-                Err(error) => {
-                    // Nothing of the batch is committed; keep it, in order, until the store
-                    // takes it. Senders are held back by the bounded queue meanwhile.
-                    let failures = stats.commit_failures.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::error!(%error, events = self.events.len(), failures, "session log commit failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-            }
-        };
+        let committed = append_with_retry(store, &self.events, stats).await;
         let published: Vec<Event> = committed.iter().flatten().cloned().collect();
         stats
             .events_committed

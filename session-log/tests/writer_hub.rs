@@ -412,3 +412,47 @@ async fn flush_waits_for_prior_submissions() {
     let session = log.store.session("acct", "s").await.unwrap().unwrap();
     assert_eq!(session.last_seq, total);
 }
+
+/// One event the database refuses costs only itself: the writer splits the batch, commits
+/// the rest in order, drops and counts the refused one, and keeps going.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_event_does_not_stall_the_writer() {
+    let url = match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TEST_DATABASE_URL must be set when CI is set")
+        }
+        _ => return eprintln!("TEST_DATABASE_URL is not set: skipping"),
+    };
+    // PostgreSQL refuses NUL bytes in text columns, which makes a real poison event.
+    let store: Arc<dyn Store> = Arc::new(
+        session_log::postgres::PgStore::connect(&url)
+            .await
+            .expect("connect"),
+    );
+    let writer = Writer::spawn(store.clone(), Hub::new(), WriterConfig::default());
+    let session = format!("poison-{}", uuid::Uuid::new_v4());
+    let events = vec![
+        delta(&session, "a"),
+        delta("bad\0session", "x"),
+        delta(&session, "b"),
+    ];
+    let committed = tokio::time::timeout(PATIENCE, writer.append(events))
+        .await
+        .expect("the writer keeps going")
+        .expect("writer alive");
+    let texts: Vec<&str> = committed.iter().map(|e| e.text()).collect();
+    assert_eq!(texts, ["a", "b"]);
+    assert_eq!(
+        writer
+            .stats()
+            .rejected
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let after = tokio::time::timeout(PATIENCE, writer.append(vec![delta(&session, "c")]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after[0].seq, 3, "later events commit normally, seqs dense");
+}
