@@ -10,6 +10,7 @@ use crate::sse::{SseFrame, SseParser};
 use crate::surface::{RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
 use crate::upstream::{Output, Protocol, StreamParser, Upstream};
+use crate::usage::Usage;
 
 pub struct ChatSurface;
 pub struct ChatUpstream;
@@ -649,40 +650,10 @@ fn tool_call_json(id: &str, name: &str, arguments: &str) -> Value {
     json!({ "id": id, "type": "function", "function": { "name": name, "arguments": arguments } })
 }
 
-/// Usage in Chat Completions shape, from either Chat (`prompt_tokens`) or Responses
-/// (`input_tokens`) usage, since the run may have been served by either kind of agent.
+/// Usage in Chat Completions shape, from either Chat or Responses usage, since the run
+/// may have been served by either kind of agent.
 fn chat_usage(u: &Value) -> Option<Value> {
-    let n = |keys: &[&str]| keys.iter().find_map(|k| u.get(*k).and_then(Value::as_u64));
-    let prompt = n(&["prompt_tokens", "input_tokens"]);
-    let completion = n(&["completion_tokens", "output_tokens"]);
-    if prompt.is_none() && completion.is_none() {
-        return None;
-    }
-    let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
-    let total = n(&["total_tokens"]).unwrap_or(prompt + completion);
-    let mut out = json!({
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": total,
-    });
-    let detail = |outer: &[&str], inner: &str| {
-        outer
-            .iter()
-            .find_map(|k| u.get(*k).and_then(|d| d.get(inner)).and_then(Value::as_u64))
-    };
-    if let Some(c) = detail(
-        &["prompt_tokens_details", "input_tokens_details"],
-        "cached_tokens",
-    ) {
-        out["prompt_tokens_details"] = json!({ "cached_tokens": c });
-    }
-    if let Some(r) = detail(
-        &["completion_tokens_details", "output_tokens_details"],
-        "reasoning_tokens",
-    ) {
-        out["completion_tokens_details"] = json!({ "reasoning_tokens": r });
-    }
-    Some(out)
+    Usage::read(u).map(Usage::to_chat)
 }
 
 /// Streams a run as `chat.completion.chunk` frames, the way the OpenAI SDK reads them.

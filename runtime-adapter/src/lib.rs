@@ -13,6 +13,7 @@ pub mod sse;
 pub mod surface;
 pub mod turn;
 pub mod upstream;
+pub mod usage;
 
 pub use item::{Block, Item};
 pub use projection::project;

@@ -5,11 +5,12 @@
 //! indices and the final object are the same whichever way (and however often, after a
 //! reconnect) a client reads the run.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use session_log::{Event, EventType, RunStatus};
 
 use crate::sse::SseFrame;
 use crate::surface::{RunInfo, StreamRenderer};
+use crate::usage::Usage;
 
 /// The hex part shared by a run id and its response id (`run_<hex>` ↔ `resp_<hex>`).
 pub(crate) fn run_hex(run_id: &str) -> &str {
@@ -549,40 +550,5 @@ impl StreamRenderer for Renderer {
 
 /// Token usage in the Responses shape, from either the Responses or the Chat shape.
 pub(crate) fn usage_json(u: &Value) -> Option<Value> {
-    let n = |keys: &[&str]| {
-        keys.iter().find_map(|k| {
-            let mut v = u;
-            for part in k.split('.') {
-                v = v.get(part)?;
-            }
-            v.as_u64()
-        })
-    };
-    let input = n(&["input_tokens", "prompt_tokens"]);
-    let output = n(&["output_tokens", "completion_tokens"]);
-    if input.is_none() && output.is_none() {
-        return None;
-    }
-    let (input, output) = (input.unwrap_or(0), output.unwrap_or(0));
-    let mut usage = Map::new();
-    usage.insert("input_tokens".into(), json!(input));
-    usage.insert(
-        "input_tokens_details".into(),
-        json!({
-            "cached_tokens": n(&["input_tokens_details.cached_tokens", "prompt_tokens_details.cached_tokens"]).unwrap_or(0),
-            "cache_write_tokens": n(&["input_tokens_details.cache_write_tokens"]).unwrap_or(0),
-        }),
-    );
-    usage.insert("output_tokens".into(), json!(output));
-    usage.insert(
-        "output_tokens_details".into(),
-        json!({
-            "reasoning_tokens": n(&["output_tokens_details.reasoning_tokens", "completion_tokens_details.reasoning_tokens"]).unwrap_or(0),
-        }),
-    );
-    usage.insert(
-        "total_tokens".into(),
-        json!(n(&["total_tokens"]).unwrap_or(input + output)),
-    );
-    Some(Value::Object(usage))
+    Usage::read(u).map(Usage::to_responses)
 }
