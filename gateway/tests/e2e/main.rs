@@ -4,6 +4,7 @@
 mod harness;
 
 mod bad_input;
+mod checkpoints;
 mod control;
 mod failures;
 mod interop;

@@ -238,10 +238,6 @@ impl Tether {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Sends a signal and waits for the process to exit; returns whether it exited.
     pub fn signal(&mut self, signal: &str, timeout: Duration) -> bool {
         Command::new("kill")
