@@ -58,7 +58,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(
+    pub fn new(
         status: u16,
         kind: &'static str,
         code: &'static str,
@@ -73,7 +73,34 @@ impl ApiError {
         }
     }
 
-    fn param(mut self, param: &str) -> Self {
+    /// The store failed: logged here with `context`, told to the client without detail.
+    pub fn store_unavailable(error: &dyn std::fmt::Display, context: &str) -> Self {
+        tracing::error!(%error, "{context}");
+        ApiError::new(
+            503,
+            "server_error",
+            "session_store_unavailable",
+            "the session store is unavailable",
+        )
+    }
+
+    /// Sends this error in `surface`'s format.
+    pub async fn send(
+        &self,
+        session: &mut Session,
+        surface: &dyn Surface,
+        headers: &[(&str, &str)],
+    ) -> Result<()> {
+        let body = surface.error_body(
+            &self.message,
+            self.kind,
+            self.param.as_deref(),
+            Some(self.code),
+        );
+        respond::json(session, self.status, &body, headers).await
+    }
+
+    pub fn with_param(mut self, param: &str) -> Self {
         self.param = Some(param.to_owned());
         self
     }
@@ -283,13 +310,12 @@ impl Gateway {
         let (started, turn) = match prepared {
             Ok(v) => v,
             Err((e, session_id)) => {
-                let body = surface.error_body(&e.message, e.kind, e.param.as_deref(), Some(e.code));
                 let headers: Vec<(&str, &str)> = session_id
                     .as_deref()
                     .map(|s| ("x-session-id", s))
                     .into_iter()
                     .collect();
-                respond::json(session, e.status, &body, &headers).await?;
+                e.send(session, surface, &headers).await?;
                 return Ok(true);
             }
         };
@@ -367,13 +393,7 @@ impl Gateway {
                     ApiError::new(503, "server_error", "shutting_down", e.to_string())
                 }
                 StartError::Store(_) | StartError::Write(_) => {
-                    tracing::error!(error = %e, "cannot start a run");
-                    ApiError::new(
-                        503,
-                        "server_error",
-                        "session_store_unavailable",
-                        "the session store is unavailable",
-                    )
+                    ApiError::store_unavailable(&e, "cannot start a run")
                 }
             };
             (err, Some(session_id.clone()))
@@ -396,20 +416,17 @@ impl Gateway {
                 "invalid_value",
                 format!("session id {id:?} is not valid: use 1-128 letters, digits, '-', '_', '.' or ':'"),
             )
-            .param("conversation")),
+            .with_param("conversation")),
             SessionRef::AfterResponse(response_id) => {
                 let not_found = || {
                     ApiError::new(404, "invalid_request_error", "previous_response_not_found", format!("Previous response with id '{response_id}' not found."))
-                        .param("previous_response_id")
+                        .with_param("previous_response_id")
                 };
                 let run_id = surface.run_id(response_id).ok_or_else(not_found)?;
                 match self.state.store.run(account_id, &run_id).await {
                     Ok(Some(run)) => Ok(run.session_id),
                     Ok(None) => Err(not_found()),
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot resolve previous_response_id");
-                        Err(ApiError::new(503, "server_error", "session_store_unavailable", "the session store is unavailable"))
-                    }
+                    Err(e) => Err(ApiError::store_unavailable(&e, "cannot resolve previous_response_id")),
                 }
             }
         }

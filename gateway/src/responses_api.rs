@@ -12,32 +12,11 @@ use runtime_adapter::{surface, Protocol, RunInfo, Surface};
 use serde_json::Value;
 use session_log::{Event, EventQuery, Invocation, Subscription};
 
-use crate::proxy::{render_step, State};
+use crate::proxy::{render_step, ApiError, State};
 use crate::{control, respond, stream};
 
 fn responses() -> &'static dyn Surface {
     surface(Protocol::OpenAiResponses)
-}
-
-async fn error(
-    session: &mut Session,
-    status: u16,
-    code: &str,
-    param: Option<&str>,
-    message: &str,
-) -> Result<()> {
-    let kind = if status >= 500 {
-        "server_error"
-    } else {
-        "invalid_request_error"
-    };
-    respond::json(
-        session,
-        status,
-        &responses().error_body(message, kind, param, Some(code)),
-        &[],
-    )
-    .await
 }
 
 /// Dispatches `rest` = the path after `/v1/responses/`.
@@ -52,47 +31,44 @@ pub async fn handle(
         Some((id, action)) => (id, Some(action)),
         None => (rest, None),
     };
-    let found = match responses().run_id(id) {
-        Some(run_id) => state.store.run(account_id, &run_id).await,
-        None => Ok(None),
-    };
-    let invocation = match found {
-        Ok(Some(inv)) => inv,
-        Ok(None) => {
-            return error(
-                session,
-                404,
-                "response_not_found",
-                None,
-                &format!("No response found with id '{id}'."),
-            )
-            .await
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot look up a response");
-            return error(
-                session,
-                503,
-                "session_store_unavailable",
-                None,
-                "the session store is unavailable",
-            )
-            .await;
-        }
-    };
-    match (method, action) {
-        (Method::GET, None) => retrieve(state, session, account_id, &invocation).await,
-        (Method::POST, Some("cancel")) => cancel(state, session, account_id, &invocation).await,
-        _ => {
-            error(
-                session,
+    let answer = match find(state, account_id, id).await {
+        Ok(invocation) => match (method, action) {
+            (Method::GET, None) => retrieve(state, session, account_id, &invocation).await,
+            (Method::POST, Some("cancel")) => cancel(state, session, account_id, &invocation).await,
+            _ => Err(ApiError::new(
                 405,
+                "invalid_request_error",
                 "method_not_allowed",
-                None,
                 "use GET /v1/responses/{id} or POST /v1/responses/{id}/cancel",
-            )
-            .await
-        }
+            )),
+        },
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(result) => result,
+        Err(e) => e.send(session, responses(), &[]).await,
+    }
+}
+
+/// The latest invocation of the run behind a response id, in the caller's account.
+async fn find(
+    state: &State,
+    account_id: &str,
+    id: &str,
+) -> std::result::Result<Invocation, ApiError> {
+    let not_found = || {
+        ApiError::new(
+            404,
+            "invalid_request_error",
+            "response_not_found",
+            format!("No response found with id '{id}'."),
+        )
+    };
+    let run_id = responses().run_id(id).ok_or_else(not_found)?;
+    match state.store.run(account_id, &run_id).await {
+        Ok(Some(invocation)) => Ok(invocation),
+        Ok(None) => Err(not_found()),
+        Err(e) => Err(ApiError::store_unavailable(&e, "cannot look up a response")),
     }
 }
 
@@ -123,86 +99,83 @@ fn query_param<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
         .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
 }
 
+fn run_query(account_id: &str, inv: &Invocation) -> EventQuery {
+    EventQuery {
+        run_id: Some(inv.run_id.clone()),
+        ..EventQuery::session(account_id, &inv.session_id)
+    }
+}
+
 async fn run_events(
     state: &State,
     account_id: &str,
     inv: &Invocation,
-) -> std::result::Result<Vec<Event>, session_log::StoreError> {
-    let query = EventQuery {
-        run_id: Some(inv.run_id.clone()),
-        ..EventQuery::session(account_id, &inv.session_id)
-    };
-    state.store.events(&query).await
+) -> std::result::Result<Vec<Event>, ApiError> {
+    state
+        .store
+        .events(&run_query(account_id, inv))
+        .await
+        .map_err(|e| ApiError::store_unavailable(&e, "cannot read a response"))
 }
+
+/// `Ok(Err(_))` is an error to send; `Ok(Ok(()))` means the answer went out.
+type Answer = std::result::Result<Result<()>, ApiError>;
 
 async fn retrieve(
     state: &State,
     session: &mut Session,
     account_id: &str,
     inv: &Invocation,
-) -> Result<()> {
+) -> Answer {
     let stream = query_param(session, "stream") == Some("true");
     let starting_after = match query_param(session, "starting_after").map(str::parse::<i64>) {
         None => -1,
         Some(Ok(n)) if n >= -1 => n,
         Some(_) => {
-            return error(
-                session,
+            let e = ApiError::new(
                 400,
+                "invalid_request_error",
                 "invalid_value",
-                Some("starting_after"),
                 "starting_after must be an integer",
-            )
-            .await
+            );
+            return Err(e.with_param("starting_after"));
         }
     };
-    let events = match run_events(state, account_id, inv).await {
-        Ok(e) => e,
-        Err(_) => {
-            return error(
-                session,
-                503,
-                "session_store_unavailable",
-                None,
-                "the session store is unavailable",
-            )
-            .await
-        }
-    };
+    let events = run_events(state, account_id, inv).await?;
     let info = run_info(inv, &events);
     let headers = [("x-session-id", inv.session_id.as_str())];
     if !stream {
-        return respond::json(
+        return Ok(respond::json(
             session,
             200,
             &responses().final_body(&info, &events),
             &headers,
         )
-        .await;
+        .await);
     }
     // Replay renders every event of the run from its start, so sequence numbers match the
     // original stream; frames up to `starting_after` are not sent again.
-    respond::sse_start(session, &headers).await?;
-    let query = EventQuery {
-        run_id: Some(inv.run_id.clone()),
-        ..EventQuery::session(account_id, &inv.session_id)
-    };
-    let mut subscription = Subscription::open(state.store.clone(), &state.hub, query);
+    if let Err(e) = respond::sse_start(session, &headers).await {
+        return Ok(Err(e));
+    }
+    let mut subscription =
+        Subscription::open(state.store.clone(), &state.hub, run_query(account_id, inv));
     let mut renderer = responses().stream_renderer(&info);
     stream::pump(session, &mut subscription, None, |event| {
         let mut step = render_step(&mut *renderer, event);
-        step.frames.retain(|f| {
-            serde_json::from_str::<Value>(&f.data)
+        let sequence_number = |data: &str| {
+            serde_json::from_str::<Value>(data)
                 .ok()
                 .and_then(|v| v["sequence_number"].as_i64())
-                .is_none_or(|n| n > starting_after)
-        });
+        };
+        step.frames
+            .retain(|f| sequence_number(&f.data).is_none_or(|n| n > starting_after));
         // Only the latest invocation's end ends the stream (a resumed run goes on).
         step.last = step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
         step
     })
     .await;
-    Ok(())
+    Ok(Ok(()))
 }
 
 async fn cancel(
@@ -210,27 +183,30 @@ async fn cancel(
     session: &mut Session,
     account_id: &str,
     inv: &Invocation,
-) -> Result<()> {
-    if let Err(e) = control::sessions_cancel(state, account_id, &inv.invocation_id).await {
-        return error(session, e.status, "cancel_failed", None, &e.message).await;
-    }
-    // Answer with the response as it ended.
-    let mut events = Vec::new();
-    for _ in 0..200 {
-        events = run_events(state, account_id, inv).await.unwrap_or_default();
-        if events.iter().any(|e| {
+) -> Answer {
+    control::sessions_cancel(state, account_id, &inv.invocation_id)
+        .await
+        .map_err(|e| ApiError::new(e.status, "server_error", "cancel_failed", e.message))?;
+    // Answer with the response as it ended (the supervisor records the end promptly).
+    let ended = |events: &[Event]| {
+        events.iter().any(|e| {
             e.is_terminal() && e.invocation_id.as_deref() == Some(inv.invocation_id.as_str())
-        }) {
+        })
+    };
+    let mut events = run_events(state, account_id, inv).await?;
+    for _ in 0..200 {
+        if ended(&events) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
+        events = run_events(state, account_id, inv).await?;
     }
     let info = run_info(inv, &events);
-    respond::json(
+    Ok(respond::json(
         session,
         200,
         &responses().final_body(&info, &events),
         &[("x-session-id", &inv.session_id)],
     )
-    .await
+    .await)
 }
