@@ -82,6 +82,16 @@ pub struct Settings {
     /// Log format: text or json.
     #[arg(long, env = "TETHER_LOG_FORMAT")]
     pub log_format: Option<String>,
+    /// Seconds after which a recorded checkpoint expires (default: never).
+    #[arg(long, env = "TETHER_CHECKPOINT_TTL_SECONDS")]
+    pub checkpoint_ttl_seconds: Option<u64>,
+    /// Whether a checkpoint may be resumed more than once.
+    #[arg(long, env = "TETHER_CHECKPOINT_REPLAY_ALLOWED")]
+    pub checkpoint_replay_allowed: Option<bool>,
+    /// Tools known to have no side effects (comma-separated); every other tool is assumed
+    /// to have them when a resume's risk is assessed.
+    #[arg(long, env = "TETHER_SIDE_EFFECT_FREE_TOOLS", value_delimiter = ',')]
+    pub side_effect_free_tools: Option<Vec<String>>,
 }
 
 /// The validated configuration the gateway runs with.
@@ -104,6 +114,8 @@ pub struct Config {
     pub threads: usize,
     pub writer_max_batch: usize,
     pub log_json: bool,
+    pub checkpoint_policy: session_log::checkpoints::CheckpointPolicy,
+    pub side_effect_free_tools: Vec<String>,
 }
 
 /// The agent's base URL, split for the connector.
@@ -169,7 +181,10 @@ impl Settings {
             subscribe_timeout_seconds,
             threads,
             writer_max_batch,
-            log_format
+            log_format,
+            checkpoint_ttl_seconds,
+            checkpoint_replay_allowed,
+            side_effect_free_tools
         )
     }
 
@@ -282,6 +297,20 @@ impl Settings {
                 1024,
             )? as usize,
             log_json,
+            checkpoint_policy: session_log::checkpoints::CheckpointPolicy {
+                ttl: match self.checkpoint_ttl_seconds {
+                    Some(0) => return Err(bad("checkpoint_ttl_seconds", "must be greater than 0")),
+                    Some(s) => Some(
+                        i64::try_from(s)
+                            .ok()
+                            .and_then(chrono::Duration::try_seconds)
+                            .ok_or_else(|| bad("checkpoint_ttl_seconds", "is too large"))?,
+                    ),
+                    None => None,
+                },
+                replay_allowed: self.checkpoint_replay_allowed.unwrap_or(true),
+            },
+            side_effect_free_tools: self.side_effect_free_tools.unwrap_or_default(),
         })
     }
 }

@@ -106,6 +106,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         upstream,
         config.model.clone(),
     );
+    runs.set_checkpoint_policy(config.checkpoint_policy.clone());
     tracing::info!(
         listen = %config.listen, upstream = %config.upstream.authority, protocol = config.protocol.as_str(),
         store = raw_store.backend(), "tether starting"

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use runtime_adapter::{project, Item, Output, TurnRequest, Upstream};
 use serde_json::{json, Value};
+use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
 use session_log::{
     EventQuery, EventType, NewEvent, RunStatus, Seq, Store, StoreError, WriteError, Writer,
@@ -52,7 +53,11 @@ pub struct StartedRun {
 
 struct ActiveRun {
     session_key: (String, String),
-    stop: oneshot::Sender<Stop>,
+    run_id: String,
+    /// Taken by the first stop request.
+    stop: Option<oneshot::Sender<Stop>>,
+    /// The run's end is being written: the session is about to be free.
+    finishing: bool,
 }
 
 pub struct Runs {
@@ -62,9 +67,20 @@ pub struct Runs {
     upstream: &'static dyn Upstream,
     default_model: String,
     active: Mutex<Active>,
-    idle: Notify,
-    /// Supervisors that have not yet recorded their run's end.
-    supervising: std::sync::atomic::AtomicUsize,
+    /// Notified whenever a run leaves `active` (its end is committed).
+    changed: Notify,
+    /// How Tether's own `run_checkpoint` events are recorded.
+    checkpoint_policy: Mutex<CheckpointPolicy>,
+}
+
+/// What a resume adds to a start: the history cut at the checkpoint and where it came from.
+pub struct ResumeFrom {
+    pub run_id: String,
+    pub checkpoint_id: String,
+    pub resume_attempt_id: String,
+    /// The projection up to the checkpoint (and replayed tool results), sent instead of
+    /// the whole session.
+    pub history: Vec<Item>,
 }
 
 #[derive(Default)]
@@ -116,6 +132,9 @@ impl Outcome {
     }
 }
 
+/// How long a new run waits for the session's previous run to finish committing its end.
+const FINISHING_WAIT: Duration = Duration::from_secs(10);
+
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
 }
@@ -135,9 +154,53 @@ impl Runs {
             upstream,
             default_model,
             active: Mutex::new(Active::default()),
-            idle: Notify::new(),
-            supervising: Default::default(),
+            changed: Notify::new(),
+            checkpoint_policy: Mutex::new(CheckpointPolicy::default()),
         })
+    }
+
+    /// Sets how checkpoints are recorded from now on (TTL, replay policy).
+    pub fn set_checkpoint_policy(&self, policy: CheckpointPolicy) {
+        *self
+            .checkpoint_policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = policy;
+    }
+
+    fn checkpoint_policy(&self) -> CheckpointPolicy {
+        self.checkpoint_policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The run and invocation in progress in a session on this gateway, if any.
+    pub fn active_in_session(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Option<(String, String)> {
+        self.active()
+            .by_invocation
+            .iter()
+            .find(|(_, r)| r.session_key.0 == account_id && r.session_key.1 == session_id)
+            .map(|(inv, r)| (r.run_id.clone(), inv.clone()))
+    }
+
+    /// A `run_checkpoint` event of `run` recorded by Tether.
+    fn checkpoint_event(
+        &self,
+        run: &StartedRun,
+        phase: Phase,
+        tool_call_ids: &[String],
+    ) -> NewEvent {
+        checkpoint_event(
+            run,
+            phase,
+            tool_call_ids,
+            self.store.backend(),
+            &self.checkpoint_policy(),
+        )
     }
 
     fn active(&self) -> std::sync::MutexGuard<'_, Active> {
@@ -156,32 +219,82 @@ impl Runs {
         session_id: &str,
         turn: TurnRequest,
     ) -> Result<StartedRun, StartError> {
-        let run_id = new_id("run");
+        self.launch(account_id, session_id, turn, None).await
+    }
+
+    /// Starts a new invocation of an existing run from a checkpoint: the agent gets
+    /// `from.history` plus the turn's input (the resume instruction), and the
+    /// invocation's `in_progress` names the checkpoint. Same rules as [`Runs::start`].
+    pub async fn resume(
+        self: &Arc<Self>,
+        account_id: &str,
+        session_id: &str,
+        turn: TurnRequest,
+        from: ResumeFrom,
+    ) -> Result<StartedRun, StartError> {
+        self.launch(account_id, session_id, turn, Some(from)).await
+    }
+
+    async fn launch(
+        self: &Arc<Self>,
+        account_id: &str,
+        session_id: &str,
+        turn: TurnRequest,
+        resume: Option<ResumeFrom>,
+    ) -> Result<StartedRun, StartError> {
+        let run_id = resume
+            .as_ref()
+            .map(|r| r.run_id.clone())
+            .unwrap_or_else(|| new_id("run"));
         let invocation_id = new_id("inv");
         let session_key = (account_id.to_owned(), session_id.to_owned());
         let (stop_tx, stop_rx) = oneshot::channel();
-        {
-            let mut active = self.active();
-            if active.closed {
-                return Err(StartError::ShuttingDown);
-            }
-            if active
-                .by_invocation
-                .values()
-                .any(|r| r.session_key == session_key)
+        // One run per session. A run whose end is being written frees the session within
+        // a commit: wait for it rather than refuse a client that read the end already.
+        let deadline = tokio::time::Instant::now() + FINISHING_WAIT;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             {
+                let mut active = self.active();
+                if active.closed {
+                    return Err(StartError::ShuttingDown);
+                }
+                let busy = active
+                    .by_invocation
+                    .values()
+                    .find(|r| r.session_key == session_key);
+                match busy {
+                    None => {
+                        let run = ActiveRun {
+                            session_key,
+                            run_id: run_id.clone(),
+                            stop: Some(stop_tx),
+                            finishing: false,
+                        };
+                        active.by_invocation.insert(invocation_id.clone(), run);
+                        break;
+                    }
+                    Some(run) if !run.finishing => {
+                        return Err(StartError::SessionBusy(session_id.to_owned()))
+                    }
+                    Some(_) => {}
+                }
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return Err(StartError::SessionBusy(session_id.to_owned()));
             }
-            active.by_invocation.insert(
-                invocation_id.clone(),
-                ActiveRun {
-                    session_key,
-                    stop: stop_tx,
-                },
-            );
         }
         let started = self
-            .record_start(account_id, session_id, &run_id, &invocation_id, &turn)
+            .record_start(
+                account_id,
+                session_id,
+                &run_id,
+                &invocation_id,
+                &turn,
+                resume,
+            )
             .await;
         let (history, first_seq) = match started {
             Ok(v) => v,
@@ -206,7 +319,8 @@ impl Runs {
         Ok(run)
     }
 
-    /// Loads the history, then commits the new input and `in_progress`.
+    /// Loads the history (a resume brings its own), then commits the new input,
+    /// `in_progress`, and a checkpoint when the input carries tool results.
     async fn record_start(
         &self,
         account_id: &str,
@@ -214,12 +328,23 @@ impl Runs {
         run_id: &str,
         invocation_id: &str,
         turn: &TurnRequest,
+        resume: Option<ResumeFrom>,
     ) -> Result<(Vec<Item>, Seq), StartError> {
-        let events = self
-            .store
-            .events(&EventQuery::session(account_id, session_id))
-            .await?;
-        let history = project(&events);
+        let mut metadata = json!({ "surface": turn.surface.as_str(), "stream": turn.stream });
+        let history = match resume {
+            Some(from) => {
+                metadata[RESUMED_FROM] = json!(from.checkpoint_id);
+                metadata["resume_attempt_id"] = json!(from.resume_attempt_id);
+                from.history
+            }
+            None => {
+                let events = self
+                    .store
+                    .events(&EventQuery::session(account_id, session_id))
+                    .await?;
+                project(&events)
+            }
+        };
         let mut batch: Vec<NewEvent> = turn
             .input
             .iter()
@@ -229,6 +354,7 @@ impl Runs {
             })
             .collect();
         let model = turn.model.as_deref().unwrap_or(&self.default_model);
+        metadata["model"] = json!(model);
         batch.push(
             NewEvent::new(
                 account_id,
@@ -237,49 +363,81 @@ impl Runs {
                 run_status_content(RunStatus::InProgress, None),
             )
             .in_run(run_id, invocation_id)
-            .with_metadata(
-                json!({ "model": model, "surface": turn.surface.as_str(), "stream": turn.stream }),
-            ),
+            .with_metadata(metadata),
         );
+        // Tool results the client supplies (OpenAI-style tools run on the client) are tool
+        // results within this run: the point before the model answers them is resumable.
+        let results: Vec<String> = turn
+            .input
+            .iter()
+            .filter_map(|item| match item {
+                Item::ToolResult { call_id, .. } => Some(call_id.clone()),
+                _ => None,
+            })
+            .collect();
+        if !results.is_empty() {
+            let ids = StartedRun {
+                account_id: account_id.to_owned(),
+                session_id: session_id.to_owned(),
+                run_id: run_id.to_owned(),
+                invocation_id: invocation_id.to_owned(),
+                first_seq: 0,
+                model: model.to_owned(),
+            };
+            batch.push(self.checkpoint_event(&ids, Phase::AfterToolResult, &results));
+        }
         let committed = self.writer.append(batch).await?;
         let first_seq = committed.first().map(|e| e.seq).unwrap_or_default();
         Ok((history.into_iter().collect(), first_seq))
     }
 
     fn forget(&self, invocation_id: &str) {
-        let mut active = self.active();
-        active.by_invocation.remove(invocation_id);
-        if active.by_invocation.is_empty() {
-            self.idle.notify_waiters();
+        self.active().by_invocation.remove(invocation_id);
+        self.changed.notify_waiters();
+    }
+
+    fn mark_finishing(&self, invocation_id: &str) {
+        if let Some(run) = self.active().by_invocation.get_mut(invocation_id) {
+            run.finishing = true;
         }
     }
 
-    /// Stops a running invocation of this gateway. Returns whether it was running here.
+    /// Stops a running invocation of this gateway (idempotent). Returns whether it is
+    /// running here. The run stays active until its end is committed.
     pub fn stop(&self, invocation_id: &str, why: Stop) -> bool {
-        match self.active().by_invocation.remove(invocation_id) {
+        match self.active().by_invocation.get_mut(invocation_id) {
             Some(run) => {
-                let _ = run.stop.send(why);
+                if let Some(stop) = run.stop.take() {
+                    let _ = stop.send(why);
+                }
                 true
             }
             None => false,
         }
     }
 
+    /// Waits until no run is active, or `timeout` passes; returns whether none is.
+    async fn until_idle(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, async {
+            loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if self.active_count() == 0 {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
     /// Refuses new runs, waits up to `grace` for running ones to finish, then closes the
     /// rest as `interrupted` and waits until everything is committed.
     pub async fn drain(&self, grace: Duration) {
         self.active().closed = true;
-        let waited = tokio::time::timeout(grace, async {
-            loop {
-                let idle = self.idle.notified();
-                if self.active_count() == 0 {
-                    return;
-                }
-                idle.await;
-            }
-        })
-        .await;
-        if waited.is_err() {
+        if !self.until_idle(grace).await {
             let ids: Vec<String> = self.active().by_invocation.keys().cloned().collect();
             tracing::warn!(
                 runs = ids.len(),
@@ -288,13 +446,8 @@ impl Runs {
             for id in ids {
                 self.stop(&id, Stop::Shutdown);
             }
-            // The supervisors write the terminal statuses; give them a moment to queue.
-            let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                while self.supervising.load(std::sync::atomic::Ordering::Acquire) > 0 {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            })
-            .await;
+            // Their supervisors write the terminal statuses.
+            self.until_idle(Duration::from_secs(2)).await;
         }
         let _ = self.writer.flush().await;
     }
@@ -306,8 +459,6 @@ impl Runs {
         turn: TurnRequest,
         mut stop: oneshot::Receiver<Stop>,
     ) {
-        self.supervising
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn));
         let outcome = tokio::select! {
             joined = &mut driver => joined.unwrap_or_else(|e| Outcome::failed("internal_error", format!("the run task failed: {e}"))),
@@ -319,7 +470,10 @@ impl Runs {
                 Outcome::stopped(why)
             }
         };
-        let mut batch = Vec::with_capacity(2);
+        let mut batch = Vec::with_capacity(3);
+        if outcome.status == RunStatus::Completed {
+            batch.push(self.checkpoint_event(&run, Phase::TurnCompleted, &[]));
+        }
         let event = |t: EventType, content: Value| {
             NewEvent::new(&run.account_id, &run.session_id, t, content)
                 .in_run(&run.run_id, &run.invocation_id)
@@ -339,6 +493,7 @@ impl Runs {
             terminal = terminal.with_metadata(json!({ "usage": usage }));
         }
         batch.push(terminal);
+        self.mark_finishing(&run.invocation_id);
         if let Err(e) = self.writer.append(batch).await {
             tracing::error!(error = %e, run_id = %run.run_id, "could not record the end of a run");
         }
@@ -347,8 +502,6 @@ impl Runs {
             invocation_id = %run.invocation_id, status = outcome.status.as_str(), "run ended"
         );
         self.forget(&run.invocation_id);
-        self.supervising
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -373,6 +526,8 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: Vec<Item>, turn: TurnR
     let mut recorder = Recorder {
         run: &run,
         writer: &runs.writer,
+        backend: runs.store.backend(),
+        policy: runs.checkpoint_policy(),
         done: None,
         error: None,
     };
@@ -411,8 +566,35 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: Vec<Item>, turn: TurnR
 struct Recorder<'a> {
     run: &'a StartedRun,
     writer: &'a Writer,
+    backend: &'static str,
+    policy: CheckpointPolicy,
     done: Option<Option<Value>>,
     error: Option<(String, String)>,
+}
+
+/// A `run_checkpoint` event Tether records in `run`.
+fn checkpoint_event(
+    run: &StartedRun,
+    phase: Phase,
+    tool_call_ids: &[String],
+    backend: &str,
+    policy: &CheckpointPolicy,
+) -> NewEvent {
+    let content = checkpoint_content(
+        &new_id("ckpt"),
+        phase,
+        tool_call_ids,
+        backend,
+        policy,
+        chrono::Utc::now(),
+    );
+    NewEvent::new(
+        &run.account_id,
+        &run.session_id,
+        EventType::RunCheckpoint,
+        content,
+    )
+    .in_run(&run.run_id, &run.invocation_id)
 }
 
 impl Recorder<'_> {
@@ -423,7 +605,33 @@ impl Recorder<'_> {
                 .in_run(&run.run_id, &run.invocation_id)
         };
         let mut batch = Vec::with_capacity(outputs.len());
+        // Consecutive tool calls (or results) share one checkpoint after the last of them,
+        // so parallel calls never leave a checkpoint between siblings.
+        let mut pending: Option<(Phase, Vec<String>)> = None;
+        let flush = |pending: &mut Option<(Phase, Vec<String>)>, batch: &mut Vec<NewEvent>| {
+            if let Some((phase, ids)) = pending.take() {
+                batch.push(checkpoint_event(
+                    run,
+                    phase,
+                    &ids,
+                    self.backend,
+                    &self.policy,
+                ));
+            }
+        };
         for output in outputs {
+            let step = match &output {
+                Output::Item(Item::ToolCall { call_id, .. }) => {
+                    Some((Phase::AfterToolCall, call_id.clone()))
+                }
+                Output::Item(Item::ToolResult { call_id, .. }) => {
+                    Some((Phase::AfterToolResult, call_id.clone()))
+                }
+                _ => None,
+            };
+            if pending.as_ref().map(|p| p.0) != step.as_ref().map(|s| s.0) {
+                flush(&mut pending, &mut batch);
+            }
             match output {
                 Output::TextDelta(delta) => {
                     batch.push(event(EventType::TextDelta, json!({ "delta": delta })))
@@ -440,7 +648,14 @@ impl Recorder<'_> {
                 }
                 Output::Done { usage } => self.done = Some(usage),
             }
+            if let Some((phase, id)) = step {
+                pending
+                    .get_or_insert_with(|| (phase, Vec::new()))
+                    .1
+                    .push(id);
+            }
         }
+        flush(&mut pending, &mut batch);
         if !batch.is_empty() {
             // Waits only for queue space: the client sees these once they are committed.
             if let Err(e) = self.writer.submit(batch).await {

@@ -2,6 +2,7 @@
 //! PostgreSQL implementations, the batching writer that commits events before anyone may
 //! see them, and the hub that broadcasts committed events to live subscribers.
 
+pub mod checkpoints;
 pub mod event;
 pub mod hub;
 pub mod postgres;

@@ -1,35 +1,415 @@
-//! Checkpoints, tool receipts, resume preview and resume (being built).
+//! Checkpoint actions of the control API: ListSessionCheckpoints, ListToolReceipts,
+//! GetCheckpointResumePreview and ResumeRun, all answered from the session log (see
+//! `session_log::checkpoints` for the descriptors, receipts and the state machine).
+
+use runtime_adapter::{project, surface, Item, Protocol, RunInfo, TurnRequest};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use session_log::checkpoints::{
+    checkpoints, resume_risk, tool_receipts, Checkpoint, CheckpointStatus, ReceiptStatus,
+};
+use session_log::{Event, EventQuery, EventType, RunStatus, Subscription};
 
 use super::{ActionResult, Call, ControlError};
+use crate::core::on_core;
+use crate::runs::{new_id, ResumeFrom, StartError};
 
-pub async fn list_session_checkpoints(_call: &Call<'_>) -> ActionResult {
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 200;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListCheckpointsParams {
+    session_id: String,
+    run_id: Option<String>,
+    framework: Option<String>,
+    only_resumable: Option<bool>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListReceiptsParams {
+    session_id: String,
+    run_id: Option<String>,
+    checkpoint_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CheckpointParams {
+    session_id: String,
+    run_id: String,
+    checkpoint_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ResumeParams {
+    session_id: String,
+    run_id: String,
+    checkpoint_id: String,
+    resume_instruction_enabled: Option<bool>,
+    resume_instruction: Option<String>,
+    stream: Option<bool>,
+}
+
+fn non_empty(name: &str, value: &str) -> Result<(), ControlError> {
+    if value.trim().is_empty() {
+        return Err(ControlError::bad_request(format!(
+            "{name} must not be empty"
+        )));
+    }
+    Ok(())
+}
+
+/// Every event of a session the caller's account owns; another account's session is
+/// "not found".
+async fn session_events(call: &Call<'_>, session_id: &str) -> Result<Vec<Event>, ControlError> {
+    non_empty("SessionId", session_id)?;
+    let store = &call.state.store;
+    if store.session(call.account_id, session_id).await?.is_none() {
+        return Err(ControlError::not_found("session", session_id));
+    }
+    Ok(store
+        .events(&EventQuery::session(call.account_id, session_id))
+        .await?)
+}
+
+fn require_run(events: &[Event], run_id: &str) -> Result<(), ControlError> {
+    non_empty("RunId", run_id)?;
+    if events.iter().any(|e| e.run_id.as_deref() == Some(run_id)) {
+        Ok(())
+    } else {
+        Err(ControlError::not_found("run", run_id))
+    }
+}
+
+fn find_checkpoint(events: &[Event], p: &CheckpointParams) -> Result<Checkpoint, ControlError> {
+    require_run(events, &p.run_id)?;
+    non_empty("CheckpointId", &p.checkpoint_id)?;
+    checkpoints(events, chrono::Utc::now())
+        .into_iter()
+        .find(|c| c.checkpoint_id == p.checkpoint_id && c.run_id.as_deref() == Some(&p.run_id))
+        .ok_or_else(|| ControlError::not_found("checkpoint", &p.checkpoint_id))
+}
+
+pub async fn list_session_checkpoints(call: &Call<'_>) -> ActionResult {
+    let p: ListCheckpointsParams = call.params()?;
+    let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ControlError::bad_request(format!(
+            "Limit must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    let offset = p.offset.unwrap_or(0);
+    if offset < 0 {
+        return Err(ControlError::bad_request("Offset must not be negative"));
+    }
+    let events = session_events(call, &p.session_id).await?;
+    if let Some(run_id) = &p.run_id {
+        require_run(&events, run_id)?;
+    }
+    let matching: Vec<Checkpoint> = checkpoints(&events, chrono::Utc::now())
+        .into_iter()
+        .filter(|c| p.run_id.is_none() || c.run_id == p.run_id)
+        .filter(|c| p.framework.as_ref().is_none_or(|f| &c.framework == f))
+        .filter(|c| !p.only_resumable.unwrap_or(false) || c.checkpoint_status.can_resume())
+        .collect();
+    let total = matching.len();
+    let page: Vec<&Checkpoint> = matching
+        .iter()
+        .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+        .take(limit as usize)
+        .collect();
+    Ok(json!({ "Checkpoints": page, "Total": total, "Offset": offset, "Limit": limit }))
+}
+
+pub async fn list_tool_receipts(call: &Call<'_>) -> ActionResult {
+    let p: ListReceiptsParams = call.params()?;
+    let events = session_events(call, &p.session_id).await?;
+    if let Some(run_id) = &p.run_id {
+        require_run(&events, run_id)?;
+    }
+    if let Some(id) = &p.checkpoint_id {
+        let known = checkpoints(&events, chrono::Utc::now())
+            .iter()
+            .any(|c| &c.checkpoint_id == id && (p.run_id.is_none() || c.run_id == p.run_id));
+        if !known {
+            return Err(ControlError::not_found("checkpoint", id));
+        }
+    }
+    let receipts: Vec<_> = tool_receipts(&events)
+        .into_iter()
+        .filter(|r| p.run_id.is_none() || r.run_id == p.run_id)
+        .filter(|r| p.checkpoint_id.is_none() || r.checkpoint_id == p.checkpoint_id)
+        .collect();
+    Ok(json!({ "ToolReceipts": receipts }))
+}
+
+pub async fn get_checkpoint_resume_preview(call: &Call<'_>) -> ActionResult {
+    let p: CheckpointParams = call.params()?;
+    let events = session_events(call, &p.session_id).await?;
+    let checkpoint = find_checkpoint(&events, &p)?;
+    // What resuming could repeat: the tool calls this run made after the checkpoint.
+    let after: Vec<_> = tool_receipts(&events)
+        .into_iter()
+        .filter(|r| r.run_id.as_deref() == Some(&p.run_id) && r.seq_id > checkpoint.seq_id)
+        .collect();
+    let free = &call.state.config.side_effect_free_tools;
+    let risk = resume_risk(&after, |tool| !free.iter().any(|t| t == tool));
+    let can_resume = checkpoint.checkpoint_status.can_resume();
+    let expected_action = if can_resume {
+        "resume_from_checkpoint"
+    } else if checkpoint.checkpoint_status == CheckpointStatus::Terminal {
+        "noop"
+    } else {
+        "choose_another_checkpoint"
+    };
+    Ok(json!({ "Preview": {
+        "Checkpoint": checkpoint,
+        "Capabilities": capabilities(),
+        "CanResume": can_resume,
+        "Reason": checkpoint.resume_disabled_reason,
+        "NextNode": checkpoint.next_node,
+        "ExpectedAction": expected_action,
+        "ToolReceipts": after,
+        "Risk": risk,
+        "Summary": {
+            "RunId": p.run_id,
+            "CheckpointId": checkpoint.checkpoint_id,
+            "Phase": checkpoint.phase,
+            "ToolReceiptCount": after.len(),
+        },
+    }}))
+}
+
+fn capabilities() -> Value {
+    // IdempotentToolReplay: a resume hands the agent the recorded result of a tool call
+    // that preceded the checkpoint instead of having the tool run again.
+    json!({ "Checkpoints": true, "CheckpointResume": true, "ToolReceipts": true, "IdempotentToolReplay": true })
+}
+
+pub async fn resume_run(call: &Call<'_>) -> ActionResult {
+    let p: ResumeParams = call.params()?;
+    if p.stream == Some(true) {
+        return Err(ControlError::bad_request(
+            "Stream=true is not supported yet: call with Stream=false, or follow the run with SubscribeRunEvents",
+        ));
+    }
+    let instruction = match (
+        p.resume_instruction_enabled.unwrap_or(false),
+        &p.resume_instruction,
+    ) {
+        (true, Some(text)) if !text.trim().is_empty() => Some(text.clone()),
+        (true, _) => return Err(ControlError::bad_request(
+            "ResumeInstruction must be a non-empty string when ResumeInstructionEnabled is true",
+        )),
+        (false, _) => None,
+    };
+    let events = session_events(call, &p.session_id).await?;
+    let key = CheckpointParams {
+        session_id: p.session_id.clone(),
+        run_id: p.run_id.clone(),
+        checkpoint_id: p.checkpoint_id.clone(),
+    };
+    let checkpoint = find_checkpoint(&events, &key)?;
+    let runs = call.state.runs.clone();
+    if let Some(busy) = busy(call, &p.session_id, &p.run_id) {
+        return Err(busy);
+    }
+    let attempt_id = new_id("resume");
+    let replay_forbidden = checkpoint.resume_count > 0 && !checkpoint.replay_allowed;
+    match checkpoint.checkpoint_status {
+        CheckpointStatus::Expired | CheckpointStatus::Disabled
+            if replay_forbidden || checkpoint.checkpoint_status == CheckpointStatus::Expired =>
+        {
+            return Err(ControlError::conflict(
+                checkpoint.resume_disabled_reason.clone(),
+                json!({
+                    "code": "checkpoint_not_resumable",
+                    "reason": checkpoint.resume_disabled_reason,
+                    "checkpoint_id": checkpoint.checkpoint_id,
+                    "run_id": p.run_id,
+                    "resume_status": checkpoint.resume_status,
+                    "is_terminal": checkpoint.is_terminal,
+                }),
+            ))
+        }
+        status if !status.can_resume() => {
+            return Ok(json!({
+                "status": "noop",
+                "Reason": checkpoint.resume_disabled_reason,
+                "CheckpointId": checkpoint.checkpoint_id,
+                "RunId": p.run_id,
+                "ResumeAttemptId": attempt_id,
+            }))
+        }
+        _ => {}
+    }
+
+    let history = resume_history(&events, &checkpoint);
+    let model = events
+        .iter()
+        .find(|e| {
+            e.run_id.as_deref() == Some(&p.run_id) && e.run_status() == Some(RunStatus::InProgress)
+        })
+        .and_then(|e| e.metadata.get("model").and_then(Value::as_str))
+        .map(str::to_owned);
+    let mut turn = TurnRequest::new(Protocol::OpenAiResponses);
+    turn.model = model;
+    turn.input = instruction
+        .iter()
+        .map(|text| Item::user_text(text))
+        .collect();
+    let from = ResumeFrom {
+        run_id: p.run_id.clone(),
+        checkpoint_id: checkpoint.checkpoint_id.clone(),
+        resume_attempt_id: attempt_id,
+        history,
+    };
+    let (account, session_id) = (call.account_id.to_owned(), p.session_id.clone());
+    let started = on_core(&call.state.core, async move {
+        runs.resume(&account, &session_id, turn, from).await
+    })
+    .await;
+    let started = match started {
+        Ok(run) => run,
+        // Lost a race with another start between the check above and here.
+        Err(StartError::SessionBusy(_)) => {
+            return Err(busy(call, &p.session_id, &p.run_id).unwrap_or_else(|| {
+                ControlError::conflict("the session is busy; try again", Value::Null)
+            }))
+        }
+        Err(StartError::ShuttingDown) => {
+            return Err(ControlError {
+                status: 503,
+                message: "the gateway is shutting down".into(),
+                data: Value::Null,
+            })
+        }
+        Err(e) => return Err(ControlError::unavailable(e)),
+    };
+    tracing::info!(
+        account_id = call.account_id, session_id = %started.session_id, run_id = %started.run_id,
+        invocation_id = %started.invocation_id, checkpoint_id = %checkpoint.checkpoint_id, "run resumed"
+    );
+
+    // Answer when the invocation ends, like a non-streaming turn.
+    let query = EventQuery {
+        after_seq: started.first_seq - 1,
+        invocation_id: Some(started.invocation_id.clone()),
+        ..EventQuery::session(&started.account_id, &started.session_id)
+    };
+    let mut subscription = Subscription::open(call.state.store.clone(), &call.state.hub, query);
+    let mut collected = Vec::new();
+    loop {
+        match subscription.next().await? {
+            Some(event) => {
+                let last = event.is_terminal();
+                collected.push((*event).clone());
+                if last {
+                    break;
+                }
+            }
+            None => return Err(ControlError::unavailable("the event hub closed")),
+        }
+    }
+    let info = RunInfo {
+        run_id: started.run_id.clone(),
+        session_id: started.session_id.clone(),
+        model: started.model.clone(),
+        created_at: chrono::Utc::now().timestamp(),
+    };
+    let terminal = collected.last().and_then(Event::run_status);
+    if terminal == Some(RunStatus::Completed) {
+        return Ok(surface(Protocol::OpenAiResponses).final_body(&info, &collected));
+    }
+    let error = collected
+        .iter()
+        .rev()
+        .find(|e| e.event_type == EventType::Error)
+        .map(|e| e.content.clone())
+        .unwrap_or(Value::Null);
     Err(ControlError {
-        status: 501,
-        message: "not implemented yet".into(),
-        data: serde_json::Value::Null,
+        status: 502,
+        message: format!(
+            "the resumed run ended as {}",
+            terminal.map(RunStatus::as_str).unwrap_or("failed")
+        ),
+        data: json!({
+            "InvocationId": started.invocation_id,
+            "SessionId": started.session_id,
+            "RunId": started.run_id,
+            "Error": error,
+        }),
     })
 }
 
-pub async fn list_tool_receipts(_call: &Call<'_>) -> ActionResult {
-    Err(ControlError {
-        status: 501,
-        message: "not implemented yet".into(),
-        data: serde_json::Value::Null,
-    })
+/// The 409 for a session that already has a run going on this gateway.
+fn busy(call: &Call<'_>, session_id: &str, run_id: &str) -> Option<ControlError> {
+    let (active_run, invocation_id) = call
+        .state
+        .runs
+        .active_in_session(call.account_id, session_id)?;
+    let (code, message) = if active_run == run_id {
+        (
+            "resume_already_running",
+            "A checkpoint resume is already running for this session and run.",
+        )
+    } else {
+        (
+            "session_busy",
+            "Another run is in progress in this session; wait for it or cancel it.",
+        )
+    };
+    Some(ControlError::conflict(
+        message,
+        json!({
+            "code": code,
+            "message": message,
+            "InvocationId": invocation_id,
+            "SessionId": session_id,
+            "RunId": active_run,
+        }),
+    ))
 }
 
-pub async fn get_checkpoint_resume_preview(_call: &Call<'_>) -> ActionResult {
-    Err(ControlError {
-        status: 501,
-        message: "not implemented yet".into(),
-        data: serde_json::Value::Null,
-    })
-}
-
-pub async fn resume_run(_call: &Call<'_>) -> ActionResult {
-    Err(ControlError {
-        status: 501,
-        message: "not implemented yet".into(),
-        data: serde_json::Value::Null,
-    })
+/// What the agent is sent on resume: the projection of everything before the
+/// checkpoint, plus — for a tool call the checkpoint follows — the result already
+/// recorded for it (replayed from its receipt, so the tool does not run twice).
+fn resume_history(events: &[Event], checkpoint: &Checkpoint) -> Vec<Item> {
+    let before: Vec<Event> = events
+        .iter()
+        .filter(|e| e.seq < checkpoint.seq_id)
+        .cloned()
+        .collect();
+    let mut history = project(&before);
+    let receipts = tool_receipts(events);
+    let unanswered: Vec<String> = history
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| match item {
+            Item::ToolCall { call_id, .. } => {
+                let answered = history[i + 1..].iter().any(
+                    |later| matches!(later, Item::ToolResult { call_id: c, .. } if c == call_id),
+                );
+                (!answered).then(|| call_id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    for call_id in unanswered {
+        let recorded = receipts
+            .iter()
+            .rev()
+            .find(|r| r.seq_id < checkpoint.seq_id && r.tool_call_id == call_id)
+            .filter(|r| r.status != ReceiptStatus::Pending)
+            .and_then(|r| r.output.clone());
+        if let Some(output) = recorded {
+            history.push(Item::ToolResult { call_id, output });
+        }
+    }
+    history
 }
