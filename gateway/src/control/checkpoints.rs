@@ -12,7 +12,7 @@ use session_log::{Event, EventQuery, EventType, RunStatus, Subscription};
 
 use super::{ActionResult, Call, ControlError};
 use crate::core::on_core;
-use crate::runs::{new_id, ResumeFrom, StartError};
+use crate::runs::{new_id, ResumeFrom, StartError, StartedRun};
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 200;
@@ -191,13 +191,16 @@ fn capabilities() -> Value {
     json!({ "Checkpoints": true, "CheckpointResume": true, "ToolReceipts": true, "IdempotentToolReplay": true })
 }
 
-pub async fn resume_run(call: &Call<'_>) -> ActionResult {
+/// What ResumeRun answers: JSON (a no-op, or the finished invocation's response), or
+/// the started invocation to stream (`Stream: true`).
+pub enum Resumed {
+    Json(Value),
+    Stream(StartedRun),
+}
+
+pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
     let p: ResumeParams = call.params()?;
-    if p.stream == Some(true) {
-        return Err(ControlError::bad_request(
-            "Stream=true is not supported yet: call with Stream=false, or follow the run with SubscribeRunEvents",
-        ));
-    }
+    let stream = p.stream.unwrap_or(false);
     let instruction = match (
         p.resume_instruction_enabled.unwrap_or(false),
         &p.resume_instruction,
@@ -238,13 +241,13 @@ pub async fn resume_run(call: &Call<'_>) -> ActionResult {
             ))
         }
         status if !status.can_resume() => {
-            return Ok(json!({
+            return Ok(Resumed::Json(json!({
                 "status": "noop",
                 "Reason": checkpoint.resume_disabled_reason,
                 "CheckpointId": checkpoint.checkpoint_id,
                 "RunId": p.run_id,
                 "ResumeAttemptId": attempt_id,
-            }))
+            })))
         }
         _ => {}
     }
@@ -295,6 +298,9 @@ pub async fn resume_run(call: &Call<'_>) -> ActionResult {
         account_id = call.account_id, session_id = %started.session_id, run_id = %started.run_id,
         invocation_id = %started.invocation_id, checkpoint_id = %checkpoint.checkpoint_id, "run resumed"
     );
+    if stream {
+        return Ok(Resumed::Stream(started));
+    }
 
     // Answer when the invocation ends, like a non-streaming turn.
     let query = EventQuery {
@@ -324,7 +330,9 @@ pub async fn resume_run(call: &Call<'_>) -> ActionResult {
     };
     let terminal = collected.last().and_then(Event::run_status);
     if terminal == Some(RunStatus::Completed) {
-        return Ok(surface(Protocol::OpenAiResponses).final_body(&info, &collected));
+        return Ok(Resumed::Json(
+            surface(Protocol::OpenAiResponses).final_body(&info, &collected),
+        ));
     }
     let error = collected
         .iter()

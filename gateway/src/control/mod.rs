@@ -102,11 +102,54 @@ pub async fn handle(
                 account_id,
                 body,
             };
-            dispatch(&call, action).await
+            if action == "ResumeRun" {
+                match checkpoints::resume_run(&call).await {
+                    Ok(checkpoints::Resumed::Stream(run)) => {
+                        return stream_resumed(state, session, &run).await
+                    }
+                    Ok(checkpoints::Resumed::Json(data)) => Ok(data),
+                    Err(e) => Err(e),
+                }
+            } else {
+                dispatch(&call, action).await
+            }
         }
         Err(e) => Err(e),
     };
     respond_envelope(session, action, &request_id, result).await
+}
+
+/// A resumed invocation streamed like a Responses turn (every frame carries `id: <seq>`);
+/// the client leaving does not stop it.
+async fn stream_resumed(
+    state: &State,
+    session: &mut Session,
+    run: &crate::runs::StartedRun,
+) -> Result<()> {
+    let surface = runtime_adapter::surface(runtime_adapter::Protocol::OpenAiResponses);
+    let info = runtime_adapter::RunInfo {
+        run_id: run.run_id.clone(),
+        session_id: run.session_id.clone(),
+        model: run.model.clone(),
+        created_at: chrono::Utc::now().timestamp(),
+    };
+    let query = session_log::EventQuery {
+        after_seq: run.first_seq - 1,
+        invocation_id: Some(run.invocation_id.clone()),
+        ..session_log::EventQuery::session(&run.account_id, &run.session_id)
+    };
+    let mut events = session_log::Subscription::open(state.store.clone(), &state.hub, query);
+    let headers = [
+        ("x-session-id", run.session_id.as_str()),
+        ("x-invocation-id", run.invocation_id.as_str()),
+    ];
+    respond::sse_start(session, &headers).await?;
+    let mut renderer = surface.stream_renderer(&info);
+    crate::stream::pump(session, &mut events, None, |event| {
+        crate::proxy::render_step(&mut *renderer, event)
+    })
+    .await;
+    Ok(())
 }
 
 pub async fn respond_envelope(
@@ -136,7 +179,6 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListSessionCheckpoints" => checkpoints::list_session_checkpoints(call).await,
         "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
         "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
-        "ResumeRun" => checkpoints::resume_run(call).await,
         _ => Err(ControlError {
             status: 404,
             message: format!("unknown action {action:?}"),

@@ -428,7 +428,7 @@ fn checkpoints_receipts_preview_and_resume() {
         ),
         (
             "ResumeRun",
-            json!({ "SessionId": session, "RunId": run2, "CheckpointId": ckpt, "Stream": true }),
+            json!({ "SessionId": session, "RunId": run2, "CheckpointId": ckpt, "Stream": "yes" }),
         ),
         (
             "ResumeRun",
@@ -534,4 +534,74 @@ fn checkpoints_without_replay_resume_once() {
     assert_eq!(again["Data"]["resume_status"], "disabled");
     assert_eq!(again["Data"]["is_terminal"], false);
     assert_eq!(api.checkpoints(session)[0]["CheckpointStatus"], "disabled");
+}
+
+/// `Stream: true` streams the resumed invocation as Responses events, each with its seq,
+/// and the agent receives the history up to the checkpoint plus the instruction.
+#[test]
+fn a_resume_can_be_streamed() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let api = Api { base: tether.url() };
+    let session = "ckpt-stream";
+    chat(
+        &tether,
+        session,
+        json!([{ "role": "user", "content": "tool:lookup x" }]),
+    );
+    chat(
+        &tether,
+        session,
+        json!([{ "role": "tool", "tool_call_id": "call_1", "content": "42" }]),
+    );
+    store.wait_for_terminal("local", session, 2);
+    let first = api.checkpoints(session)[0].clone();
+    let body = json!({
+        "SessionId": session, "RunId": first["RunId"], "CheckpointId": first["CheckpointId"],
+        "ResumeInstructionEnabled": true, "ResumeInstruction": "Reply with OK", "Stream": true,
+    });
+    let sse = SseStream::post(
+        &format!("{}/agentengine/api/v1/ResumeRun", tether.url()),
+        &body,
+    );
+    assert_eq!(sse.status, 200);
+    let frames = sse.collect();
+    let types: Vec<String> = frames
+        .iter()
+        .map(|f| f.json()["type"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        types.first().map(String::as_str),
+        Some("response.created"),
+        "{types:?}"
+    );
+    assert_eq!(
+        types.last().map(String::as_str),
+        Some("response.completed"),
+        "{types:?}"
+    );
+    assert!(
+        frames.iter().all(|f| f.id.is_some()),
+        "every frame carries its seq"
+    );
+    let text: String = frames.iter().map(|f| Surface::Responses.delta(f)).collect();
+    assert_eq!(text, "OK.");
+
+    let last = agent.requests().last().cloned().unwrap();
+    let sent = history_sent(&last);
+    assert_eq!(
+        sent.last().unwrap(),
+        &("user".to_owned(), "Reply with OK".to_owned())
+    );
+    assert_eq!(
+        sent.first().unwrap(),
+        &("user".to_owned(), "tool:lookup x".to_owned())
+    );
+    let events = store.events("local", session);
+    let resumed = events
+        .iter()
+        .filter(|e| e.run_status() == Some(RunStatus::Completed))
+        .count();
+    assert_eq!(resumed, 3, "two turns and the resume each completed once");
 }
