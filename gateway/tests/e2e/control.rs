@@ -325,3 +325,57 @@ fn bad_control_requests_get_the_envelope() {
     }
     assert_eq!(store.session_count("local"), 0, "nothing was written");
 }
+
+#[test]
+fn a_finished_run_replays_after_a_gateway_restart() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let first = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let sse = SseStream::post(
+        &format!("{}/v1/chat/completions", first.url()),
+        &Surface::Chat.body("slow:5:10", None, true),
+    );
+    let (session, invocation) = (
+        sse.session_id.clone().unwrap(),
+        sse.invocation_id.clone().unwrap(),
+    );
+    sse.collect();
+    drop(first);
+
+    let second = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/agentengine/api/v1/SubscribeRunEvents?SessionId={session}&InvocationId={invocation}&AfterSeqId=0", second.url());
+    let (seqs, text, done) = read_subscription(SseStream::get(&url, &[]));
+    assert!(done);
+    assert_eq!(text, "w1 w2 w3 w4 w5 ");
+    let logged: Vec<i64> = store
+        .events("local", &session)
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, logged, "every committed event of the run, in order");
+}
+
+#[test]
+fn a_response_is_cancelled_through_the_responses_surface() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let mut sse = SseStream::post(
+        &format!("{}/v1/responses", tether.url()),
+        &Surface::Responses.body("slow:200:50", None, true),
+    );
+    let created = sse.next_event().unwrap().json();
+    let id = created["response"]["id"].as_str().unwrap().to_owned();
+    let reply = post(
+        &format!("{}/v1/responses/{id}/cancel", tether.url()),
+        "",
+        &[],
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["status"], "cancelled", "{}", reply.body);
+    let last = sse.collect().last().unwrap().json();
+    assert_eq!(last["type"], "response.failed");
+    assert_eq!(last["response"]["status"], "cancelled");
+    let (status, body) = get_json(&format!("{}/v1/responses/{id}", tether.url()));
+    assert_eq!((status, body["status"].as_str()), (200, Some("cancelled")));
+}
