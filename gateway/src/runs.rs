@@ -338,11 +338,18 @@ impl Runs {
                 from.history
             }
             None => {
-                let events = self
-                    .store
-                    .events(&EventQuery::session(account_id, session_id))
-                    .await?;
-                project(&events)
+                // The projection needs only transcript events and compaction markers: a
+                // long session's deltas and teed traffic stay in the database.
+                let query = EventQuery {
+                    event_types: Some(
+                        EventType::ALL
+                            .into_iter()
+                            .filter(|t| t.is_transcript() || *t == EventType::Compaction)
+                            .collect(),
+                    ),
+                    ..EventQuery::session(account_id, session_id)
+                };
+                project(&self.store.events(&query).await?)
             }
         };
         let mut batch: Vec<NewEvent> = turn
