@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use policies::config::{AuthConfig, LimitsConfig, RateLimitConfig};
 use runtime_adapter::Protocol;
 use serde::Deserialize;
 
@@ -92,6 +93,17 @@ pub struct Settings {
     /// to have them when a resume's risk is assessed.
     #[arg(long, env = "TETHER_SIDE_EFFECT_FREE_TOOLS", value_delimiter = ',')]
     pub side_effect_free_tools: Option<Vec<String>>,
+    /// `[auth]`: API keys and JWT verification (file only: key material and long lists do
+    /// not belong in flags or the process environment).
+    #[arg(skip)]
+    pub auth: Option<AuthConfig>,
+    /// `[rate_limits]`: requests per second, bursts and concurrent runs (file only).
+    #[arg(skip)]
+    pub rate_limits: Option<RateLimitConfig>,
+    /// `[limits]`: header deadline, body rate, JSON depth, attachments (file only; the body
+    /// size limit is the top-level `max_body_bytes`).
+    #[arg(skip)]
+    pub limits: Option<LimitsConfig>,
 }
 
 /// The validated configuration the gateway runs with.
@@ -116,6 +128,9 @@ pub struct Config {
     pub log_json: bool,
     pub checkpoint_policy: session_log::checkpoints::CheckpointPolicy,
     pub side_effect_free_tools: Vec<String>,
+    pub auth: AuthConfig,
+    pub rate_limits: RateLimitConfig,
+    pub limits: LimitsConfig,
 }
 
 /// The agent's base URL, split for the connector.
@@ -131,14 +146,23 @@ pub struct Upstream {
 #[derive(Debug, thiserror::Error)]
 #[error("configuration key `{key}`: {message}")]
 pub struct ConfigError {
-    pub key: &'static str,
+    pub key: String,
     pub message: String,
 }
 
-fn bad(key: &'static str, message: impl Into<String>) -> ConfigError {
+fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
-        key,
+        key: key.to_owned(),
         message: message.into(),
+    }
+}
+
+impl From<policies::ConfigError> for ConfigError {
+    fn from(e: policies::ConfigError) -> Self {
+        ConfigError {
+            key: e.key,
+            message: e.message,
+        }
     }
 }
 
@@ -184,7 +208,10 @@ impl Settings {
             log_format,
             checkpoint_ttl_seconds,
             checkpoint_replay_allowed,
-            side_effect_free_tools
+            side_effect_free_tools,
+            auth,
+            rate_limits,
+            limits
         )
     }
 
@@ -200,7 +227,23 @@ impl Settings {
                     format!("not a socket address ({e}); e.g. 127.0.0.1:8080"),
                 )
             })?;
-        if !listen.ip().is_loopback() && !self.allow_unauthenticated.unwrap_or(false) {
+        let auth = self.auth.unwrap_or_default();
+        auth.validate()?;
+        let rate_limits = self.rate_limits.unwrap_or_default();
+        rate_limits.validate()?;
+        let limits = self.limits.unwrap_or_default();
+        limits.validate()?;
+        // One body limit: the top-level key, which flags and the environment can set too.
+        if limits.max_body_bytes.is_some() {
+            return Err(bad(
+                "limits.max_body_bytes",
+                "is not used; set the top-level max_body_bytes instead",
+            ));
+        }
+        if !listen.ip().is_loopback()
+            && !auth.is_enabled()
+            && !self.allow_unauthenticated.unwrap_or(false)
+        {
             return Err(bad(
                 "listen",
                 format!(
@@ -250,7 +293,7 @@ impl Settings {
                 ));
             }
         }
-        let positive = |key: &'static str, v: Option<u64>, default: u64| match v {
+        let positive = |key: &str, v: Option<u64>, default: u64| match v {
             Some(0) => Err(bad(key, "must be greater than 0")),
             v => Ok(v.unwrap_or(default)),
         };
@@ -311,6 +354,9 @@ impl Settings {
                 replay_allowed: self.checkpoint_replay_allowed.unwrap_or(true),
             },
             side_effect_free_tools: self.side_effect_free_tools.unwrap_or_default(),
+            auth,
+            rate_limits,
+            limits,
         })
     }
 }
@@ -433,6 +479,57 @@ mod tests {
         .load()
         .unwrap();
         assert!(!c.listen.ip().is_loopback());
+    }
+}
+
+#[cfg(test)]
+mod policy_tables {
+    use super::*;
+
+    fn load(toml: &str, args: &[&str]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(&path, format!("upstream = \"http://x\"\n{toml}")).unwrap();
+        let mut all = vec!["serve", "--conf", path.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Settings::try_parse_from(all).unwrap().load()
+    }
+
+    const KEY: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn authentication_allows_a_public_address() {
+        let keys =
+            format!("[[auth.api_keys]]\nid = \"k\"\naccount_id = \"acme\"\nsha256 = \"{KEY}\"\n");
+        let c = load(&keys, &["--listen", "0.0.0.0:8080"]).unwrap();
+        assert!(c.auth.is_enabled());
+        assert_eq!(
+            load("", &["--listen", "0.0.0.0:8080"]).unwrap_err().key,
+            "listen"
+        );
+    }
+
+    #[test]
+    fn policy_errors_name_their_key() {
+        let err = |toml: &str| load(toml, &[]).unwrap_err().key;
+        assert_eq!(err("[limits]\nmax_body_bytes = 5"), "limits.max_body_bytes");
+        assert_eq!(err("[limits]\nmax_json_depth = 0"), "limits.max_json_depth");
+        assert_eq!(
+            err("[rate_limits]\nrequests_per_second = -1.0"),
+            "rate_limits.requests_per_second"
+        );
+        assert_eq!(
+            err("[auth.jwt]\nalgorithms = [\"none\"]"),
+            "auth.jwt.algorithms"
+        );
+        assert_eq!(
+            err("[[auth.api_keys]]\nid = \"k\"\naccount_id = \"a\"\nsha256 = \"x\""),
+            "auth.api_keys[0].sha256"
+        );
+        assert!(load("[limits]\nmax_bodybytes = 5", &[])
+            .unwrap_err()
+            .message
+            .contains("max_bodybytes"));
     }
 }
 

@@ -103,4 +103,18 @@ impl Store for CoreStore {
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
         delegate!(self, |s| s.open_invocations())
     }
+
+    async fn put_attachment(&self, attachment: &session_log::Attachment) -> Result<(), StoreError> {
+        let a = attachment.clone();
+        delegate!(self, |s| s.put_attachment(&a))
+    }
+
+    async fn attachment(
+        &self,
+        account_id: &str,
+        file_id: &str,
+    ) -> Result<Option<session_log::Attachment>, StoreError> {
+        let (a, id) = (account_id.to_owned(), file_id.to_owned());
+        delegate!(self, |s| s.attachment(&a, &id))
+    }
 }

@@ -3,9 +3,12 @@
 //! so conversations survive the agent forgetting them.
 
 mod agent;
+mod attachments;
 mod config;
 mod control;
 mod core;
+mod deadline;
+mod framing;
 mod proxy;
 mod respond;
 mod responses_api;
@@ -50,8 +53,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Reads key files, the JWKS file and the HMAC secret's variable: a bad one is a
+    // configuration error naming its key, like any other.
+    let auth = match policies::Authenticator::new(&config.auth) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("tether: {e}");
+            return ExitCode::from(2);
+        }
+    };
     init_tracing(&config);
-    match serve(config) {
+    match serve(config, auth) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -74,7 +86,7 @@ fn init_tracing(config: &Config) {
     }
 }
 
-fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn std::error::Error>> {
     let core = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("tether-core")
@@ -99,13 +111,25 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let store = core::CoreStore::new(raw_store.clone(), handle.clone());
     let agent = Arc::new(agent::Agent::new(&config));
     let upstream = runtime_adapter::upstream(config.protocol);
+    let limits = Arc::new(policies::RateLimits::new(&config.rate_limits));
     let runs = Runs::new(
         raw_store.clone(),
         writer.clone(),
         agent.clone(),
         upstream,
         config.model.clone(),
+        limits.clone(),
     );
+    let header_deadline = std::time::Duration::from_secs(config.limits.header_timeout_seconds());
+    let input = proxy::InputLimits {
+        max_body_bytes: config.max_body_bytes,
+        max_json_depth: config.limits.max_json_depth(),
+        min_body_bytes_per_second: config.limits.min_body_bytes_per_second(),
+        body_grace: header_deadline,
+    };
+    if !auth.is_enabled() {
+        tracing::warn!("no authentication configured: every request is the `local` account");
+    }
     runs.set_checkpoint_policy(config.checkpoint_policy.clone());
     tracing::info!(
         listen = %config.listen, upstream = %config.upstream.authority, protocol = config.protocol.as_str(),
@@ -125,6 +149,9 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     server.bootstrap();
     let listen = config.listen.to_string();
     let state = Arc::new(State {
+        identity_headers: policies::IdentityHeaders::new(&config.auth.identity_headers),
+        attachments: policies::input::AttachmentPolicy::new(&config.limits),
+        input,
         config,
         core: handle.clone(),
         store,
@@ -132,10 +159,28 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         writer: writer.clone(),
         runs: runs.clone(),
         agent,
+        auth,
+        limits: limits.clone(),
     });
-    let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, Gateway { state });
+    let app = pingora::proxy::http_proxy(
+        &server.configuration,
+        Gateway {
+            state: state.clone(),
+        },
+    );
+    // Pingora keeps an idle keep-alive connection 60 s; the header deadline starts at a
+    // request's first byte.
+    let app =
+        deadline::HeaderDeadline::new(app, header_deadline, std::time::Duration::from_secs(60));
+    let mut proxy = pingora::services::listening::Service::new("tether".to_owned(), app);
     proxy.add_tcp(&listen);
     server.add_service(proxy);
+    server.add_service(background_service(
+        "policies",
+        PolicyUpkeep {
+            state: state.clone(),
+        },
+    ));
     server.add_service(background_service(
         "drain",
         Drain {
@@ -180,6 +225,40 @@ async fn close_abandoned_runs(store: &dyn Store) -> Result<(), session_log::Stor
         "closed runs a previous gateway left open as interrupted"
     );
     Ok(())
+}
+
+/// Forgets idle rate-limit keys every minute and refreshes a JWKS URL on its interval
+/// (requests refresh a stale set themselves; this keeps them from having to wait).
+struct PolicyUpkeep {
+    state: Arc<State>,
+}
+
+#[async_trait]
+impl BackgroundService for PolicyUpkeep {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let retain_every = std::time::Duration::from_secs(60);
+        let jwks_every = self.state.auth.jwks_refresh_interval();
+        if jwks_every.is_some() {
+            if let Err(e) = self.state.auth.refresh_jwks().await {
+                tracing::warn!(error = %e, "JWKS not loaded at start; requests will retry");
+            }
+        }
+        let mut retain = tokio::time::interval(retain_every);
+        let mut jwks = tokio::time::interval(jwks_every.unwrap_or(retain_every));
+        retain.tick().await;
+        jwks.tick().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = retain.tick() => self.state.limits.retain_recent(),
+                _ = jwks.tick(), if jwks_every.is_some() => {
+                    if let Err(e) = self.state.auth.refresh_jwks().await {
+                        tracing::warn!(error = %e, "JWKS refresh failed; keeping the last good keys");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// On graceful shutdown: let running runs finish within the grace period, close the rest

@@ -2,7 +2,7 @@
 //! through the normal proxy pipeline with the tee attached.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -11,6 +11,8 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
+use policies::input::AttachmentPolicy;
+use policies::{AuthError, Authenticator, Identity, IdentityHeaders, Limited, RateLimits};
 use runtime_adapter::sse::SseFrame;
 use runtime_adapter::{
     surface, Protocol, RunInfo, SessionRef, StreamRenderer, Surface, TurnRequest,
@@ -24,7 +26,7 @@ use crate::config::Config;
 use crate::core::on_core;
 use crate::runs::{new_id, Runs, StartError, StartedRun};
 use crate::tee::{Tee, PASSTHROUGH_SESSION};
-use crate::{control, respond, responses_api, stream};
+use crate::{attachments, control, respond, responses_api, stream};
 
 /// Everything the request path needs, shared by all connections.
 pub struct State {
@@ -36,6 +38,17 @@ pub struct State {
     pub writer: Writer,
     pub runs: Arc<Runs>,
     pub agent: Arc<Agent>,
+    /// Decides the account of every request but health checks.
+    pub auth: Authenticator,
+    /// Requests per second per account and credential, and concurrent runs (also held by
+    /// `runs`, which takes a slot per run).
+    pub limits: Arc<RateLimits>,
+    /// Identity headers a client may never send toward the agent.
+    pub identity_headers: IdentityHeaders,
+    /// What `input_file`/`input_image` data URLs may contain.
+    pub attachments: AttachmentPolicy,
+    /// Body size, rate and JSON depth for bodies Tether reads itself.
+    pub input: InputLimits,
 }
 
 pub struct Gateway {
@@ -44,8 +57,51 @@ pub struct Gateway {
 
 /// Per-request state.
 pub struct Ctx {
+    /// The authenticated account (set in `request_filter` before anything else runs).
     account_id: String,
     tee: Option<Tee>,
+    /// Pass-through request body seen so far, for the size and rate limits.
+    body_bytes: usize,
+    body_started: Option<Instant>,
+}
+
+/// Which API a path belongs to, so refusals come in that API's error format.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Area {
+    /// `/v1/*` answered by Tether: OpenAI error bodies.
+    OpenAi,
+    /// `/agentengine/api/v1/<Action>`: the control envelope.
+    Control,
+    /// Everything proxied to the agent: a plain JSON error.
+    PassThrough,
+}
+
+impl Area {
+    fn of(path: &str) -> Area {
+        if path.starts_with(control::PREFIX) {
+            Area::Control
+        } else if path == "/v1/responses"
+            || path == "/v1/chat/completions"
+            || path.starts_with("/v1/responses/")
+        {
+            Area::OpenAi
+        } else {
+            Area::PassThrough
+        }
+    }
+}
+
+/// Request-input limits that free functions (`read_body`, used by the control API too)
+/// need; set once at start-up from `[limits]`.
+#[derive(Clone, Debug)]
+pub struct InputLimits {
+    pub max_body_bytes: usize,
+    pub max_json_depth: usize,
+    /// Slowest accepted average body upload.
+    pub min_body_bytes_per_second: u64,
+    /// Time a body may take on top of what the minimum rate allows, and the longest
+    /// silence between two body reads.
+    pub body_grace: Duration,
 }
 
 /// An error to send in the surface's own format.
@@ -55,6 +111,8 @@ pub struct ApiError {
     pub code: &'static str,
     pub param: Option<String>,
     pub message: String,
+    /// Extra response headers (Retry-After and friends on a 429).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl ApiError {
@@ -70,7 +128,20 @@ impl ApiError {
             code,
             param: None,
             message: message.into(),
+            headers: Vec::new(),
         }
+    }
+
+    /// A 429 from a rate limit or the concurrent-run cap.
+    pub fn limited(l: &Limited) -> Self {
+        let mut e = ApiError::new(
+            Limited::STATUS,
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            l.to_string(),
+        );
+        e.headers = l.headers().to_vec();
+        e
     }
 
     /// The store failed: logged here with `context`, told to the client without detail.
@@ -97,7 +168,9 @@ impl ApiError {
             self.param.as_deref(),
             Some(self.code),
         );
-        respond::json(session, self.status, &body, headers).await
+        let mut all: Vec<(&str, &str)> = headers.to_vec();
+        all.extend(self.headers.iter().map(|(k, v)| (*k, v.as_str())));
+        respond::json(session, self.status, &body, &all).await
     }
 
     pub fn with_param(mut self, param: &str) -> Self {
@@ -123,7 +196,23 @@ impl ProxyHttp for Gateway {
         Ctx {
             account_id: policies::LOCAL_ACCOUNT.to_owned(),
             tee: None,
+            body_bytes: 0,
+            body_started: None,
         }
+    }
+
+    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut Ctx) -> Result<()> {
+        let raw = session.as_downstream().as_http1().map_or(Ok(()), |h1| {
+            crate::framing::check_raw(&h1.get_headers_raw_bytes())
+        });
+        let verdict = raw.and_then(|()| crate::framing::check(session.req_header()));
+        if let Err(why) = verdict {
+            tracing::info!(reason = why, "refused an ambiguous request");
+            // Pingora sends the status and closes the connection: after ambiguous framing
+            // nothing else on it can be trusted.
+            return Err(Error::explain(ErrorType::HTTPStatus(400), why));
+        }
+        Ok(())
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
@@ -131,7 +220,7 @@ impl ProxyHttp for Gateway {
             let req = session.req_header();
             (req.method.clone(), req.uri.path().to_owned())
         };
-        match (method, path.as_str()) {
+        match (method.clone(), path.as_str()) {
             (Method::GET, "/healthz") => {
                 respond::json(session, 200, &json!({ "status": "ok" }), &[]).await?;
                 Ok(true)
@@ -140,56 +229,9 @@ impl ProxyHttp for Gateway {
                 self.readyz(session).await?;
                 Ok(true)
             }
-            (Method::POST, "/v1/responses") => {
-                self.serve_run(session, ctx, Protocol::OpenAiResponses)
-                    .await
-            }
-            (Method::POST, "/v1/chat/completions") => {
-                self.serve_run(session, ctx, Protocol::OpenAiChat).await
-            }
-            (method, path) if path.starts_with(control::PREFIX) => {
-                let action = &path[control::PREFIX.len()..];
-                let allowed = if action == "SubscribeRunEvents" {
-                    Method::GET
-                } else {
-                    Method::POST
-                };
-                if method == allowed {
-                    control::handle(&self.state, session, &ctx.account_id, action).await?;
-                } else {
-                    let body = json!({ "Code": 405, "Message": format!("{action} takes {allowed}"), "RequestId": new_id("req"), "Action": action, "Data": null });
-                    respond::json(session, 405, &body, &[("allow", allowed.as_str())]).await?;
-                }
-                Ok(true)
-            }
-            (method, path) if path.starts_with("/v1/responses/") => {
-                let rest = &path["/v1/responses/".len()..];
-                responses_api::handle(&self.state, session, &ctx.account_id, method, rest).await?;
-                Ok(true)
-            }
-            _ => {
-                if self.state.config.tee {
-                    let session_id = session
-                        .req_header()
-                        .headers
-                        .get("x-session-id")
-                        .and_then(|v| v.to_str().ok())
-                        .filter(|id| valid_session_id(id))
-                        .unwrap_or(PASSTHROUGH_SESSION)
-                        .to_owned();
-                    ctx.tee = Some(Tee::start(
-                        self.state.writer.clone(),
-                        &ctx.account_id,
-                        &session_id,
-                        session.req_header(),
-                        self.state.config.tee_body_cap_bytes,
-                    ));
-                }
-                Ok(false)
-            }
+            _ => self.route(session, ctx, method, &path).await,
         }
     }
-
     async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let peer = self
             .state
@@ -215,17 +257,26 @@ impl ProxyHttp for Gateway {
                 .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad upstream path"))?;
             req.set_uri(uri);
         }
-        let identity: Vec<http::HeaderName> = req
-            .headers
-            .keys()
-            .filter(|n| policies::is_identity_header(n.as_str()))
-            .cloned()
-            .collect();
-        for name in identity {
+        // Through RequestHeader's own API: it keeps a case-preserving name map beside the
+        // HeaderMap, and editing only the map would let the original spelling through.
+        let plan = self.state.identity_headers.plan(&req.headers);
+        let spoofed = plan.remove.len();
+        for name in plan.remove {
             req.remove_header(&name);
+        }
+        match plan.connection {
+            Some(Some(value)) => req.insert_header(http::header::CONNECTION, value)?,
+            Some(None) => {
+                req.remove_header(&http::header::CONNECTION);
+            }
+            None => {}
+        }
+        if spoofed > 0 {
+            tracing::info!(account_id = %ctx.account_id, headers = spoofed, "removed client-supplied identity headers");
         }
         if !self.state.config.forward_authorization {
             req.remove_header("authorization");
+            req.remove_header("x-api-key");
         }
         req.insert_header(policies::ACCOUNT_HEADER, &ctx.account_id)?;
         req.insert_header("host", &upstream.authority)?;
@@ -242,6 +293,24 @@ impl ProxyHttp for Gateway {
         _end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        let started = *ctx.body_started.get_or_insert_with(Instant::now);
+        if let Some(chunk) = body.as_ref() {
+            ctx.body_bytes += chunk.len();
+            // A chunked body has no Content-Length to check up front: count it.
+            let limit = self.state.config.max_body_bytes;
+            if ctx.body_bytes > limit {
+                return Err(Error::explain(
+                    ErrorType::HTTPStatus(413),
+                    format!("request body larger than {limit} bytes"),
+                ));
+            }
+        }
+        if too_slow(ctx.body_bytes, started.elapsed(), &self.state.input) {
+            return Err(Error::explain(
+                ErrorType::HTTPStatus(408),
+                "request body arrived too slowly",
+            ));
+        }
         if let Some(tee) = &mut ctx.tee {
             tee.request_body(body.as_ref());
         }
@@ -280,6 +349,160 @@ impl ProxyHttp for Gateway {
     }
 }
 
+/// Whether a body of `bytes` after `elapsed` is below the minimum average rate, allowing
+/// `body_grace` on top (slow starts and small bodies are not punished).
+fn too_slow(bytes: usize, elapsed: Duration, limits: &InputLimits) -> bool {
+    let allowed = limits.body_grace.as_secs_f64()
+        + bytes as f64 / limits.min_body_bytes_per_second.max(1) as f64;
+    elapsed.as_secs_f64() > allowed
+}
+
+/// Answers a refusal in the format of the API the path belongs to.
+async fn refuse(session: &mut Session, area: Area, path: &str, e: ApiError) -> Result<()> {
+    match area {
+        Area::OpenAi => {
+            e.send(session, surface(Protocol::OpenAiResponses), &[])
+                .await
+        }
+        Area::Control => {
+            let action = path.get(control::PREFIX.len()..).unwrap_or_default();
+            let body = json!({ "Code": e.status, "Message": e.message, "RequestId": new_id("req"), "Action": action, "Data": { "code": e.code } });
+            let headers: Vec<(&str, &str)> =
+                e.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            respond::json(session, e.status, &body, &headers).await
+        }
+        Area::PassThrough => {
+            let body = json!({ "error": { "message": e.message, "type": e.kind, "code": e.code } });
+            let headers: Vec<(&str, &str)> =
+                e.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            respond::json(session, e.status, &body, &headers).await
+        }
+    }
+}
+
+/// 401 (or 400 for a malformed credential) with a `WWW-Authenticate` challenge. The
+/// message is the library's fixed text: the credential is never echoed.
+async fn refuse_unauthenticated(
+    session: &mut Session,
+    area: Area,
+    path: &str,
+    e: &AuthError,
+) -> Result<()> {
+    let mut err = ApiError::new(
+        e.status(),
+        "authentication_error",
+        e.code().unwrap_or("authentication_required"),
+        e.message(),
+    );
+    err.headers.push(("www-authenticate", e.www_authenticate()));
+    refuse(session, area, path, err).await
+}
+
+impl Gateway {
+    /// Everything but health checks: authenticate, rate-limit, then route.
+    async fn route(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        method: Method,
+        path: &str,
+    ) -> Result<bool> {
+        let area = Area::of(path);
+        let identity: Identity = match self
+            .state
+            .auth
+            .authenticate(&session.req_header().headers)
+            .await
+        {
+            Ok(identity) => identity,
+            Err(e) => {
+                refuse_unauthenticated(session, area, path, &e).await?;
+                return Ok(true);
+            }
+        };
+        if let Err(limited) = self.state.limits.check(&identity) {
+            tracing::info!(account_id = %identity.account_id, credential = %identity.credential_id, "rate limited");
+            refuse(session, area, path, ApiError::limited(&limited)).await?;
+            return Ok(true);
+        }
+        ctx.account_id = identity.account_id;
+        // Body reads below (runs, control, pass-through) must not stall for the default
+        // 60 s per read: a silent client is cut off after the grace time.
+        session.set_read_timeout(Some(self.state.input.body_grace));
+        match (method, path) {
+            (Method::POST, "/v1/responses") => {
+                self.serve_run(session, ctx, Protocol::OpenAiResponses)
+                    .await
+            }
+            (Method::POST, "/v1/chat/completions") => {
+                self.serve_run(session, ctx, Protocol::OpenAiChat).await
+            }
+            (method, path) if path.starts_with(control::PREFIX) => {
+                let action = &path[control::PREFIX.len()..];
+                let allowed = if matches!(action, "SubscribeRunEvents" | "AttachmentContent") {
+                    Method::GET
+                } else {
+                    Method::POST
+                };
+                if method != allowed {
+                    let body = json!({ "Code": 405, "Message": format!("{action} takes {allowed}"), "RequestId": new_id("req"), "Action": action, "Data": null });
+                    respond::json(session, 405, &body, &[("allow", allowed.as_str())]).await?;
+                    return Ok(true);
+                }
+                match action {
+                    "AttachmentContent" => {
+                        attachments::content(&self.state, session, &ctx.account_id).await?
+                    }
+                    _ => control::handle(&self.state, session, &ctx.account_id, action).await?,
+                }
+                Ok(true)
+            }
+            (method, path) if path.starts_with("/v1/responses/") => {
+                let rest = &path["/v1/responses/".len()..];
+                responses_api::handle(&self.state, session, &ctx.account_id, method, rest).await?;
+                Ok(true)
+            }
+            _ => {
+                let declared = session
+                    .req_header()
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if declared.is_some_and(|n| n > self.state.config.max_body_bytes) {
+                    let limit = self.state.config.max_body_bytes;
+                    let e = ApiError::new(
+                        413,
+                        "invalid_request_error",
+                        "request_too_large",
+                        format!("the request body is larger than {limit} bytes"),
+                    );
+                    refuse(session, Area::PassThrough, path, e).await?;
+                    return Ok(true);
+                }
+                if self.state.config.tee {
+                    let session_id = session
+                        .req_header()
+                        .headers
+                        .get("x-session-id")
+                        .and_then(|v| v.to_str().ok())
+                        .filter(|id| valid_session_id(id))
+                        .unwrap_or(PASSTHROUGH_SESSION)
+                        .to_owned();
+                    ctx.tee = Some(Tee::start(
+                        self.state.writer.clone(),
+                        &ctx.account_id,
+                        &session_id,
+                        session.req_header(),
+                        self.state.config.tee_body_cap_bytes,
+                    ));
+                }
+                Ok(false)
+            }
+        }
+    }
+}
+
 impl Gateway {
     async fn readyz(&self, session: &mut Session) -> Result<()> {
         let store = self.state.store.clone();
@@ -306,6 +529,12 @@ impl Gateway {
         protocol: Protocol,
     ) -> Result<bool> {
         let surface = surface(protocol);
+        // At the cap: answer before reading the body or storing any attachment. (The run
+        // takes its own slot when it starts; this probe is released at once.)
+        if let Err(l) = self.state.limits.try_acquire_run(&ctx.account_id) {
+            ApiError::limited(&l).send(session, surface, &[]).await?;
+            return Ok(true);
+        }
         let prepared = self.prepare_run(session, &ctx.account_id, surface).await;
         let (started, turn) = match prepared {
             Ok(v) => v,
@@ -355,7 +584,7 @@ impl Gateway {
         account_id: &str,
         surface: &'static dyn Surface,
     ) -> std::result::Result<(StartedRun, TurnRequest), (ApiError, Option<String>)> {
-        let body = read_body(session, self.state.config.max_body_bytes)
+        let body = read_body(session, &self.state.input)
             .await
             .map_err(|e| (e, None))?;
         let header = session
@@ -375,6 +604,12 @@ impl Gateway {
             .resolve_session(account_id, surface, &turn.session)
             .await
             .map_err(|e| (e, None))?;
+        // Every attachment is checked before any is stored: a refused one writes nothing.
+        let (turn, uploads) =
+            attachments::extract(&self.state.attachments, turn).map_err(|e| (e, None))?;
+        attachments::save(&*self.state.store, account_id, uploads)
+            .await
+            .map_err(|e| (e, None))?;
         let runs = self.state.runs.clone();
         let (account, sid, t) = (account_id.to_owned(), session_id.clone(), turn.clone());
         let started = on_core(&self.state.core, async move {
@@ -392,6 +627,7 @@ impl Gateway {
                 StartError::ShuttingDown => {
                     ApiError::new(503, "server_error", "shutting_down", e.to_string())
                 }
+                StartError::TooManyRuns(ref l) => ApiError::limited(l),
                 StartError::Store(_) | StartError::Write(_) => {
                     ApiError::store_unavailable(&e, "cannot start a run")
                 }
@@ -433,11 +669,12 @@ impl Gateway {
     }
 }
 
-/// Reads the whole request body, refusing more than `limit` bytes.
+/// Reads the whole request body within `limits`: size, arrival rate and JSON depth.
 pub async fn read_body(
     session: &mut Session,
-    limit: usize,
+    limits: &InputLimits,
 ) -> std::result::Result<Vec<u8>, ApiError> {
+    let limit = limits.max_body_bytes;
     let too_large = || {
         ApiError::new(
             413,
@@ -457,16 +694,54 @@ pub async fn read_body(
             return Err(too_large());
         }
     }
+    let too_slow_error = || {
+        ApiError::new(
+            408,
+            "invalid_request_error",
+            "request_timeout",
+            "the request body arrived too slowly",
+        )
+    };
+    let started = Instant::now();
     let mut body = Vec::new();
     loop {
-        match session.read_request_body().await {
+        // However the client trickles, the whole body must arrive at the minimum rate (plus
+        // the grace time); pingora's per-read timeout alone would let a byte a minute through.
+        let budget = limits.body_grace.as_secs_f64()
+            + (body.len() + 1) as f64 / limits.min_body_bytes_per_second.max(1) as f64;
+        let left = Duration::from_secs_f64(budget).saturating_sub(started.elapsed());
+        let read = match tokio::time::timeout(left, session.read_request_body()).await {
+            Ok(read) => read,
+            Err(_) => return Err(too_slow_error()),
+        };
+        match read {
             Ok(Some(chunk)) => {
                 if body.len() + chunk.len() > limit {
                     return Err(too_large());
                 }
                 body.extend_from_slice(&chunk);
+                if too_slow(body.len(), started.elapsed(), &limits) {
+                    return Err(too_slow_error());
+                }
             }
-            Ok(None) => return Ok(body),
+            Ok(None) => {
+                // Depth is checked before any parser sees the body (runs and control
+                // actions alike); malformed JSON is left to them, they say it better.
+                if !body.iter().all(u8::is_ascii_whitespace) {
+                    if let Err(e @ policies::InputLimitError::TooDeep { .. }) =
+                        policies::input::check_json(&body, limits.max_json_depth)
+                    {
+                        return Err(ApiError::new(
+                            400,
+                            "invalid_request_error",
+                            "json_too_deep",
+                            e.to_string(),
+                        ));
+                    }
+                }
+                return Ok(body);
+            }
+            Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(too_slow_error()),
             Err(e) => {
                 return Err(ApiError::new(
                     400,

@@ -24,6 +24,9 @@ pub enum StartError {
     SessionBusy(String),
     #[error("the gateway is shutting down")]
     ShuttingDown,
+    /// The account is at its concurrent-run cap.
+    #[error("{0}")]
+    TooManyRuns(policies::Limited),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -71,6 +74,8 @@ pub struct Runs {
     changed: Notify,
     /// How Tether's own `run_checkpoint` events are recorded.
     checkpoint_policy: Mutex<CheckpointPolicy>,
+    /// Concurrent-run slots: every start and resume takes one, its supervisor holds it.
+    limits: Arc<policies::RateLimits>,
 }
 
 /// What a resume adds to a start: the history cut at the checkpoint and where it came from.
@@ -146,6 +151,7 @@ impl Runs {
         agent: Arc<Agent>,
         upstream: &'static dyn Upstream,
         default_model: String,
+        limits: Arc<policies::RateLimits>,
     ) -> Arc<Self> {
         Arc::new(Runs {
             store,
@@ -156,6 +162,7 @@ impl Runs {
             active: Mutex::new(Active::default()),
             changed: Notify::new(),
             checkpoint_policy: Mutex::new(CheckpointPolicy::default()),
+            limits,
         })
     }
 
@@ -246,6 +253,12 @@ impl Runs {
             .as_ref()
             .map(|r| r.run_id.clone())
             .unwrap_or_else(|| new_id("run"));
+        // Taken before anything is written, and held by the supervisor until the run's end
+        // is committed: a client that leaves does not free the slot, the run ending does.
+        let permit = self
+            .limits
+            .try_acquire_run(account_id)
+            .map_err(StartError::TooManyRuns)?;
         let invocation_id = new_id("inv");
         let session_key = (account_id.to_owned(), session_id.to_owned());
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -315,7 +328,10 @@ impl Runs {
                 .unwrap_or_else(|| self.default_model.clone()),
         };
         tracing::info!(account_id, session_id, run_id = %run.run_id, invocation_id = %run.invocation_id, "run started");
-        tokio::spawn(self.clone().supervise(run.clone(), history, turn, stop_rx));
+        tokio::spawn(
+            self.clone()
+                .supervise(run.clone(), history, turn, stop_rx, permit),
+        );
         Ok(run)
     }
 
@@ -465,6 +481,7 @@ impl Runs {
         history: Vec<Item>,
         turn: TurnRequest,
         mut stop: oneshot::Receiver<Stop>,
+        permit: policies::RunPermit,
     ) {
         let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn));
         let outcome = tokio::select! {
@@ -509,6 +526,7 @@ impl Runs {
             invocation_id = %run.invocation_id, status = outcome.status.as_str(), "run ended"
         );
         self.forget(&run.invocation_id);
+        drop(permit);
     }
 }
 
@@ -516,6 +534,14 @@ impl Runs {
 /// writes that down.
 async fn drive(runs: Arc<Runs>, run: StartedRun, history: Vec<Item>, turn: TurnRequest) -> Outcome {
     let upstream = runs.upstream;
+    // The log holds upload URIs; the agent gets the content (it cannot read our store).
+    let (history, turn) =
+        match crate::attachments::resolve_for_agent(&*runs.store, &run.account_id, history, turn)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Outcome::failed("attachment_unavailable", e),
+        };
     let body = upstream.build_request(&history, &turn, &runs.default_model);
     let body = match serde_json::to_vec(&body) {
         Ok(b) => b,

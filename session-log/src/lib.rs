@@ -13,5 +13,5 @@ pub mod writer;
 
 pub use event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
 pub use hub::{Hub, Subscription};
-pub use store::{open, EventQuery, Invocation, Store, StoreError};
+pub use store::{open, Attachment, EventQuery, Invocation, Store, StoreError};
 pub use writer::{WriteError, Writer, WriterConfig};

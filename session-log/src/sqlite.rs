@@ -349,6 +349,50 @@ impl Store for SqliteStore {
         .await?;
         rows.iter().map(invocation_from_row).collect()
     }
+
+    async fn put_attachment(&self, a: &crate::store::Attachment) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        sqlx::query(
+            "INSERT INTO attachments \
+             (account_id, file_id, mime_type, filename, size_bytes, content, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, file_id) DO NOTHING",
+        )
+        .bind(&a.account_id)
+        .bind(&a.file_id)
+        .bind(&a.mime_type)
+        .bind(&a.filename)
+        .bind(a.content.len() as i64)
+        .bind(&a.content)
+        .bind(chrono::Utc::now())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn attachment(
+        &self,
+        account_id: &str,
+        file_id: &str,
+    ) -> Result<Option<crate::store::Attachment>, StoreError> {
+        let row = sqlx::query(
+            "SELECT mime_type, filename, content FROM attachments \
+             WHERE account_id = ? AND file_id = ?",
+        )
+        .bind(account_id)
+        .bind(file_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(crate::store::Attachment {
+                account_id: account_id.to_owned(),
+                file_id: file_id.to_owned(),
+                mime_type: r.try_get("mime_type")?,
+                filename: r.try_get("filename")?,
+                content: r.try_get("content")?,
+            })
+        })
+        .transpose()
+    }
 }
 
 fn json(column: &str, text: &str) -> Result<Value, StoreError> {

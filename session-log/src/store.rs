@@ -93,6 +93,16 @@ pub struct Invocation {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// A stored attachment (a file or image a client sent), owned by one account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    pub account_id: String,
+    pub file_id: String,
+    pub mime_type: String,
+    pub filename: Option<String>,
+    pub content: Vec<u8>,
+}
+
 /// A durable session log. Every read is scoped to one account: an id that belongs to
 /// another account is indistinguishable from one that does not exist.
 #[async_trait]
@@ -146,6 +156,16 @@ pub trait Store: Send + Sync + 'static {
     /// Every invocation still `in_progress`, across all accounts (used at start to close
     /// what a dead gateway left open).
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError>;
+
+    /// Stores an attachment; storing the same (account, file id) again is a no-op.
+    async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError>;
+
+    /// An attachment of the account; another account's file id is `None`.
+    async fn attachment(
+        &self,
+        account_id: &str,
+        file_id: &str,
+    ) -> Result<Option<Attachment>, StoreError>;
 }
 
 /// Opens (creating if needed) and migrates the store that `url` names: `postgres://…` or

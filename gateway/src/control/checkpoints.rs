@@ -199,6 +199,14 @@ pub enum Resumed {
 }
 
 pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
+    // At its cap the account gets 429 before any lookup, as a new turn does; the run's
+    // own slot is taken when it starts.
+    drop(
+        call.state
+            .limits
+            .try_acquire_run(call.account_id)
+            .map_err(|l| ControlError::from(crate::proxy::ApiError::limited(&l)))?,
+    );
     let p: ResumeParams = call.params()?;
     let stream = p.stream.unwrap_or(false);
     let instruction = match (
@@ -285,8 +293,10 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
                 ControlError::conflict("the session is busy; try again", Value::Null)
             }))
         }
+        Err(StartError::TooManyRuns(l)) => return Err(crate::proxy::ApiError::limited(&l).into()),
         Err(StartError::ShuttingDown) => {
             return Err(ControlError {
+                headers: Vec::new(),
                 status: 503,
                 message: "the gateway is shutting down".into(),
                 data: Value::Null,
@@ -341,6 +351,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         .map(|e| e.content.clone())
         .unwrap_or(Value::Null);
     Err(ControlError {
+        headers: Vec::new(),
         status: 502,
         message: format!(
             "the resumed run ended as {}",

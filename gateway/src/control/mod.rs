@@ -22,6 +22,8 @@ pub const PREFIX: &str = "/agentengine/api/v1/";
 /// optional details in `Data`.
 pub struct ControlError {
     pub status: u16,
+    /// Extra response headers (Retry-After and friends on a 429).
+    pub headers: Vec<(&'static str, String)>,
     pub message: String,
     pub data: Value,
 }
@@ -29,6 +31,7 @@ pub struct ControlError {
 impl ControlError {
     pub fn bad_request(message: impl Into<String>) -> Self {
         ControlError {
+            headers: Vec::new(),
             status: 400,
             message: message.into(),
             data: Value::Null,
@@ -37,6 +40,7 @@ impl ControlError {
 
     pub fn not_found(what: &str, id: &str) -> Self {
         ControlError {
+            headers: Vec::new(),
             status: 404,
             message: format!("{what} {id:?} not found"),
             data: Value::Null,
@@ -45,6 +49,7 @@ impl ControlError {
 
     pub fn conflict(message: impl Into<String>, data: Value) -> Self {
         ControlError {
+            headers: Vec::new(),
             status: 409,
             message: message.into(),
             data,
@@ -54,9 +59,21 @@ impl ControlError {
     pub fn unavailable(error: impl std::fmt::Display) -> Self {
         tracing::error!(%error, "control API: store unavailable");
         ControlError {
+            headers: Vec::new(),
             status: 503,
             message: "the session store is unavailable".into(),
             data: Value::Null,
+        }
+    }
+}
+
+impl From<crate::proxy::ApiError> for ControlError {
+    fn from(e: crate::proxy::ApiError) -> Self {
+        ControlError {
+            status: e.status,
+            message: e.message,
+            data: json!({ "code": e.code }),
+            headers: e.headers,
         }
     }
 }
@@ -158,17 +175,20 @@ pub async fn respond_envelope(
     request_id: &str,
     result: ActionResult,
 ) -> Result<()> {
-    let (status, body) = match result {
+    let (status, body, headers) = match result {
         Ok(data) => (
             200,
             json!({ "Code": 0, "Message": "Success", "RequestId": request_id, "Action": action, "Data": data }),
+            Vec::new(),
         ),
         Err(e) => (
             e.status,
             json!({ "Code": e.status, "Message": e.message, "RequestId": request_id, "Action": action, "Data": e.data }),
+            e.headers,
         ),
     };
-    respond::json(session, status, &body, &[]).await
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    respond::json(session, status, &body, &headers).await
 }
 
 async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
@@ -176,10 +196,12 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListSessions" => sessions::list_sessions(call).await,
         "ListSessionEvents" => sessions::list_session_events(call).await,
         "CancelRun" => sessions::cancel_run(call).await,
+        "UploadAttachment" => crate::attachments::upload(call).await,
         "ListSessionCheckpoints" => checkpoints::list_session_checkpoints(call).await,
         "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
         "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
         _ => Err(ControlError {
+            headers: Vec::new(),
             status: 404,
             message: format!("unknown action {action:?}"),
             data: Value::Null,
@@ -191,13 +213,9 @@ async fn read_json(
     state: &State,
     session: &mut Session,
 ) -> std::result::Result<Value, ControlError> {
-    let body = crate::proxy::read_body(session, state.config.max_body_bytes)
+    let body = crate::proxy::read_body(session, &state.input)
         .await
-        .map_err(|e| ControlError {
-            status: e.status,
-            message: e.message,
-            data: Value::Null,
-        })?;
+        .map_err(ControlError::from)?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }

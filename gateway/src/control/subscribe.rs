@@ -73,7 +73,7 @@ fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
     })
 }
 
-fn percent_decode(s: &str) -> Option<String> {
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -273,6 +273,14 @@ pub struct Reply {
     pub status: u16,
     pub session_id: Option<String>,
     pub body: String,
+    /// Every response header, names lower-cased (the last value of a repeated one).
+    pub headers: std::collections::HashMap<String, String>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
 }
 
 impl Reply {
@@ -289,11 +297,20 @@ fn reply(result: Result<ureq::Response, ureq::Error>) -> Reply {
     };
     let status = response.status();
     let session_id = response.header("x-session-id").map(str::to_owned);
+    let headers = response
+        .headers_names()
+        .into_iter()
+        .filter_map(|n| {
+            let v = response.header(&n)?.to_owned();
+            Some((n.to_ascii_lowercase(), v))
+        })
+        .collect();
     let body = response.into_string().unwrap();
     Reply {
         status,
         session_id,
         body,
+        headers,
     }
 }
 
@@ -501,4 +518,106 @@ pub fn history_sent(request: &Value) -> Vec<(String, String)> {
             (m["role"].as_str().unwrap_or_default().to_owned(), text)
         })
         .collect()
+}
+
+/// A configuration file for `--conf`, in a temp dir that lives as long as this.
+pub struct Conf {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Conf {
+    pub fn write(toml: &str) -> Conf {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tether.toml");
+        std::fs::write(&path, toml).unwrap();
+        Conf { _dir: dir, path }
+    }
+
+    pub fn arg(&self) -> String {
+        self.path.to_string_lossy().into_owned()
+    }
+}
+
+/// Hex SHA-256, as `[[auth.api_keys]]` stores keys.
+pub fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The test-only keys of the policies crate.
+pub fn test_key(name: &str) -> PathBuf {
+    repo_root().join("policies/tests/keys").join(name)
+}
+
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A JWT signed with the RSA test key (`rsa.key.pem`) or another PEM key.
+pub fn rs256(claims: &Value, key_file: &str) -> String {
+    let pem = std::fs::read(test_key(key_file)).unwrap();
+    let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap();
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+        claims,
+        &key,
+    )
+    .unwrap()
+}
+
+/// Sends `request` as raw bytes and reads whatever comes back until the server closes
+/// the connection or `wait` passes. Returns the bytes and whether the server closed.
+pub fn raw_exchange(port: u16, request: &[u8], wait: Duration) -> (Vec<u8>, bool) {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(request).unwrap();
+    read_until_closed(&mut stream, wait)
+}
+
+pub fn read_until_closed(stream: &mut std::net::TcpStream, wait: Duration) -> (Vec<u8>, bool) {
+    let deadline = Instant::now() + wait;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return (out, false);
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
+}
+
+/// Status codes of every response in a raw byte stream.
+pub fn statuses(raw: &[u8]) -> Vec<u16> {
+    let text = String::from_utf8_lossy(raw);
+    text.match_indices("HTTP/1.")
+        .filter_map(|(i, _)| text[i..].split(' ').nth(1)?.get(..3)?.parse().ok())
+        .collect()
+}
+
+/// The JSON body of the first response in a raw byte stream.
+pub fn raw_json(raw: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(raw);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    serde_json::from_str(body).unwrap_or(Value::Null)
 }

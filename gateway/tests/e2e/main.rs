@@ -3,10 +3,15 @@
 
 mod harness;
 
+mod accounts;
+mod auth;
 mod bad_input;
 mod checkpoints;
 mod control;
 mod failures;
+mod input_limits;
 mod interop;
 mod passthrough;
+mod rate_limits;
 mod seed;
+mod smuggling;

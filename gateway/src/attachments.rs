@@ -1,0 +1,243 @@
+//! Attachments: `input_image`/`input_file` data URLs in a run's input are checked
+//! (`[limits]` allowlist and size), stored per account, and replaced in the logged input by
+//! `tether-upload://<file_id>`; the agent still receives the content, because the run
+//! resolves each URI back to a data URL when it builds the agent's request. Also the
+//! control actions `UploadAttachment` (a data URL in, a URI out) and `AttachmentContent`
+//! (the bytes back, for the owning account only; anyone else gets 404).
+//!
+//! Why URIs in the log: a data URL repeated in every later turn's history would be stored
+//! once per event and streamed to every reader of the log; the URI keeps the log small and
+//! puts the bytes behind the account check.
+
+use base64::Engine;
+use pingora::proxy::Session;
+use pingora::Result;
+use policies::input::AttachmentPolicy;
+use runtime_adapter::{Block, Item, TurnRequest};
+use serde_json::json;
+use session_log::{Attachment, Store};
+
+use crate::control::{respond_envelope, ActionResult, Call, ControlError};
+use crate::proxy::{ApiError, State};
+use crate::runs::new_id;
+
+/// Scheme of the references Tether puts in the log in place of inline data.
+pub const SCHEME: &str = "tether-upload://";
+
+/// An accepted attachment, checked but not yet stored.
+pub struct Upload {
+    pub file_id: String,
+    pub mime_type: String,
+    pub filename: Option<String>,
+    pub bytes: Vec<u8>,
+}
+
+fn is_data_url(s: &str) -> bool {
+    s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:"))
+}
+
+fn refused(e: policies::InputLimitError) -> ApiError {
+    let code = match e.status() {
+        413 => "attachment_too_large",
+        415 => "unsupported_attachment_type",
+        _ => "invalid_attachment",
+    };
+    ApiError::new(e.status(), "invalid_request_error", code, e.to_string())
+}
+
+/// Decodes and checks every inline attachment of the turn's input and replaces it by its
+/// upload URI. Nothing is stored: on any refusal the caller answers and writes nothing.
+pub fn extract(
+    policy: &AttachmentPolicy,
+    mut turn: TurnRequest,
+) -> std::result::Result<(TurnRequest, Vec<Upload>), ApiError> {
+    let mut uploads = Vec::new();
+    let mut take = |data: &mut String, filename: Option<String>| {
+        if !is_data_url(data) {
+            return Ok(());
+        }
+        let a = policy.decode_data_url(data).map_err(refused)?;
+        let file_id = new_id("file");
+        *data = format!("{SCHEME}{file_id}");
+        uploads.push(Upload {
+            file_id,
+            mime_type: a.mime_type,
+            filename,
+            bytes: a.bytes,
+        });
+        Ok::<(), ApiError>(())
+    };
+    for item in &mut turn.input {
+        let Item::Message { content, .. } = item else {
+            continue;
+        };
+        for block in content {
+            match block {
+                Block::Image { url, .. } => take(url, None)?,
+                Block::File { filename, data, .. } => {
+                    if let Some(d) = data {
+                        take(d, filename.clone())?
+                    }
+                }
+                Block::Text(_) => {}
+            }
+        }
+    }
+    Ok((turn, uploads))
+}
+
+/// Stores accepted attachments under the account.
+pub async fn save(
+    store: &dyn Store,
+    account_id: &str,
+    uploads: Vec<Upload>,
+) -> std::result::Result<(), ApiError> {
+    for u in uploads {
+        let a = Attachment {
+            account_id: account_id.to_owned(),
+            file_id: u.file_id,
+            mime_type: u.mime_type,
+            filename: u.filename,
+            content: u.bytes,
+        };
+        store
+            .put_attachment(&a)
+            .await
+            .map_err(|e| ApiError::store_unavailable(&e, "cannot store an attachment"))?;
+    }
+    Ok(())
+}
+
+fn data_url(a: &Attachment) -> String {
+    format!(
+        "data:{};base64,{}",
+        a.mime_type,
+        base64::engine::general_purpose::STANDARD.encode(&a.content)
+    )
+}
+
+/// Replaces upload URIs in `history` and `turn` with data URLs of the account's stored
+/// content, so the agent (which cannot read Tether's store) gets usable input.
+pub async fn resolve_for_agent(
+    store: &dyn Store,
+    account_id: &str,
+    mut history: Vec<Item>,
+    mut turn: TurnRequest,
+) -> std::result::Result<(Vec<Item>, TurnRequest), String> {
+    for item in history.iter_mut().chain(turn.input.iter_mut()) {
+        let Item::Message { content, .. } = item else {
+            continue;
+        };
+        for block in content {
+            let slot = match block {
+                Block::Image { url, .. } => Some(url),
+                Block::File { data, url, .. } => match (data, url) {
+                    (Some(d), _) if d.starts_with(SCHEME) => Some(d),
+                    (_, Some(u)) if u.starts_with(SCHEME) => Some(u),
+                    _ => None,
+                },
+                Block::Text(_) => None,
+            };
+            let Some(slot) = slot else { continue };
+            let Some(file_id) = slot.strip_prefix(SCHEME) else {
+                continue;
+            };
+            match store.attachment(account_id, file_id).await {
+                Ok(Some(a)) => *slot = data_url(&a),
+                Ok(None) => return Err(format!("attachment {file_id} not found")),
+                Err(e) => return Err(format!("cannot read attachment {file_id}: {e}")),
+            }
+        }
+    }
+    // A File block whose reference was in `url` now holds a data URL there; the adapters
+    // send `url` as file_url, so move it to `data` where it belongs.
+    for item in history.iter_mut().chain(turn.input.iter_mut()) {
+        if let Item::Message { content, .. } = item {
+            for block in content {
+                if let Block::File { data, url, .. } = block {
+                    if data.is_none() && url.as_deref().is_some_and(is_data_url) {
+                        *data = url.take();
+                    }
+                }
+            }
+        }
+    }
+    Ok((history, turn))
+}
+
+/// `POST /agentengine/api/v1/UploadAttachment` with `{"Data": "data:…", "FileName": …}`:
+/// answers `{"FileUri": "tether-upload://…", "FileId", "MimeType", "SizeBytes"}`.
+pub async fn upload(call: &Call<'_>) -> ActionResult {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Params {
+        data: String,
+        #[serde(default)]
+        file_name: Option<String>,
+    }
+    let p: Params = call.params()?;
+    let a = call
+        .state
+        .attachments
+        .decode_data_url(&p.data)
+        .map_err(|e| ControlError::from(refused(e)))?;
+    let upload = Upload {
+        file_id: new_id("file"),
+        mime_type: a.mime_type,
+        filename: p.file_name,
+        bytes: a.bytes,
+    };
+    let answer = json!({
+        "FileUri": format!("{SCHEME}{}", upload.file_id),
+        "FileId": upload.file_id,
+        "MimeType": upload.mime_type,
+        "SizeBytes": upload.bytes.len(),
+    });
+    save(&*call.state.store, call.account_id, vec![upload])
+        .await
+        .map_err(ControlError::from)?;
+    Ok(answer)
+}
+
+/// `GET /agentengine/api/v1/AttachmentContent?FileUri=tether-upload://…`: the stored bytes
+/// with their type, for the owning account; any other id is 404 in the control envelope.
+pub async fn content(state: &State, session: &mut Session, account_id: &str) -> Result<()> {
+    const ACTION: &str = "AttachmentContent";
+    let request_id = new_id("req");
+    let uri = session
+        .req_header()
+        .uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|p| p.strip_prefix("FileUri="))
+        .and_then(crate::control::subscribe::percent_decode);
+    let Some(uri) = uri.filter(|u| !u.is_empty()) else {
+        let e = ControlError::bad_request("FileUri is required");
+        return respond_envelope(session, ACTION, &request_id, Err(e)).await;
+    };
+    let found = match uri.strip_prefix(SCHEME) {
+        Some(file_id) => state.store.attachment(account_id, file_id).await,
+        None => Ok(None),
+    };
+    match found {
+        Ok(Some(a)) => {
+            let mut h = pingora::http::ResponseHeader::build(200, Some(4))?;
+            h.insert_header("content-type", a.mime_type.as_str())?;
+            h.insert_header("content-length", a.content.len().to_string())?;
+            h.insert_header("cache-control", "private, no-store")?;
+            // Served bytes are the client's own upload; never let a browser sniff them
+            // into something executable.
+            h.insert_header("x-content-type-options", "nosniff")?;
+            session.write_response_header(Box::new(h), false).await?;
+            session
+                .write_response_body(Some(bytes::Bytes::from(a.content)), true)
+                .await
+        }
+        Ok(None) => {
+            let e = ControlError::not_found("attachment", &uri);
+            respond_envelope(session, ACTION, &request_id, Err(e)).await
+        }
+        Err(e) => respond_envelope(session, ACTION, &request_id, Err(e.into())).await,
+    }
+}
