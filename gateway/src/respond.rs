@@ -33,6 +33,11 @@ pub async fn sse_start(session: &mut Session, headers: &[(&str, &str)]) -> Resul
     h.insert_header("content-type", "text/event-stream")?;
     h.insert_header("cache-control", "no-cache")?;
     h.insert_header("x-accel-buffering", "no")?;
+    // Without a length, HTTP/1.1 needs chunked framing to end the body and keep the
+    // connection: otherwise the stream ends by closing it.
+    if session.req_header().version == http::Version::HTTP_11 {
+        h.insert_header("transfer-encoding", "chunked")?;
+    }
     for (name, value) in headers {
         h.insert_header(name.to_string(), *value)?;
     }

@@ -258,3 +258,39 @@ fn health_and_readiness() {
     assert_eq!(status, 200);
     assert_eq!(body["store"], "sqlite");
 }
+
+/// A streamed run ends with the chunked terminator, not by closing the connection, so an
+/// HTTP/1.1 client can send its next request on the same socket.
+#[test]
+fn a_finished_stream_leaves_the_connection_usable() {
+    use std::io::{Read, Write};
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = Surface::Chat.body("hello", None, true).to_string();
+    write!(tcp, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.ends_with(b"0\r\n\r\n") {
+        let n = tcp.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the connection closed instead of ending the chunked body: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&seen).to_lowercase();
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(head.contains("data: [done]"));
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let n = tcp.read(&mut buf).unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+}
