@@ -80,6 +80,16 @@ pub struct Settings {
     /// Most events committed in one transaction.
     #[arg(long, env = "TETHER_WRITER_MAX_BATCH")]
     pub writer_max_batch: Option<usize>,
+    /// This replica's name as owner of the runs it drives. A replica restarted under the
+    /// same name closes its own abandoned runs at once instead of waiting for their leases
+    /// to run out. Default: "local" with a SQLite store (one gateway per file), a random
+    /// name with PostgreSQL.
+    #[arg(long, env = "TETHER_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Seconds a run's lease lasts without a heartbeat (renewed every third of it); a run
+    /// whose replica stops renewing is closed as interrupted by any other replica.
+    #[arg(long, env = "TETHER_RUN_LEASE_SECONDS")]
+    pub run_lease_seconds: Option<u64>,
     /// Log format: text or json.
     #[arg(long, env = "TETHER_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -125,6 +135,8 @@ pub struct Config {
     pub subscribe_timeout: Duration,
     pub threads: usize,
     pub writer_max_batch: usize,
+    pub replica_id: String,
+    pub run_lease: Duration,
     pub log_json: bool,
     pub checkpoint_policy: session_log::checkpoints::CheckpointPolicy,
     pub side_effect_free_tools: Vec<String>,
@@ -205,6 +217,8 @@ impl Settings {
             subscribe_timeout_seconds,
             threads,
             writer_max_batch,
+            replica_id,
+            run_lease_seconds,
             log_format,
             checkpoint_ttl_seconds,
             checkpoint_replay_allowed,
@@ -302,7 +316,24 @@ impl Settings {
             Some("json") => true,
             Some(other) => return Err(bad("log_format", format!("{other:?}: use text or json"))),
         };
+        let is_postgres = store.starts_with("postgres://") || store.starts_with("postgresql://");
+        let replica_id = match self.replica_id {
+            Some(id) if id.trim().is_empty() || id.len() > 200 => {
+                return Err(bad("replica_id", "must be 1-200 characters"))
+            }
+            Some(id) => id,
+            None if is_postgres => format!("replica_{}", uuid::Uuid::new_v4().simple()),
+            None => "local".to_owned(),
+        };
+        let run_lease =
+            Duration::from_secs(positive("run_lease_seconds", self.run_lease_seconds, 15)?);
+        if run_lease < Duration::from_secs(3) {
+            // Heartbeats every third of the lease: below 1 s a slow commit loses it.
+            return Err(bad("run_lease_seconds", "must be at least 3"));
+        }
         Ok(Config {
+            replica_id,
+            run_lease,
             listen,
             upstream,
             protocol,

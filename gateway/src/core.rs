@@ -104,6 +104,69 @@ impl Store for CoreStore {
         delegate!(self, |s| s.open_invocations())
     }
 
+    async fn claim(
+        &self,
+        claim: &session_log::Claim<'_>,
+    ) -> Result<session_log::Claimed, StoreError> {
+        let (a, sid, r, i, o, lease) = (
+            claim.account_id.to_owned(),
+            claim.session_id.to_owned(),
+            claim.run_id.to_owned(),
+            claim.invocation_id.to_owned(),
+            claim.owner.to_owned(),
+            claim.lease,
+        );
+        delegate!(self, |s| s.claim(&session_log::Claim {
+            account_id: &a,
+            session_id: &sid,
+            run_id: &r,
+            invocation_id: &i,
+            owner: &o,
+            lease,
+        }))
+    }
+
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        invocation_ids: &[String],
+        lease: std::time::Duration,
+    ) -> Result<Vec<session_log::Renewed>, StoreError> {
+        let (o, ids) = (owner.to_owned(), invocation_ids.to_vec());
+        delegate!(self, |s| s.renew_leases(&o, &ids, lease))
+    }
+
+    async fn abandoned_invocations(
+        &self,
+        restarted_owner: Option<&str>,
+    ) -> Result<Vec<Invocation>, StoreError> {
+        let o = restarted_owner.map(str::to_owned);
+        delegate!(self, |s| s.abandoned_invocations(o.as_deref()))
+    }
+
+    async fn lease(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<session_log::Lease>, StoreError> {
+        let (a, id) = (account_id.to_owned(), invocation_id.to_owned());
+        delegate!(self, |s| s.lease(&a, &id))
+    }
+
+    async fn request_cancel(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<bool, StoreError> {
+        let (a, id) = (account_id.to_owned(), invocation_id.to_owned());
+        delegate!(self, |s| s.request_cancel(&a, &id))
+    }
+
+    async fn notify(&self, channel: &str, payloads: &[String]) -> Result<(), StoreError> {
+        let (c, p) = (channel.to_owned(), payloads.to_vec());
+        delegate!(self, |s| s.notify(&c, &p))
+    }
+
     async fn put_attachment(&self, attachment: &session_log::Attachment) -> Result<(), StoreError> {
         let a = attachment.clone();
         delegate!(self, |s| s.put_attachment(&a))

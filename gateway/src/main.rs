@@ -9,6 +9,7 @@ mod control;
 mod core;
 mod deadline;
 mod framing;
+mod metrics;
 mod proxy;
 mod respond;
 mod responses_api;
@@ -96,7 +97,7 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
 
     let (raw_store, writer, hub) = core.block_on(async {
         let store = session_log::open(&config.store).await?;
-        close_abandoned_runs(&*store).await?;
+        close_abandoned_runs(&*store, &config.replica_id).await?;
         let hub = Hub::new();
         let writer = Writer::spawn(
             store.clone(),
@@ -119,7 +120,24 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         upstream,
         config.model.clone(),
         limits.clone(),
+        runs::Ownership {
+            owner: config.replica_id.clone(),
+            lease: config.run_lease,
+        },
     );
+    handle.spawn(runs.clone().keep_leases());
+    if raw_store.backend() == "postgres" {
+        // Live tail and cancels across replicas (see session_log::tail).
+        let runs = runs.clone();
+        handle.spawn(session_log::tail::follow(
+            config.store.clone(),
+            raw_store.clone(),
+            hub.clone(),
+            move |account, invocation| {
+                runs.stop_for(account, invocation, runs::Stop::Cancel);
+            },
+        ));
+    }
     let header_deadline = std::time::Duration::from_secs(config.limits.header_timeout_seconds());
     let input = proxy::InputLimits {
         max_body_bytes: config.max_body_bytes,
@@ -133,7 +151,8 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
     runs.set_checkpoint_policy(config.checkpoint_policy.clone());
     tracing::info!(
         listen = %config.listen, upstream = %config.upstream.authority, protocol = config.protocol.as_str(),
-        store = raw_store.backend(), "tether starting"
+        store = raw_store.backend(), replica_id = %config.replica_id,
+        run_lease_seconds = config.run_lease.as_secs(), "tether starting"
     );
 
     let grace = config.shutdown_grace;
@@ -201,9 +220,14 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
 }
 
 /// A run left `in_progress` by a gateway that died cannot be finished by anyone: close it
-/// as `interrupted`, so every run has exactly one terminal status.
-async fn close_abandoned_runs(store: &dyn Store) -> Result<(), session_log::StoreError> {
-    let open = store.open_invocations().await?;
+/// as `interrupted`, so every run has exactly one terminal status. Only runs nobody drives
+/// any more are closed — this replica's previous life's (same `replica_id`), unowned ones,
+/// and those whose lease ran out — never the live runs of other replicas sharing the store.
+async fn close_abandoned_runs(
+    store: &dyn Store,
+    replica_id: &str,
+) -> Result<(), session_log::StoreError> {
+    let open = store.abandoned_invocations(Some(replica_id)).await?;
     if open.is_empty() {
         return Ok(());
     }

@@ -229,6 +229,13 @@ impl ProxyHttp for Gateway {
                 self.readyz(session).await?;
                 Ok(true)
             }
+            // Unauthenticated like the health checks: scrapers rarely hold API keys, and
+            // the page has no per-account labels (nothing about any tenant's traffic but
+            // totals). Deployments that expose the port publicly can block the path.
+            (Method::GET, "/metrics") => {
+                self.metrics(session).await?;
+                Ok(true)
+            }
             _ => self.route(session, ctx, method, &path).await,
         }
     }
@@ -342,7 +349,8 @@ impl ProxyHttp for Gateway {
         Ok(None)
     }
 
-    async fn logging(&self, _session: &mut Session, error: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut Ctx) {
+        crate::metrics::METRICS.request_done(session.response_written().map(|r| r.status.as_u16()));
         if let Some(tee) = ctx.tee.take() {
             tee.finish(error.map(|e| e.to_string()));
         }
@@ -422,6 +430,7 @@ impl Gateway {
         };
         if let Err(limited) = self.state.limits.check(&identity) {
             tracing::info!(account_id = %identity.account_id, credential = %identity.credential_id, "rate limited");
+            crate::metrics::METRICS.rate_limited(crate::metrics::Limit::Requests);
             refuse(session, area, path, ApiError::limited(&limited)).await?;
             return Ok(true);
         }
@@ -521,6 +530,30 @@ impl Gateway {
         respond::json(session, status, &body, &[]).await
     }
 
+    async fn metrics(&self, session: &mut Session) -> Result<()> {
+        let state = &self.state;
+        let page = crate::metrics::render(
+            &crate::metrics::METRICS,
+            &crate::metrics::Gauges {
+                writer: state.writer.stats(),
+                backend: state.store.backend(),
+                subscribers: state.hub.subscribers(),
+                followed_sessions: state.hub.active_sessions(),
+                active_runs: state.runs.active_count(),
+            },
+        );
+        let mut header = ResponseHeader::build(200, Some(3))?;
+        header.insert_header("content-type", "text/plain; version=0.0.4; charset=utf-8")?;
+        header.insert_header("content-length", page.len().to_string())?;
+        header.insert_header("cache-control", "no-store")?;
+        session
+            .write_response_header(Box::new(header), false)
+            .await?;
+        session
+            .write_response_body(Some(Bytes::from(page)), true)
+            .await
+    }
+
     /// A turn through one of the OpenAI surfaces. Always answers the client itself.
     async fn serve_run(
         &self,
@@ -532,6 +565,7 @@ impl Gateway {
         // At the cap: answer before reading the body or storing any attachment. (The run
         // takes its own slot when it starts; this probe is released at once.)
         if let Err(l) = self.state.limits.try_acquire_run(&ctx.account_id) {
+            crate::metrics::METRICS.rate_limited(crate::metrics::Limit::Runs);
             ApiError::limited(&l).send(session, surface, &[]).await?;
             return Ok(true);
         }
@@ -627,7 +661,10 @@ impl Gateway {
                 StartError::ShuttingDown => {
                     ApiError::new(503, "server_error", "shutting_down", e.to_string())
                 }
-                StartError::TooManyRuns(ref l) => ApiError::limited(l),
+                StartError::TooManyRuns(ref l) => {
+                    crate::metrics::METRICS.rate_limited(crate::metrics::Limit::Runs);
+                    ApiError::limited(l)
+                }
                 StartError::Store(_) | StartError::Write(_) => {
                     ApiError::store_unavailable(&e, "cannot start a run")
                 }

@@ -11,11 +11,13 @@ use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
 use session_log::{
-    EventQuery, EventType, NewEvent, RunStatus, Seq, Store, StoreError, WriteError, Writer,
+    Claim, Claimed, EventQuery, EventType, NewEvent, RunStatus, Seq, Store, StoreError, WriteError,
+    Writer,
 };
 use tokio::sync::{oneshot, Notify};
 
 use crate::agent::Agent;
+use crate::metrics::METRICS;
 
 /// Why a run could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +42,9 @@ pub enum Stop {
     Cancel,
     /// The gateway is shutting down: `interrupted`.
     Shutdown,
+    /// The run's lease was lost (another replica closed it as abandoned while this one
+    /// could not renew): `interrupted`, though the store keeps the first close.
+    LeaseLost,
 }
 
 /// A run that has been started: its input and `in_progress` are committed.
@@ -61,6 +66,8 @@ struct ActiveRun {
     stop: Option<oneshot::Sender<Stop>>,
     /// The run's end is being written: the session is about to be free.
     finishing: bool,
+    /// Its invocation row is claimed in the store: the heartbeat renews its lease.
+    leased: bool,
 }
 
 pub struct Runs {
@@ -76,6 +83,17 @@ pub struct Runs {
     checkpoint_policy: Mutex<CheckpointPolicy>,
     /// Concurrent-run slots: every start and resume takes one, its supervisor holds it.
     limits: Arc<policies::RateLimits>,
+    /// This replica's name as owner of run leases.
+    owner: String,
+    lease: Duration,
+}
+
+/// How this replica leases the runs it drives.
+pub struct Ownership {
+    /// This replica's name (`replica_id`).
+    pub owner: String,
+    /// Lease length; the heartbeat renews every third of it.
+    pub lease: Duration,
 }
 
 /// What a resume adds to a start: the history cut at the checkpoint and where it came from.
@@ -133,6 +151,14 @@ impl Outcome {
                 )),
                 usage: None,
             },
+            Stop::LeaseLost => Outcome {
+                status: RunStatus::Interrupted,
+                error: Some((
+                    "run_lease_lost".into(),
+                    "the gateway lost its lease on the run".into(),
+                )),
+                usage: None,
+            },
         }
     }
 }
@@ -152,6 +178,7 @@ impl Runs {
         upstream: &'static dyn Upstream,
         default_model: String,
         limits: Arc<policies::RateLimits>,
+        ownership: Ownership,
     ) -> Arc<Self> {
         Arc::new(Runs {
             store,
@@ -163,7 +190,14 @@ impl Runs {
             changed: Notify::new(),
             checkpoint_policy: Mutex::new(CheckpointPolicy::default()),
             limits,
+            owner: ownership.owner,
+            lease: ownership.lease,
         })
+    }
+
+    /// This replica's name as owner of run leases.
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 
     /// Sets how checkpoints are recorded from now on (TTL, replay policy).
@@ -285,6 +319,7 @@ impl Runs {
                             run_id: run_id.clone(),
                             stop: Some(stop_tx),
                             finishing: false,
+                            leased: false,
                         };
                         active.by_invocation.insert(invocation_id.clone(), run);
                         break;
@@ -297,6 +332,34 @@ impl Runs {
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return Err(StartError::SessionBusy(session_id.to_owned()));
+            }
+        }
+        // Across replicas: the store refuses a second live run in the session.
+        let claim = Claim {
+            account_id,
+            session_id,
+            run_id: &run_id,
+            invocation_id: &invocation_id,
+            owner: &self.owner,
+            lease: self.lease,
+        };
+        match self.store.claim(&claim).await {
+            Ok(Claimed::Granted) => {
+                if let Some(run) = self.active().by_invocation.get_mut(&invocation_id) {
+                    run.leased = true;
+                }
+            }
+            Ok(Claimed::Busy {
+                invocation_id: other,
+                ..
+            }) => {
+                tracing::info!(account_id, session_id, busy_invocation_id = %other, "session busy on another replica");
+                self.forget(&invocation_id);
+                return Err(StartError::SessionBusy(session_id.to_owned()));
+            }
+            Err(e) => {
+                self.forget(&invocation_id);
+                return Err(e.into());
             }
         }
         let started = self
@@ -328,6 +391,7 @@ impl Runs {
                 .unwrap_or_else(|| self.default_model.clone()),
         };
         tracing::info!(account_id, session_id, run_id = %run.run_id, invocation_id = %run.invocation_id, "run started");
+        METRICS.run_started();
         tokio::spawn(
             self.clone()
                 .supervise(run.clone(), history, turn, stop_rx, permit),
@@ -439,6 +503,96 @@ impl Runs {
         }
     }
 
+    /// Stops a run of this gateway on another replica's request (a cancel that reached the
+    /// wrong replica); ignores ids of other accounts.
+    pub fn stop_for(&self, account_id: &str, invocation_id: &str, why: Stop) -> bool {
+        let mine = self
+            .active()
+            .by_invocation
+            .get(invocation_id)
+            .is_some_and(|r| r.session_key.0 == account_id);
+        mine && self.stop(invocation_id, why)
+    }
+
+    /// Renews the leases of this replica's runs every third of the lease, stops the runs
+    /// whose lease was lost or whose cancel another replica requested, and closes open
+    /// invocations nobody renews any more (their replica died) as `interrupted`. Runs
+    /// until the process ends; must run on the core runtime.
+    pub async fn keep_leases(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.lease / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.heartbeat().await;
+            self.close_abandoned().await;
+        }
+    }
+
+    async fn heartbeat(&self) {
+        let ids: Vec<String> = self
+            .active()
+            .by_invocation
+            .iter()
+            .filter(|(_, r)| r.leased && !r.finishing)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let renewed = match self.store.renew_leases(&self.owner, &ids, self.lease).await {
+            Ok(r) => r,
+            Err(error) => {
+                // The runs go on: their events are queued for the writer, and the lease
+                // is renewed at the next beat if the database is back by then.
+                tracing::warn!(%error, runs = ids.len(), "could not renew run leases");
+                return;
+            }
+        };
+        for id in &ids {
+            match renewed.iter().find(|r| &r.invocation_id == id) {
+                Some(r) if r.cancel_requested => {
+                    tracing::info!(invocation_id = %id, "cancel requested through another replica");
+                    self.stop(id, Stop::Cancel);
+                }
+                Some(_) => {}
+                // Closed under us (or finished between the listing and the update: then
+                // the stop finds nothing to do).
+                None => {
+                    if self
+                        .active()
+                        .by_invocation
+                        .get(id)
+                        .is_some_and(|r| !r.finishing)
+                    {
+                        tracing::warn!(invocation_id = %id, "run lease lost; stopping the run");
+                        self.stop(id, Stop::LeaseLost);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close_abandoned(&self) {
+        match self.store.abandoned_invocations(None).await {
+            Ok(open) => {
+                // Ours are renewed by the heartbeat; one found here is being claimed or
+                // finishing, never abandoned.
+                let open: Vec<_> = {
+                    let active = self.active();
+                    open.into_iter()
+                        .filter(|inv| !active.by_invocation.contains_key(&inv.invocation_id))
+                        .collect()
+                };
+                if let Err(error) =
+                    close_as_interrupted(&self.writer, &open, "run_owner_lost").await
+                {
+                    tracing::warn!(%error, "could not close abandoned runs");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "could not look for abandoned runs"),
+        }
+    }
+
     /// Waits until no run is active, or `timeout` passes; returns whether none is.
     async fn until_idle(&self, timeout: Duration) -> bool {
         tokio::time::timeout(timeout, async {
@@ -525,9 +679,44 @@ impl Runs {
             account_id = %run.account_id, session_id = %run.session_id, run_id = %run.run_id,
             invocation_id = %run.invocation_id, status = outcome.status.as_str(), "run ended"
         );
+        METRICS.run_ended(outcome.status);
         self.forget(&run.invocation_id);
         drop(permit);
     }
+}
+
+/// Appends an `interrupted` terminal status for each invocation (the store drops the ones
+/// someone closed meanwhile, so racing replicas close each run once).
+pub async fn close_as_interrupted(
+    writer: &Writer,
+    open: &[session_log::Invocation],
+    reason: &str,
+) -> Result<(), WriteError> {
+    if open.is_empty() {
+        return Ok(());
+    }
+    let batch: Vec<NewEvent> = open
+        .iter()
+        .map(|inv| {
+            NewEvent::new(
+                &inv.account_id,
+                &inv.session_id,
+                EventType::RunStatus,
+                run_status_content(RunStatus::Interrupted, Some(reason)),
+            )
+            .in_run(&inv.run_id, &inv.invocation_id)
+        })
+        .collect();
+    let closed = writer.append(batch).await?;
+    for event in &closed {
+        tracing::warn!(
+            account_id = %event.account_id, session_id = %event.session_id,
+            run_id = event.run_id.as_deref().unwrap_or_default(),
+            invocation_id = event.invocation_id.as_deref().unwrap_or_default(),
+            reason, "closed an abandoned run as interrupted"
+        );
+    }
+    Ok(())
 }
 
 /// Calls the agent and records what it says. Returns how the run ended; the supervisor

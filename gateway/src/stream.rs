@@ -74,6 +74,7 @@ pub async fn pump(
             if write_frames(session, &frames, last).await.is_err() {
                 return End::ClientGone;
             }
+            crate::metrics::METRICS.forwarded(event.created_at);
         }
         if last {
             return End::Done;

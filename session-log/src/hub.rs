@@ -18,11 +18,19 @@ const REPLAY_PAGE: i64 = 1000;
 
 type SessionKey = (String, String);
 
-/// Broadcasts committed events to the subscribers of their session. Only the writer (and,
-/// across replicas, whatever learns of other replicas' commits) publishes.
+/// Broadcasts committed events to the subscribers of their session. The writer publishes
+/// what this process commits; across replicas, `tail` publishes what others commit. Two
+/// sources may publish one session's events out of order or twice: subscribers detect
+/// both (seqs are dense per session) and re-read the store over a gap.
 #[derive(Clone, Default)]
 pub struct Hub {
-    sessions: Arc<Mutex<HashMap<SessionKey, broadcast::Sender<Arc<Event>>>>>,
+    sessions: Arc<Mutex<HashMap<SessionKey, Channel>>>,
+}
+
+struct Channel {
+    tx: broadcast::Sender<Arc<Event>>,
+    /// Highest seq published to this channel (0: none yet).
+    through: Seq,
 }
 
 impl Hub {
@@ -30,13 +38,18 @@ impl Hub {
         Self::default()
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, Channel>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Hands committed events to current subscribers, in order.
     pub fn publish(&self, events: &[Event]) {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sessions = self.lock();
         for event in events {
             let key = (event.account_id.clone(), event.session_id.clone());
-            if let Some(tx) = sessions.get(&key) {
-                if tx.send(Arc::new(event.clone())).is_err() {
+            if let Some(channel) = sessions.get_mut(&key) {
+                channel.through = channel.through.max(event.seq);
+                if channel.tx.send(Arc::new(event.clone())).is_err() {
                     // Nobody listens any more: forget the channel.
                     sessions.remove(&key);
                 }
@@ -45,20 +58,44 @@ impl Hub {
     }
 
     fn receiver(&self, account_id: &str, session_id: &str) -> broadcast::Receiver<Arc<Event>> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        sessions
+        self.lock()
             .entry((account_id.to_owned(), session_id.to_owned()))
-            .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
+            .or_insert_with(|| Channel {
+                tx: broadcast::channel(CHANNEL_CAPACITY).0,
+                through: 0,
+            })
+            .tx
             .subscribe()
+    }
+
+    /// For a session with live subscribers here: the highest seq published to them (0 if
+    /// none yet). `None` when nobody here follows the session.
+    pub fn followed_through(&self, account_id: &str, session_id: &str) -> Option<Seq> {
+        let sessions = self.lock();
+        let channel = sessions.get(&(account_id.to_owned(), session_id.to_owned()))?;
+        (channel.tx.receiver_count() > 0).then_some(channel.through)
+    }
+
+    /// Every session with live subscribers here, with its `followed_through`.
+    pub fn followed_sessions(&self) -> Vec<(String, String, Seq)> {
+        self.lock()
+            .iter()
+            .filter(|(_, c)| c.tx.receiver_count() > 0)
+            .map(|((a, s), c)| (a.clone(), s.clone(), c.through))
+            .collect()
     }
 
     /// Number of sessions with live subscribers.
     pub fn active_sessions(&self) -> usize {
-        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        sessions
+        self.lock()
             .values()
-            .filter(|tx| tx.receiver_count() > 0)
+            .filter(|c| c.tx.receiver_count() > 0)
             .count()
+    }
+
+    /// Number of live subscribers, over all sessions.
+    pub fn subscribers(&self) -> usize {
+        self.lock().values().map(|c| c.tx.receiver_count()).sum()
     }
 }
 
@@ -70,6 +107,14 @@ pub struct Subscription {
     query: EventQuery,
     pending: VecDeque<Arc<Event>>,
     replaying: bool,
+    /// Every event of the session up to this seq, matching or not, has been handed out or
+    /// skipped; `None` until the first live event is checked against the store. Live
+    /// events must continue it exactly: anything else is a duplicate (skipped) or a gap
+    /// (re-read from the store, which holds every seq below a committed one).
+    session_seen: Option<Seq>,
+    /// While replaying over a gap: the live event that revealed it. Once the replay is
+    /// done, everything up to it is covered.
+    covers: Option<Seq>,
 }
 
 impl Subscription {
@@ -83,6 +128,8 @@ impl Subscription {
             query,
             pending: VecDeque::new(),
             replaying: true,
+            session_seen: None,
+            covers: None,
         }
     }
 
@@ -105,13 +152,27 @@ impl Subscription {
             }
             match self.live.recv().await {
                 Ok(event) => {
+                    match self.session_seen {
+                        Some(seen) if event.seq <= seen => continue, // published twice
+                        Some(seen) if event.seq == seen + 1 => self.session_seen = Some(event.seq),
+                        // The first live event, or one after a gap: the store has
+                        // everything up to it, read from the cursor there.
+                        _ => {
+                            self.covers = Some(event.seq);
+                            self.replaying = true;
+                            continue;
+                        }
+                    }
                     if event.seq > self.query.after_seq && self.matches(&event) {
                         self.query.after_seq = event.seq;
                         return Ok(Some(event));
                     }
                 }
                 // Fell behind the broadcast: the gap is in the store.
-                Err(broadcast::error::RecvError::Lagged(_)) => self.replaying = true,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    self.session_seen = None;
+                    self.replaying = true;
+                }
                 Err(broadcast::error::RecvError::Closed) => return Ok(None),
             }
         }
@@ -138,6 +199,9 @@ impl Subscription {
         let page = self.store.events(&query).await?;
         if (page.len() as i64) < REPLAY_PAGE {
             self.replaying = false;
+            if let Some(covers) = self.covers.take() {
+                self.session_seen = Some(self.session_seen.unwrap_or(0).max(covers));
+            }
         }
         self.pending.extend(page.into_iter().map(Arc::new));
         Ok(())

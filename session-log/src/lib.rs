@@ -4,14 +4,18 @@
 
 pub mod checkpoints;
 pub mod event;
+pub mod histogram;
 pub mod hub;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
 pub mod store;
+pub mod tail;
 pub mod writer;
 
 pub use event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
 pub use hub::{Hub, Subscription};
-pub use store::{open, Attachment, EventQuery, Invocation, Store, StoreError};
+pub use store::{
+    open, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+};
 pub use writer::{WriteError, Writer, WriterConfig};

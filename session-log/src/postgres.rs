@@ -13,7 +13,7 @@ use sqlx::{Postgres, QueryBuilder, Row};
 
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::sql::{self, InvocationOp};
-use crate::store::{EventQuery, Invocation, Store, StoreError};
+use crate::store::{Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError};
 
 const POOL_SIZE: u32 = 10;
 /// Bounds both connecting and waiting for a free pooled connection.
@@ -333,6 +333,147 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(invocation_from_row).collect()
+    }
+
+    async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Serialises claims of one session across replicas until commit; a hash collision
+        // only makes two sessions' claims wait for each other.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\\n' || $2, 0))")
+            .bind(claim.account_id)
+            .bind(claim.session_id)
+            .execute(&mut *tx)
+            .await?;
+        let busy = sqlx::query(
+            "SELECT run_id, invocation_id FROM invocations \
+             WHERE account_id = $1 AND session_id = $2 AND status = 'in_progress' \
+             AND owner IS NOT NULL AND lease_expires_at > now() LIMIT 1",
+        )
+        .bind(claim.account_id)
+        .bind(claim.session_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = busy {
+            return Ok(Claimed::Busy {
+                run_id: row.try_get(0)?,
+                invocation_id: row.try_get(1)?,
+            });
+        }
+        sqlx::query(
+            "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
+             started_at, owner, lease_expires_at) \
+             VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, now() + make_interval(secs => $7)) \
+             ON CONFLICT (account_id, invocation_id) DO NOTHING",
+        )
+        .bind(claim.account_id)
+        .bind(claim.invocation_id)
+        .bind(claim.session_id)
+        .bind(claim.run_id)
+        .bind(sql::commit_time())
+        .bind(claim.owner)
+        .bind(claim.lease.as_secs_f64())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Claimed::Granted)
+    }
+
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        invocation_ids: &[String],
+        lease: Duration,
+    ) -> Result<Vec<Renewed>, StoreError> {
+        if invocation_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "UPDATE invocations SET lease_expires_at = now() + make_interval(secs => $3) \
+             WHERE owner = $1 AND invocation_id = ANY($2) AND status = 'in_progress' \
+             RETURNING invocation_id, cancel_requested",
+        )
+        .bind(owner)
+        .bind(invocation_ids)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Renewed {
+                    invocation_id: r.try_get(0)?,
+                    cancel_requested: r.try_get(1)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn abandoned_invocations(
+        &self,
+        restarted_owner: Option<&str>,
+    ) -> Result<Vec<Invocation>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
+             AND (lease_expires_at <= now() \
+             OR ($1::text IS NOT NULL AND (owner IS NULL OR owner = $1))) \
+             ORDER BY started_at, account_id, invocation_id"
+        ))
+        .bind(restarted_owner)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(invocation_from_row).collect()
+    }
+
+    async fn lease(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Lease>, StoreError> {
+        let row = sqlx::query(
+            "SELECT owner, COALESCE(lease_expires_at > now(), FALSE), cancel_requested \
+             FROM invocations WHERE account_id = $1 AND invocation_id = $2",
+        )
+        .bind(account_id)
+        .bind(invocation_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(Lease {
+                owner: r.try_get(0)?,
+                live: r.try_get(1)?,
+                cancel_requested: r.try_get(2)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn request_cancel(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE invocations SET cancel_requested = TRUE \
+             WHERE account_id = $1 AND invocation_id = $2 AND status = 'in_progress'",
+        )
+        .bind(account_id)
+        .bind(invocation_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn notify(&self, channel: &str, payloads: &[String]) -> Result<(), StoreError> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        // A pooled connection with no transaction open: the notifications go out at once
+        // and never hold a lock a commit waits for.
+        sqlx::query("SELECT pg_notify($1, p) FROM UNNEST($2::text[]) AS t(p)")
+            .bind(channel)
+            .bind(payloads)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     async fn put_attachment(&self, a: &crate::store::Attachment) -> Result<(), StoreError> {

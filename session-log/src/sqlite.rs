@@ -16,7 +16,7 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::sql::{self, InvocationOp, INSERT_CHUNK};
-use crate::store::{EventQuery, Invocation, Store, StoreError};
+use crate::store::{Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError};
 
 /// Readers run beside the writer (WAL lets them); a few connections are plenty.
 const POOL_SIZE: u32 = 4;
@@ -350,6 +350,136 @@ impl Store for SqliteStore {
         rows.iter().map(invocation_from_row).collect()
     }
 
+    async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
+        // The write lock serialises claims in this process; the transaction (SQLite has
+        // one writer) those of other processes sharing the file.
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin().await?;
+        let now = now_ms();
+        let busy = sqlx::query(
+            "SELECT run_id, invocation_id FROM invocations \
+             WHERE account_id = ? AND session_id = ? AND status = 'in_progress' \
+             AND owner IS NOT NULL AND lease_expires_ms > ? LIMIT 1",
+        )
+        .bind(claim.account_id)
+        .bind(claim.session_id)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = busy {
+            return Ok(Claimed::Busy {
+                run_id: row.try_get(0)?,
+                invocation_id: row.try_get(1)?,
+            });
+        }
+        sqlx::query(
+            "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
+             started_at, owner, lease_expires_ms) VALUES (?, ?, ?, ?, 'in_progress', ?, ?, ?) \
+             ON CONFLICT (account_id, invocation_id) DO NOTHING",
+        )
+        .bind(claim.account_id)
+        .bind(claim.invocation_id)
+        .bind(claim.session_id)
+        .bind(claim.run_id)
+        .bind(sql::commit_time())
+        .bind(claim.owner)
+        .bind(now + millis(claim.lease))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Claimed::Granted)
+    }
+
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        invocation_ids: &[String],
+        lease: Duration,
+    ) -> Result<Vec<Renewed>, StoreError> {
+        if invocation_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _guard = self.write_lock.lock().await;
+        let mut update = QueryBuilder::<Sqlite>::new("UPDATE invocations SET lease_expires_ms = ");
+        update
+            .push_bind(now_ms() + millis(lease))
+            .push(" WHERE status = 'in_progress' AND owner = ")
+            .push_bind(owner)
+            .push(" AND invocation_id IN (");
+        let mut ids = update.separated(", ");
+        for id in invocation_ids {
+            ids.push_bind(id);
+        }
+        update.push(") RETURNING invocation_id, cancel_requested");
+        let rows = update.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Renewed {
+                    invocation_id: r.try_get(0)?,
+                    cancel_requested: r.try_get::<i64, _>(1)? != 0,
+                })
+            })
+            .collect()
+    }
+
+    async fn abandoned_invocations(
+        &self,
+        restarted_owner: Option<&str>,
+    ) -> Result<Vec<Invocation>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
+             AND (lease_expires_ms <= ?1 \
+             OR (?2 IS NOT NULL AND (owner IS NULL OR owner = ?2))) \
+             ORDER BY started_at, account_id, invocation_id"
+        ))
+        .bind(now_ms())
+        .bind(restarted_owner)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(invocation_from_row).collect()
+    }
+
+    async fn lease(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Lease>, StoreError> {
+        let row = sqlx::query(
+            "SELECT owner, COALESCE(lease_expires_ms > ?, 0), cancel_requested \
+             FROM invocations WHERE account_id = ? AND invocation_id = ?",
+        )
+        .bind(now_ms())
+        .bind(account_id)
+        .bind(invocation_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(Lease {
+                owner: r.try_get(0)?,
+                live: r.try_get::<i64, _>(1)? != 0,
+                cancel_requested: r.try_get::<i64, _>(2)? != 0,
+            })
+        })
+        .transpose()
+    }
+
+    async fn request_cancel(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<bool, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let done = sqlx::query(
+            "UPDATE invocations SET cancel_requested = 1 \
+             WHERE account_id = ? AND invocation_id = ? AND status = 'in_progress'",
+        )
+        .bind(account_id)
+        .bind(invocation_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn put_attachment(&self, a: &crate::store::Attachment) -> Result<(), StoreError> {
         let _guard = self.write_lock.lock().await;
         sqlx::query(
@@ -393,6 +523,16 @@ impl Store for SqliteStore {
         })
         .transpose()
     }
+}
+
+/// Lease times in SQLite: Unix milliseconds from this host's clock (every process sharing
+/// the file is on this host).
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
 }
 
 fn json(column: &str, text: &str) -> Result<Value, StoreError> {

@@ -93,6 +93,48 @@ pub struct Invocation {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// A replica's request to drive a new invocation of a session (see [`Store::claim`]).
+#[derive(Clone, Debug)]
+pub struct Claim<'a> {
+    pub account_id: &'a str,
+    pub session_id: &'a str,
+    pub run_id: &'a str,
+    pub invocation_id: &'a str,
+    /// The replica that will drive it and renew its lease.
+    pub owner: &'a str,
+    pub lease: std::time::Duration,
+}
+
+/// The answer to a [`Claim`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claimed {
+    /// The invocation is open, owned by the claimant, with a fresh lease.
+    Granted,
+    /// Another invocation of the session is open with a live lease (on any replica).
+    Busy {
+        run_id: String,
+        invocation_id: String,
+    },
+}
+
+/// Who drives an open invocation, as far as the store knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// `None` for an invocation opened without a claim: nobody renews it.
+    pub owner: Option<String>,
+    /// Whether the lease has not run out yet.
+    pub live: bool,
+    pub cancel_requested: bool,
+}
+
+/// An invocation whose lease a heartbeat renewed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    pub invocation_id: String,
+    /// Another replica asked for this run to be cancelled.
+    pub cancel_requested: bool,
+}
+
 /// A stored attachment (a file or image a client sent), owned by one account.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attachment {
@@ -156,6 +198,54 @@ pub trait Store: Send + Sync + 'static {
     /// Every invocation still `in_progress`, across all accounts (used at start to close
     /// what a dead gateway left open).
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError>;
+
+    /// Opens `claim.invocation_id` for `claim.owner` with a lease of `claim.lease`, unless
+    /// another invocation of the session is open under a live lease. Check and insert are
+    /// one transaction (serialised per session), so two replicas starting a run in the
+    /// same session at once cannot both win. The run's `in_progress` event, appended
+    /// afterwards, finds the row already there.
+    async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError>;
+
+    /// Extends the leases of `owner`'s open invocations among `invocation_ids` to `lease`
+    /// from now. Returns those renewed: an id missing from the answer is closed or no
+    /// longer this owner's, and its run must stop.
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        invocation_ids: &[String],
+        lease: std::time::Duration,
+    ) -> Result<Vec<Renewed>, StoreError>;
+
+    /// Open invocations nobody drives any more: their lease ran out. At a restart
+    /// (`restarted_owner` set) also those of this replica's previous life and those opened
+    /// without a claim (by a gateway from before leases, or anything appending
+    /// `in_progress` directly): the periodic sweep leaves the latter alone, since it
+    /// cannot tell whether someone still drives them.
+    async fn abandoned_invocations(
+        &self,
+        restarted_owner: Option<&str>,
+    ) -> Result<Vec<Invocation>, StoreError>;
+
+    /// The lease of an invocation of the account, if the invocation exists.
+    async fn lease(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Lease>, StoreError>;
+
+    /// Flags an open invocation for cancellation by its owner. Returns whether it is open.
+    async fn request_cancel(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Tells other replicas something happened (PostgreSQL NOTIFY on `channel`, one per
+    /// payload), on a connection of its own and outside any write transaction. Stores
+    /// that only one process uses have nobody to tell.
+    async fn notify(&self, _channel: &str, _payloads: &[String]) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Stores an attachment; storing the same (account, file id) again is a no-op.
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError>;

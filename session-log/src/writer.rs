@@ -2,13 +2,14 @@
 //! group commit) and only then publishes them to the hub, so nothing reaches a client
 //! before it is durable.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::event::{Event, NewEvent};
+use crate::histogram::Histogram;
 use crate::hub::Hub;
 use crate::store::Store;
 
@@ -37,8 +38,16 @@ pub enum WriteError {
     Full,
 }
 
+/// Bounds of the batch-size histogram, in events.
+pub const BATCH_SIZE_BOUNDS: [u64; 9] = [1, 2, 5, 10, 50, 100, 500, 1000, 5000];
+/// Bounds of the commit-latency histogram, in microseconds (0.5 ms to 5 s).
+pub const COMMIT_LATENCY_BOUNDS_US: [u64; 12] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    5_000_000,
+];
+
 /// Counters a metrics endpoint or benchmark can read.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WriterStats {
     pub events_committed: AtomicU64,
     pub batches_committed: AtomicU64,
@@ -49,6 +58,28 @@ pub struct WriterStats {
     pub rejected: AtomicU64,
     /// Duration of the last commit, in microseconds.
     pub last_commit_us: AtomicU64,
+    /// Events per committed transaction.
+    pub batch_size: Histogram,
+    /// Time of each successful `append`, in microseconds.
+    pub commit_latency_us: Histogram,
+    /// The last commit attempt failed and nothing has committed since.
+    pub failing: AtomicBool,
+}
+
+impl Default for WriterStats {
+    fn default() -> Self {
+        WriterStats {
+            events_committed: AtomicU64::new(0),
+            batches_committed: AtomicU64::new(0),
+            commit_failures: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            last_commit_us: AtomicU64::new(0),
+            batch_size: Histogram::new(&BATCH_SIZE_BOUNDS),
+            commit_latency_us: Histogram::new(&COMMIT_LATENCY_BOUNDS_US),
+            failing: AtomicBool::new(false),
+        }
+    }
 }
 
 type Reply = oneshot::Sender<Vec<Event>>;
@@ -73,12 +104,15 @@ fn append_with_retry<'a>(
             let started = Instant::now();
             match store.append(events).await {
                 Ok(committed) => {
-                    stats
-                        .last_commit_us
-                        .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    let us = started.elapsed().as_micros() as u64;
+                    stats.last_commit_us.store(us, Ordering::Relaxed);
+                    stats.commit_latency_us.observe(us);
+                    stats.batch_size.observe(events.len() as u64);
+                    stats.failing.store(false, Ordering::Relaxed);
                     return committed;
                 }
                 Err(error) => {
+                    stats.failing.store(true, Ordering::Relaxed);
                     let failures = stats.commit_failures.fetch_add(1, Ordering::Relaxed) + 1;
                     tracing::error!(%error, events = events.len(), failures, "session log commit failed; retrying");
                     if !error.is_transient() {
@@ -208,7 +242,7 @@ async fn run(
                     if !batch.events.is_empty()
                         && batch.events.len() + events.len() > config.max_batch
                     {
-                        batch.commit(&*store, &hub, &stats).await;
+                        batch.commit(&store, &hub, &stats).await;
                     }
                     batch.replies.push((reply, events.len()));
                     batch.events.extend(events);
@@ -216,7 +250,7 @@ async fn run(
                 Request::Flush(done) => flushes.push(done),
             }
         }
-        batch.commit(&*store, &hub, &stats).await;
+        batch.commit(&store, &hub, &stats).await;
         for done in flushes.drain(..) {
             let _ = done.send(());
         }
@@ -232,7 +266,7 @@ struct Batch {
 }
 
 impl Batch {
-    async fn commit(&mut self, store: &dyn Store, hub: &Hub, stats: &WriterStats) {
+    async fn commit(&mut self, store: &Arc<dyn Store>, hub: &Hub, stats: &WriterStats) {
         if self.events.is_empty() {
             // Requests with no events still wait for an answer; dropping their reply would
             // read as `WriteError::Closed` although the writer is alive.
@@ -243,13 +277,25 @@ impl Batch {
             }
             return;
         }
-        let committed = append_with_retry(store, &self.events, stats).await;
+        let committed = append_with_retry(&**store, &self.events, stats).await;
         let published: Vec<Event> = committed.iter().flatten().cloned().collect();
         stats
             .events_committed
             .fetch_add(published.len() as u64, Ordering::Relaxed);
         stats.batches_committed.fetch_add(1, Ordering::Relaxed);
         hub.publish(&published);
+        if store.backend() == "postgres" && !published.is_empty() {
+            // Other replicas' subscribers learn of the commit from a pointer sent after it,
+            // from a task of its own: the next batch does not wait for the round trip, and
+            // a lost notification only delays them until their listener reconnects.
+            let pointers = crate::tail::commit_pointers(&published);
+            let store = store.clone();
+            tokio::spawn(async move {
+                if let Err(error) = store.notify(crate::tail::EVENTS_CHANNEL, &pointers).await {
+                    tracing::warn!(%error, "could not announce a commit to other replicas");
+                }
+            });
+        }
 
         let mut committed = committed.into_iter();
         for (reply, n) in self.replies.drain(..) {

@@ -173,6 +173,7 @@ store_suite!(
     json_round_trips_exactly,
     nul_characters_do_not_fail_a_batch,
     events_filtered_by_type,
+    leases_claim_renew_expire_and_carry_cancels,
 );
 
 fn unique(prefix: &str) -> String {
@@ -1087,4 +1088,157 @@ async fn events_filtered_by_type(b: Backend) {
     assert_eq!(seqs_of(both), vec![2, 3, 4]);
     let none = b.store.events(&of_types(vec![], 0)).await.unwrap();
     assert!(none.is_empty());
+}
+
+/// Run ownership: one live claim per session; renewing keeps it; a lease that runs out (or
+/// an invocation opened without a claim) is abandoned; a restarted owner finds its own;
+/// a cancel request reaches the owner through its next renewal.
+async fn leases_claim_renew_expire_and_carry_cancels(b: Backend) {
+    use session_log::{Claim, Claimed};
+    use std::time::Duration;
+    let store = &*b.store;
+    let (account, session) = (unique("acct"), unique("sess"));
+    let (owner_a, owner_b) = (unique("replica-a"), unique("replica-b"));
+    let claim = |invocation: &'static str, owner: &str, lease_ms: u64| {
+        let (account, session, owner) = (account.clone(), session.clone(), owner.to_owned());
+        async move {
+            store
+                .claim(&Claim {
+                    account_id: &account,
+                    session_id: &session,
+                    run_id: "run",
+                    invocation_id: invocation,
+                    owner: &owner,
+                    lease: Duration::from_millis(lease_ms),
+                })
+                .await
+                .expect("claim")
+        }
+    };
+    let mine = |open: Vec<session_log::Invocation>| -> Vec<String> {
+        open.into_iter()
+            .filter(|i| i.account_id == account)
+            .map(|i| i.invocation_id)
+            .collect()
+    };
+
+    assert_eq!(claim("inv-1", &owner_a, 60_000).await, Claimed::Granted);
+    assert_eq!(
+        claim("inv-2", &owner_b, 60_000).await,
+        Claimed::Busy {
+            run_id: "run".into(),
+            invocation_id: "inv-1".into()
+        },
+        "a second live run in the session is refused"
+    );
+    // The in_progress event finds the claimed row.
+    store
+        .append(&[status(
+            &account,
+            &session,
+            "run",
+            "inv-1",
+            RunStatus::InProgress,
+        )])
+        .await
+        .expect("append");
+    let lease = store
+        .lease(&account, "inv-1")
+        .await
+        .expect("lease")
+        .expect("exists");
+    assert_eq!(
+        (lease.owner.as_deref(), lease.live),
+        (Some(owner_a.as_str()), true)
+    );
+    assert!(mine(store.abandoned_invocations(None).await.expect("abandoned")).is_empty());
+    assert_eq!(
+        mine(
+            store
+                .abandoned_invocations(Some(&owner_a))
+                .await
+                .expect("abandoned")
+        ),
+        ["inv-1"],
+        "a restarted owner finds its own runs"
+    );
+
+    // Renewal: only the owner's, and it carries a cancel request.
+    let ids = vec!["inv-1".to_owned()];
+    assert!(store
+        .renew_leases(&owner_b, &ids, Duration::from_secs(60))
+        .await
+        .expect("renew")
+        .is_empty());
+    assert!(store
+        .request_cancel(&account, "inv-1")
+        .await
+        .expect("cancel"));
+    let renewed = store
+        .renew_leases(&owner_a, &ids, Duration::from_millis(300))
+        .await
+        .expect("renew");
+    assert_eq!(renewed.len(), 1);
+    assert!(renewed[0].cancel_requested);
+
+    // Once the lease runs out the run is abandoned and the session free again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        mine(store.abandoned_invocations(None).await.expect("abandoned")),
+        ["inv-1"]
+    );
+    assert_eq!(claim("inv-3", &owner_b, 60_000).await, Claimed::Granted);
+    // Closed invocations are neither renewed nor cancellable.
+    store
+        .append(&[status(
+            &account,
+            &session,
+            "run",
+            "inv-1",
+            RunStatus::Interrupted,
+        )])
+        .await
+        .expect("append");
+    assert!(store
+        .renew_leases(&owner_a, &ids, Duration::from_secs(60))
+        .await
+        .expect("renew")
+        .is_empty());
+    assert!(!store
+        .request_cancel(&account, "inv-1")
+        .await
+        .expect("cancel"));
+    assert_eq!(
+        store.lease(&account, "inv-nope").await.expect("lease"),
+        None
+    );
+    // Opened without a claim: only a restart closes it (nobody can tell who drives it).
+    let legacy = unique("sess");
+    store
+        .append(&[status(
+            &account,
+            &legacy,
+            "run",
+            "inv-legacy",
+            RunStatus::InProgress,
+        )])
+        .await
+        .expect("append");
+    let lease = store
+        .lease(&account, "inv-legacy")
+        .await
+        .expect("lease")
+        .expect("exists");
+    assert_eq!((lease.owner, lease.live), (None, false));
+    assert!(
+        !mine(store.abandoned_invocations(None).await.expect("abandoned"))
+            .contains(&"inv-legacy".to_owned())
+    );
+    assert!(mine(
+        store
+            .abandoned_invocations(Some("anyone"))
+            .await
+            .expect("abandoned")
+    )
+    .contains(&"inv-legacy".to_owned()));
 }

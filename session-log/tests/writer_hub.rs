@@ -456,3 +456,73 @@ async fn a_refused_event_does_not_stall_the_writer() {
         .unwrap();
     assert_eq!(after[0].seq, 3, "later events commit normally, seqs dense");
 }
+
+/// Across replicas two sources publish one session (this process's writer and the tail of
+/// other replicas' commits): out of order and twice. A subscriber still gets every event
+/// once, in seq order — a gap is re-read from the store, a repeat skipped — also when it
+/// follows one invocation and most of the session's events are not its own.
+#[tokio::test]
+async fn out_of_order_and_repeated_publishes_neither_skip_nor_repeat() {
+    let log = log().await;
+    let committed = |events: Vec<NewEvent>| {
+        let store = log.store.clone();
+        async move {
+            store
+                .append(&events)
+                .await
+                .expect("append")
+                .into_iter()
+                .flatten()
+                .collect::<Vec<Event>>()
+        }
+    };
+    let mine = |text: &str| delta("s", text).in_run("run", "inv-a");
+    let other = |text: &str| delta("s", text).in_run("run", "inv-b");
+    // Committed without the hub knowing (as by another replica): 1..=3.
+    let first = committed(vec![mine("1"), other("2"), mine("3")]).await;
+    let mut all = log.subscribe("s", 0);
+    let mut one = Subscription::open(
+        log.store.clone(),
+        &log.hub,
+        EventQuery {
+            invocation_id: Some("inv-a".into()),
+            ..EventQuery::session("acct", "s")
+        },
+    );
+    for seq in 1..=3 {
+        assert_eq!(next(&mut all).await.seq, seq);
+    }
+    assert_eq!(next(&mut one).await.seq, 1);
+    assert_eq!(next(&mut one).await.seq, 3);
+    log.hub.publish(&first); // a late repeat of what was replayed
+
+    let later = committed(vec![other("4"), mine("5"), other("6"), mine("7")]).await;
+    // 6 and 7 arrive first, then 4 and 5, then 5 again.
+    log.hub.publish(&later[2..]);
+    log.hub.publish(&later[..2]);
+    log.hub.publish(&later[1..2]);
+    let end = committed(vec![mine("8")]).await;
+    log.hub.publish(&end);
+
+    for seq in 4..=8 {
+        assert_eq!(
+            next(&mut all).await.seq,
+            seq,
+            "every event of the session once"
+        );
+    }
+    for seq in [5, 7, 8] {
+        assert_eq!(
+            next(&mut one).await.seq,
+            seq,
+            "every event of the invocation once"
+        );
+    }
+    // Nothing else is pending.
+    assert!(tokio::time::timeout(Duration::from_millis(200), all.next())
+        .await
+        .is_err());
+    assert!(tokio::time::timeout(Duration::from_millis(200), one.next())
+        .await
+        .is_err());
+}

@@ -140,8 +140,36 @@ pub async fn cancel(
             json!({ "Cancelled": true, "Found": true, "Status": "cancelling", "RunnerCancelStatus": "accepted" }),
         );
     }
-    // Open in the log but driven by nobody here (its gateway died): close it now. The
-    // store refuses a second terminal status, so racing a live owner is harmless.
+    // Driven by another replica that is alive (its lease is live): ask it. The flag reaches
+    // it at its next heartbeat at the latest; the notification, at once.
+    let lease = state.store.lease(account_id, invocation_id).await?;
+    if let Some(session_log::Lease {
+        owner: Some(owner),
+        live: true,
+        ..
+    }) = &lease
+    {
+        if owner != state.runs.owner()
+            && state
+                .store
+                .request_cancel(account_id, invocation_id)
+                .await?
+        {
+            let payload = session_log::tail::cancel_payload(account_id, invocation_id);
+            if let Err(error) = state
+                .store
+                .notify(session_log::tail::CANCEL_CHANNEL, &[payload])
+                .await
+            {
+                tracing::warn!(%error, invocation_id, "cancel notification failed; the owner's heartbeat will see the request");
+            }
+            return Ok(
+                json!({ "Cancelled": true, "Found": true, "Status": "cancelling", "RunnerCancelStatus": "forwarded" }),
+            );
+        }
+    }
+    // Open in the log but driven by nobody (its gateway died): close it now. The store
+    // refuses a second terminal status, so racing a live owner is harmless.
     let terminal = NewEvent::new(
         account_id,
         &invocation.session_id,

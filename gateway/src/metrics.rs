@@ -1,0 +1,346 @@
+//! Process-wide counters and the `GET /metrics` page in the Prometheus text format,
+//! written by hand: a few counters and histograms do not need a metrics framework.
+//!
+//! No label carries an account, session or run id: the page is safe to scrape without
+//! credentials, and its size does not grow with tenants.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+
+use session_log::histogram::{Histogram, HistogramSnapshot};
+use session_log::writer::WriterStats;
+use session_log::RunStatus;
+
+/// Bounds of the commit-to-forward lag, in microseconds (0.1 ms to 10 s).
+const LAG_BOUNDS_US: [u64; 13] = [
+    100, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000, 2_500_000,
+    10_000_000,
+];
+
+/// HTTP status classes requests are counted by.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+pub struct Metrics {
+    /// By status class (index = first digit - 1); 0 when nothing was sent.
+    requests: [AtomicU64; 5],
+    requests_without_response: AtomicU64,
+    runs_started: AtomicU64,
+    /// By terminal status, in `RunStatus::TERMINAL` order.
+    runs_ended: [AtomicU64; 4],
+    /// Refused by the per-credential request rate.
+    rate_limited_requests: AtomicU64,
+    /// Refused by the per-account concurrent-run cap.
+    rate_limited_runs: AtomicU64,
+    /// Time from an event's commit to its frame being written to a client.
+    forward_lag_us: Histogram,
+}
+
+const TERMINAL: [RunStatus; 4] = [
+    RunStatus::Completed,
+    RunStatus::Failed,
+    RunStatus::Cancelled,
+    RunStatus::Interrupted,
+];
+
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    requests: Default::default(),
+    requests_without_response: AtomicU64::new(0),
+    runs_started: AtomicU64::new(0),
+    runs_ended: Default::default(),
+    rate_limited_requests: AtomicU64::new(0),
+    rate_limited_runs: AtomicU64::new(0),
+    forward_lag_us: Histogram::new(&LAG_BOUNDS_US),
+});
+
+/// Which limit refused a request.
+#[derive(Clone, Copy)]
+pub enum Limit {
+    Requests,
+    Runs,
+}
+
+impl Metrics {
+    pub fn request_done(&self, status: Option<u16>) {
+        match status.map(|s| s / 100) {
+            Some(class @ 1..=5) => {
+                self.requests[usize::from(class - 1)].fetch_add(1, Ordering::Relaxed)
+            }
+            _ => self
+                .requests_without_response
+                .fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    pub fn run_started(&self) {
+        self.runs_started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn run_ended(&self, status: RunStatus) {
+        if let Some(i) = TERMINAL.iter().position(|s| *s == status) {
+            self.runs_ended[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn rate_limited(&self, limit: Limit) {
+        match limit {
+            Limit::Requests => &self.rate_limited_requests,
+            Limit::Runs => &self.rate_limited_runs,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An event committed at `committed_at` has just been written to a client.
+    pub fn forwarded(&self, committed_at: chrono::DateTime<chrono::Utc>) {
+        let lag = chrono::Utc::now() - committed_at;
+        // A replayed event is old by design: only count what is forwarded live-ish, so the
+        // histogram measures the pipeline and not how far back clients resume.
+        if let Ok(lag) = lag.to_std() {
+            if lag.as_secs() < 60 {
+                self.forward_lag_us.observe(lag.as_micros() as u64);
+            }
+        }
+    }
+}
+
+/// What the page reports beside the process-wide counters.
+pub struct Gauges<'a> {
+    pub writer: &'a WriterStats,
+    pub backend: &'static str,
+    pub subscribers: usize,
+    pub followed_sessions: usize,
+    pub active_runs: usize,
+}
+
+/// The whole page.
+pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
+    let mut out = String::with_capacity(4096);
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+
+    header(
+        &mut out,
+        "tether_requests_total",
+        "counter",
+        "HTTP requests answered, by status class.",
+    );
+    for (class, n) in CLASSES.iter().zip(&m.requests) {
+        let _ = writeln!(
+            out,
+            "tether_requests_total{{status=\"{class}\"}} {}",
+            load(n)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "tether_requests_total{{status=\"none\"}} {}",
+        load(&m.requests_without_response)
+    );
+
+    header(
+        &mut out,
+        "tether_rate_limited_requests_total",
+        "counter",
+        "Requests refused by a rate limit, by limit.",
+    );
+    let _ = writeln!(
+        out,
+        "tether_rate_limited_requests_total{{limit=\"requests\"}} {}",
+        load(&m.rate_limited_requests)
+    );
+    let _ = writeln!(
+        out,
+        "tether_rate_limited_requests_total{{limit=\"concurrent_runs\"}} {}",
+        load(&m.rate_limited_runs)
+    );
+
+    header(
+        &mut out,
+        "tether_runs_started_total",
+        "counter",
+        "Invocations started on this replica.",
+    );
+    let _ = writeln!(out, "tether_runs_started_total {}", load(&m.runs_started));
+    header(
+        &mut out,
+        "tether_runs_total",
+        "counter",
+        "Invocations this replica ended, by terminal status.",
+    );
+    for (status, n) in TERMINAL.iter().zip(&m.runs_ended) {
+        let _ = writeln!(
+            out,
+            "tether_runs_total{{status=\"{}\"}} {}",
+            status.as_str(),
+            load(n)
+        );
+    }
+    header(
+        &mut out,
+        "tether_runs_active",
+        "gauge",
+        "Invocations this replica is driving.",
+    );
+    let _ = writeln!(out, "tether_runs_active {}", g.active_runs);
+
+    let w = g.writer;
+    header(
+        &mut out,
+        "tether_events_committed_total",
+        "counter",
+        "Events committed to the session log by this replica.",
+    );
+    let _ = writeln!(
+        out,
+        "tether_events_committed_total {}",
+        load(&w.events_committed)
+    );
+    header(
+        &mut out,
+        "tether_commit_failures_total",
+        "counter",
+        "Failed commit attempts (each is retried).",
+    );
+    let _ = writeln!(
+        out,
+        "tether_commit_failures_total {}",
+        load(&w.commit_failures)
+    );
+    header(
+        &mut out,
+        "tether_events_dropped_total",
+        "counter",
+        "Events not committed, by reason.",
+    );
+    let _ = writeln!(
+        out,
+        "tether_events_dropped_total{{reason=\"queue_full\"}} {}",
+        load(&w.dropped)
+    );
+    let _ = writeln!(
+        out,
+        "tether_events_dropped_total{{reason=\"refused\"}} {}",
+        load(&w.rejected)
+    );
+    histogram(
+        &mut out,
+        "tether_writer_batch_size_events",
+        "Events per committed transaction.",
+        &w.batch_size.snapshot(),
+        1.0,
+    );
+    histogram(
+        &mut out,
+        "tether_writer_commit_seconds",
+        "Duration of one committed transaction.",
+        &w.commit_latency_us.snapshot(),
+        1e6,
+    );
+    histogram(
+        &mut out,
+        "tether_commit_to_forward_seconds",
+        "Time from an event's commit to its frame being written to a client.",
+        &m.forward_lag_us.snapshot(),
+        1e6,
+    );
+
+    header(
+        &mut out,
+        "tether_subscribers",
+        "gauge",
+        "Live event subscribers (client streams) on this replica.",
+    );
+    let _ = writeln!(out, "tether_subscribers {}", g.subscribers);
+    header(
+        &mut out,
+        "tether_followed_sessions",
+        "gauge",
+        "Sessions with live subscribers on this replica.",
+    );
+    let _ = writeln!(out, "tether_followed_sessions {}", g.followed_sessions);
+
+    header(
+        &mut out,
+        "tether_session_backend_up",
+        "gauge",
+        "1 while the session log commits, 0 while commits fail.",
+    );
+    let up = u8::from(!w.failing.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "tether_session_backend_up{{backend=\"{}\"}} {up}",
+        g.backend
+    );
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// `divisor` turns the stored unit into the exported one (1e6: microseconds to seconds);
+/// dividing by an exact power of ten keeps bounds such as 0.001 exact.
+fn histogram(out: &mut String, name: &str, help: &str, h: &HistogramSnapshot, divisor: f64) {
+    header(out, name, "histogram", help);
+    for (bound, n) in &h.buckets {
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"{}\"}} {n}",
+            *bound as f64 / divisor
+        );
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum {}", h.sum as f64 / divisor);
+    let _ = writeln!(out, "{name}_count {}", h.count);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_cumulative_histograms() {
+        let m = Metrics {
+            requests: Default::default(),
+            requests_without_response: AtomicU64::new(0),
+            runs_started: AtomicU64::new(0),
+            runs_ended: Default::default(),
+            rate_limited_requests: AtomicU64::new(0),
+            rate_limited_runs: AtomicU64::new(0),
+            forward_lag_us: Histogram::new(&LAG_BOUNDS_US),
+        };
+        m.request_done(Some(200));
+        m.request_done(Some(429));
+        m.rate_limited(Limit::Requests);
+        m.run_ended(RunStatus::Cancelled);
+        m.forward_lag_us.observe(700);
+        let writer = WriterStats::default();
+        writer.batch_size.observe(3);
+        let page = render(
+            &m,
+            &Gauges {
+                writer: &writer,
+                backend: "sqlite",
+                subscribers: 2,
+                followed_sessions: 1,
+                active_runs: 0,
+            },
+        );
+        for line in [
+            "tether_requests_total{status=\"2xx\"} 1",
+            "tether_requests_total{status=\"4xx\"} 1",
+            "tether_rate_limited_requests_total{limit=\"requests\"} 1",
+            "tether_runs_total{status=\"cancelled\"} 1",
+            "tether_writer_batch_size_events_bucket{le=\"5\"} 1",
+            "tether_writer_batch_size_events_bucket{le=\"2\"} 0",
+            "tether_commit_to_forward_seconds_bucket{le=\"0.001\"} 1",
+            "tether_commit_to_forward_seconds_count 1",
+            "tether_subscribers 2",
+            "tether_session_backend_up{backend=\"sqlite\"} 1",
+        ] {
+            assert!(
+                page.lines().any(|l| l == line),
+                "missing {line:?} in\n{page}"
+            );
+        }
+    }
+}
