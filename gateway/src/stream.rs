@@ -69,18 +69,34 @@ pub async fn pump(
             Ok(event) => event,
             Err(end) => return end,
         };
-        let Step { frames, last } = render(&event);
+        let Step {
+            mut frames,
+            mut last,
+        } = render(&event);
+        let mut newest = event.created_at;
+        // Events already read from the log (a replay page) go out in one write, up to a
+        // bound, instead of one body piece each.
+        while !last && frames.len() < BATCH_FRAMES {
+            let Some(event) = events.ready() else { break };
+            let step = render(&event);
+            frames.extend(step.frames);
+            last = step.last;
+            newest = event.created_at;
+        }
         if !frames.is_empty() || last {
             if write_frames(session, &frames, last).await.is_err() {
                 return End::ClientGone;
             }
-            crate::metrics::METRICS.forwarded(event.created_at);
+            crate::metrics::METRICS.forwarded(newest);
         }
         if last {
             return End::Done;
         }
     }
 }
+
+/// Most frames sent in one write while catching up.
+const BATCH_FRAMES: usize = 256;
 
 /// Writes frames in one body piece; `last` ends the response.
 pub async fn write_frames(

@@ -12,7 +12,7 @@ use crate::store::{EventQuery, Store, StoreError};
 
 /// Live events of a session are buffered this deep per subscriber; a subscriber that
 /// falls further behind re-reads the gap from the store.
-const CHANNEL_CAPACITY: usize = 1024;
+const CHANNEL_CAPACITY: usize = 128;
 /// Replay reads the log in pages of this many events.
 const REPLAY_PAGE: i64 = 1000;
 
@@ -176,6 +176,14 @@ impl Subscription {
                 Err(broadcast::error::RecvError::Closed) => return Ok(None),
             }
         }
+    }
+
+    /// The next event if one is already buffered (a replay page), without waiting, so a
+    /// caller can send a page of events in one write.
+    pub fn ready(&mut self) -> Option<Arc<Event>> {
+        let event = self.pending.pop_front()?;
+        self.query.after_seq = event.seq;
+        Some(event)
     }
 
     fn matches(&self, event: &Event) -> bool {
