@@ -193,16 +193,26 @@ fn a_killed_replica_s_run_is_closed_by_the_survivor_and_replayable() {
 
     let events = store.wait_for_terminal("local", &session, 1);
     let took = killed_at.elapsed();
-    // Lease 3 s, checked every second, plus a commit.
+    // Lease 3 s, checked every second, plus a commit; generous for a loaded machine, and
+    // still far below anything but a live replica noticing the lost lease.
     assert!(
-        took < Duration::from_secs(6),
+        took < Duration::from_secs(15),
         "closed {took:?} after the kill"
     );
     assert_eq!(
         events.last().unwrap().run_status(),
         Some(RunStatus::Interrupted)
     );
-    assert_eq!(events.last().unwrap().content["reason"], "run_owner_lost");
+    // Closed by B's sweep, or by any other replica of the shared test database starting
+    // up meanwhile (which closes expired leases too): either way, not by A.
+    let reason = events.last().unwrap().content["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        ["run_owner_lost", "gateway_restarted"].contains(&reason.as_str()),
+        "{reason}"
+    );
     assert_eq!(
         &events[..committed.len()],
         &committed[..],
