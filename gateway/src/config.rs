@@ -33,6 +33,10 @@ pub struct Settings {
     /// Session store: a SQLite file path (or sqlite:PATH) or a postgres:// URL.
     #[arg(long, env = "TETHER_STORE")]
     pub store: Option<String>,
+    /// With a PostgreSQL store: the local SQLite file events are committed to while
+    /// PostgreSQL is unreachable, and backfilled from when it is back.
+    #[arg(long, env = "TETHER_JOURNAL_PATH")]
+    pub journal_path: Option<String>,
     /// Model name sent to the agent when the client names none.
     #[arg(long, env = "TETHER_MODEL")]
     pub model: Option<String>,
@@ -123,6 +127,7 @@ pub struct Config {
     pub upstream: Upstream,
     pub protocol: Protocol,
     pub store: String,
+    pub journal_path: String,
     pub model: String,
     pub upstream_headers: Vec<(String, String)>,
     pub forward_authorization: bool,
@@ -204,6 +209,7 @@ impl Settings {
             upstream,
             protocol,
             store,
+            journal_path,
             model,
             upstream_headers,
             forward_authorization,
@@ -286,6 +292,12 @@ impl Settings {
         if store.trim().is_empty() {
             return Err(bad("store", "is empty"));
         }
+        let journal_path = self
+            .journal_path
+            .unwrap_or_else(|| ".tether/journal.sqlite".to_owned());
+        if journal_path.trim().is_empty() {
+            return Err(bad("journal_path", "is empty"));
+        }
         let mut upstream_headers: Vec<(String, String)> = self
             .upstream_headers
             .unwrap_or_default()
@@ -338,6 +350,7 @@ impl Settings {
             upstream,
             protocol,
             store,
+            journal_path,
             model: self.model.unwrap_or_else(|| "agent".to_owned()),
             upstream_headers,
             forward_authorization: self.forward_authorization.unwrap_or(false),
@@ -439,6 +452,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.store, ".tether/sessions.sqlite");
+        assert_eq!(c.journal_path, ".tether/journal.sqlite");
         assert_eq!(c.protocol, Protocol::OpenAiChat);
         assert_eq!(c.upstream.authority, "127.0.0.1:9000");
         assert_eq!(c.upstream.base_path, "");

@@ -25,8 +25,7 @@ use clap::{Parser, Subcommand};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
-use session_log::event::run_status_content;
-use session_log::{EventType, Hub, NewEvent, RunStatus, Store, Writer, WriterConfig};
+use session_log::{Hub, Writer, WriterConfig};
 
 use crate::config::{Config, Settings};
 use crate::proxy::{Gateway, State};
@@ -96,8 +95,20 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
     let handle = core.handle().clone();
 
     let (raw_store, writer, hub) = core.block_on(async {
-        let store = session_log::open(&config.store).await?;
-        close_abandoned_runs(&*store, &config.replica_id).await?;
+        let store: Arc<dyn session_log::Store> = if config.store.starts_with("postgres://")
+            || config.store.starts_with("postgresql://")
+        {
+            // Commits go to a local journal while PostgreSQL is unreachable, and are
+            // backfilled when it is back (a journal left by a previous life, here).
+            session_log::journal::open(
+                &config.store,
+                &config.journal_path,
+                session_log::journal::JournalConfig::default(),
+            )
+            .await?
+        } else {
+            session_log::open(&config.store).await?
+        };
         let hub = Hub::new();
         let writer = Writer::spawn(
             store.clone(),
@@ -107,6 +118,14 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
                 ..Default::default()
             },
         );
+        // A run left `in_progress` by a gateway that died cannot be finished by anyone.
+        // Only runs nobody drives any more are closed: this replica's previous life's
+        // (same `replica_id`), unowned ones, and expired leases — never the live runs of
+        // other replicas sharing the store.
+        let abandoned = store
+            .abandoned_invocations(Some(&config.replica_id))
+            .await?;
+        runs::close_as_interrupted(&writer, &abandoned, "gateway_restarted").await?;
         Ok::<_, Box<dyn std::error::Error>>((store, writer, hub))
     })?;
     let store = core::CoreStore::new(raw_store.clone(), handle.clone());
@@ -216,38 +235,6 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         let _ = writer.flush().await;
     });
     tracing::info!("tether stopped");
-    Ok(())
-}
-
-/// A run left `in_progress` by a gateway that died cannot be finished by anyone: close it
-/// as `interrupted`, so every run has exactly one terminal status. Only runs nobody drives
-/// any more are closed — this replica's previous life's (same `replica_id`), unowned ones,
-/// and those whose lease ran out — never the live runs of other replicas sharing the store.
-async fn close_abandoned_runs(
-    store: &dyn Store,
-    replica_id: &str,
-) -> Result<(), session_log::StoreError> {
-    let open = store.abandoned_invocations(Some(replica_id)).await?;
-    if open.is_empty() {
-        return Ok(());
-    }
-    let batch: Vec<NewEvent> = open
-        .iter()
-        .map(|inv| {
-            NewEvent::new(
-                &inv.account_id,
-                &inv.session_id,
-                EventType::RunStatus,
-                run_status_content(RunStatus::Interrupted, Some("gateway_restarted")),
-            )
-            .in_run(&inv.run_id, &inv.invocation_id)
-        })
-        .collect();
-    store.append(&batch).await?;
-    tracing::warn!(
-        runs = open.len(),
-        "closed runs a previous gateway left open as interrupted"
-    );
     Ok(())
 }
 

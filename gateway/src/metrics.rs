@@ -264,12 +264,37 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
         "gauge",
         "1 while the session log commits, 0 while commits fail.",
     );
-    let up = u8::from(!w.failing.load(Ordering::Relaxed));
+    // While degraded the journal takes the commits, so the writer is not failing; the
+    // backend is still down.
+    let state = session_log::journal::backend_state();
+    let up = u8::from(
+        !w.failing.load(Ordering::Relaxed) && state != session_log::journal::BackendState::Degraded,
+    );
     let _ = writeln!(
         out,
         "tether_session_backend_up{{backend=\"{}\"}} {up}",
         g.backend
     );
+
+    header(
+        &mut out,
+        "tether_session_backend_state",
+        "gauge",
+        "1 for the session backend's current state: healthy, degraded (commits go to the \
+         local journal) or recovering (the journal is being backfilled).",
+    );
+    for s in [
+        session_log::journal::BackendState::Healthy,
+        session_log::journal::BackendState::Degraded,
+        session_log::journal::BackendState::Recovering,
+    ] {
+        let _ = writeln!(
+            out,
+            "tether_session_backend_state{{state=\"{}\"}} {}",
+            s.as_str(),
+            u8::from(s == state)
+        );
+    }
     out
 }
 

@@ -6,6 +6,7 @@ pub mod checkpoints;
 pub mod event;
 pub mod histogram;
 pub mod hub;
+pub mod journal;
 pub mod postgres;
 mod sql;
 pub mod sqlite;

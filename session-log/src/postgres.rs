@@ -565,7 +565,7 @@ impl<'a> EventColumns<'a> {
 /// `jsonb` cannot hold U+0000, and one such character (in a tool's output, say) would
 /// fail the whole batch again on every retry. It becomes U+FFFD instead; the events
 /// `append` returns carry the replaced text, so they still equal what is stored.
-fn without_nul(batch: &[NewEvent]) -> Cow<'_, [NewEvent]> {
+pub(crate) fn without_nul(batch: &[NewEvent]) -> Cow<'_, [NewEvent]> {
     if !batch
         .iter()
         .any(|e| has_nul(&e.content) || has_nul(&e.metadata))

@@ -540,7 +540,7 @@ fn json(column: &str, text: &str) -> Result<Value, StoreError> {
         .map_err(|e| StoreError::Corrupt(format!("{column} is not valid JSON: {e}")))
 }
 
-fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
+pub(crate) fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
     Ok(Event {
         account_id: row.try_get("account_id")?,
         session_id: row.try_get("session_id")?,

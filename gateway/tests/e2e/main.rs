@@ -12,6 +12,7 @@ mod failures;
 mod input_limits;
 mod interop;
 mod metrics;
+mod outage;
 mod passthrough;
 mod rate_limits;
 mod replicas;

@@ -1,0 +1,152 @@
+//! PostgreSQL stopped mid-run and started again (a private cluster the test starts with
+//! `initdb` and `pg_ctl`, so it can be stopped): the client receives the whole run, the
+//! degraded and recovered log lines appear, and afterwards PostgreSQL holds every event of
+//! the run exactly once, seqs strictly increasing, with one terminal status.
+
+#[path = "../../../session-log/tests/support/pg_cluster.rs"]
+mod pg_cluster;
+
+use std::time::{Duration, Instant};
+
+use session_log::{EventQuery, EventType, Store};
+
+use crate::harness::*;
+
+/// `text` without ANSI colour sequences (the text log colours field names).
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn logged(text: &str, state: &str) -> bool {
+    plain(text).lines().any(|l| {
+        l.contains(&format!("session_backend_state=\"{state}\""))
+            || l.contains(&format!("session_backend_state={state}"))
+            || l.contains(&format!("\"session_backend_state\":\"{state}\""))
+    })
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_postgres_outage_mid_run_loses_nothing() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let journal = cluster.path().join("tether-journal.sqlite");
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &cluster.url(),
+        &["--journal-path", &journal.display().to_string()],
+    );
+    let surface = Surface::Chat;
+    let mut sse = SseStream::post(
+        &format!("{}{}", tether.url(), surface.path()),
+        &surface.body("slow:40:100", None, true),
+    );
+    assert_eq!(sse.status, 200);
+    let session = sse.session_id.clone().expect("x-session-id");
+    let mut received = String::new();
+    let read_until = |sse: &mut SseStream, received: &mut String, word: &str| {
+        while !received.contains(word) {
+            let event = sse.next_event().expect("the stream goes on");
+            if event.data != "[DONE]" {
+                received.push_str(&surface.delta(&event));
+            }
+        }
+    };
+    read_until(&mut sse, &mut received, "w3 ");
+    cluster.down();
+    read_until(&mut sse, &mut received, "w12 ");
+    let degraded = Instant::now() + Duration::from_secs(10);
+    while !logged(&tether.log_text(), "degraded") {
+        assert!(
+            Instant::now() < degraded,
+            "no degraded log line: {}",
+            tether.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    read_until(&mut sse, &mut received, "w18 ");
+    cluster.up();
+    // The rest of the run, to the end of the stream.
+    let mut done = false;
+    while let Some(event) = sse.next_event() {
+        if event.data == "[DONE]" {
+            done = true;
+            break;
+        }
+        received.push_str(&surface.delta(&event));
+    }
+    let expected: String = (1..=40).map(|i| format!("w{i} ")).collect();
+    assert_eq!(received, expected, "the client received the whole run");
+    assert!(done, "the stream ends with [DONE]");
+    wait_for("the recovered log line", Duration::from_secs(30), || {
+        logged(&tether.log_text(), "recovered")
+    });
+    let log = plain(&tether.log_text());
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("session_backend_state") && l.contains("degraded"))
+            .count(),
+        1,
+        "one degraded line per outage: {log}"
+    );
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let events = rt.block_on(async {
+        let pg = session_log::postgres::PgStore::connect(&cluster.url())
+            .await
+            .unwrap();
+        pg.events(&EventQuery::session("local", &session))
+            .await
+            .unwrap()
+    });
+    assert!(
+        events.windows(2).all(|w| w[0].seq < w[1].seq),
+        "seqs strictly increasing"
+    );
+    let deltas: String = events
+        .iter()
+        .filter(|e| e.event_type == EventType::TextDelta)
+        .map(|e| e.text())
+        .collect();
+    assert_eq!(
+        deltas, expected,
+        "every delta once, in order, in PostgreSQL"
+    );
+    let terminals: Vec<_> = events
+        .iter()
+        .filter(|e| e.is_terminal())
+        .map(|e| e.run_status())
+        .collect();
+    assert_eq!(
+        terminals,
+        vec![Some(session_log::RunStatus::Completed)],
+        "one terminal status"
+    );
+    // `recovered` is logged only once the journal holds nothing more.
+}

@@ -1,0 +1,1038 @@
+//! Outages that lose nothing: the PostgreSQL store behind a local SQLite journal. When
+//! PostgreSQL fails an append with a transient error or does not answer in time, the
+//! batch is committed to the journal instead (seqs continue per session), so runs go on
+//! and persist-before-forward still holds. A probe notices PostgreSQL is back and
+//! backfills the journal into it, session by session in seq order, idempotently.
+//!
+//! Rules that keep seqs from colliding:
+//! - A session with rows in the journal is *pending*: every batch touching it goes to the
+//!   journal until its backfill is done (the last backfill step and the hand-back happen
+//!   under the same lock appends take).
+//! - Journal seqs continue after the highest seq known for the session: what PostgreSQL
+//!   returned or was read from it, and the journal's own rows.
+//! - If another replica used a seq the journal also used (possible only if this replica
+//!   did not know the session's newest seq), the backfill renumbers the journal's rows
+//!   after PostgreSQL's last seq — in the journal first, so a retried backfill stays
+//!   idempotent — instead of letting `ON CONFLICT DO NOTHING` drop them.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
+use crate::postgres::PgStore;
+use crate::sql::{self, InvocationOp};
+use crate::store::{
+    Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+};
+
+/// Rows backfilled per PostgreSQL transaction.
+const BACKFILL_CHUNK: i64 = 1000;
+/// Sessions whose newest seq is remembered; beyond this the cache is cleared (only the
+/// pending sessions' entries matter for correctness, and those are kept).
+const KNOWN_SESSIONS_MAX: usize = 100_000;
+
+/// Health of the session backend as the journal sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendState {
+    /// PostgreSQL takes every commit.
+    Healthy = 0,
+    /// PostgreSQL is unreachable: commits go to the journal.
+    Degraded = 1,
+    /// PostgreSQL answers again; the journal is being backfilled.
+    Recovering = 2,
+}
+
+impl BackendState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendState::Healthy => "healthy",
+            BackendState::Degraded => "degraded",
+            BackendState::Recovering => "recovering",
+        }
+    }
+
+    fn from_u8(v: u8) -> BackendState {
+        match v {
+            1 => BackendState::Degraded,
+            2 => BackendState::Recovering,
+            _ => BackendState::Healthy,
+        }
+    }
+}
+
+/// The process's backend state, for the metrics page (one journaled store per process).
+static STATE: AtomicU8 = AtomicU8::new(BackendState::Healthy as u8);
+
+pub fn backend_state() -> BackendState {
+    BackendState::from_u8(STATE.load(Ordering::Relaxed))
+}
+
+#[derive(Clone, Debug)]
+pub struct JournalConfig {
+    /// How long a PostgreSQL append may take before the batch goes to the journal.
+    pub append_timeout: Duration,
+    /// How often PostgreSQL is probed while degraded or while the journal holds rows.
+    pub probe_every: Duration,
+    /// Bound of one backfill transaction.
+    pub backfill_timeout: Duration,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            append_timeout: Duration::from_secs(2),
+            probe_every: Duration::from_secs(2),
+            backfill_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+type Key = (String, String);
+
+/// A PostgreSQL store that commits to a local journal while PostgreSQL is down.
+pub struct JournaledStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pg: PgStore,
+    journal: SqlitePool,
+    config: JournalConfig,
+    /// Serialises appends and the backfill's hand-back of a session to PostgreSQL.
+    route: tokio::sync::Mutex<()>,
+    degraded: AtomicBool,
+    /// Sessions with rows in the journal.
+    pending: Mutex<HashSet<Key>>,
+    /// Highest seq known per session.
+    known: Mutex<HashMap<Key, Seq>>,
+    /// Invocations this replica saw closed in PostgreSQL, so the journal does not accept
+    /// a second terminal status for them (bounded like `known`).
+    closed: Mutex<HashSet<Key>>,
+    /// Whether an outage was logged and its recovery not yet.
+    outage_logged: AtomicBool,
+}
+
+/// Connects to PostgreSQL at `url` and opens (creating) the journal at `journal_path`.
+/// Whatever a previous run left in the journal is backfilled before this returns, if
+/// PostgreSQL takes it; otherwise by the probe.
+pub async fn open(
+    url: &str,
+    journal_path: &str,
+    config: JournalConfig,
+) -> Result<Arc<JournaledStore>, StoreError> {
+    let pg = PgStore::connect(url).await?;
+    JournaledStore::new(pg, journal_path, config).await
+}
+
+impl JournaledStore {
+    pub async fn new(
+        pg: PgStore,
+        journal_path: &str,
+        config: JournalConfig,
+    ) -> Result<Arc<JournaledStore>, StoreError> {
+        if let Some(dir) = Path::new(journal_path).parent() {
+            if !dir.as_os_str().is_empty() {
+                tokio::fs::create_dir_all(dir)
+                    .await
+                    .map_err(sqlx::Error::Io)?;
+            }
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(journal_path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // The journal is the only copy of what it holds: every commit is synced.
+            .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(5));
+        let journal = SqlitePoolOptions::new()
+            .max_connections(2)
+            .connect_with(options)
+            .await?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS journal_events (
+                account_id TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                run_id TEXT,
+                invocation_id TEXT,
+                event_type TEXT NOT NULL,
+                role TEXT,
+                content_json TEXT NOT NULL,
+                metadata_json TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (account_id, session_id, seq)
+            )",
+        )
+        .execute(&journal)
+        .await?;
+        sqlx::query(
+            "CREATE INDEX IF NOT EXISTS journal_statuses ON journal_events \
+             (account_id, invocation_id) WHERE event_type = 'run_status'",
+        )
+        .execute(&journal)
+        .await?;
+
+        let mut pending = HashSet::new();
+        let mut known = HashMap::new();
+        for row in sqlx::query(
+            "SELECT account_id, session_id, MAX(seq) FROM journal_events \
+             GROUP BY account_id, session_id",
+        )
+        .fetch_all(&journal)
+        .await?
+        {
+            let key: Key = (row.try_get(0)?, row.try_get(1)?);
+            known.insert(key.clone(), row.try_get::<i64, _>(2)?);
+            pending.insert(key);
+        }
+        let left_over = !pending.is_empty();
+        let inner = Arc::new(Inner {
+            pg,
+            journal,
+            config,
+            route: tokio::sync::Mutex::new(()),
+            degraded: AtomicBool::new(false),
+            pending: Mutex::new(pending),
+            known: Mutex::new(known),
+            closed: Mutex::new(HashSet::new()),
+            outage_logged: AtomicBool::new(left_over),
+        });
+        if left_over {
+            tracing::warn!(
+                sessions = inner.pending_count(),
+                "the session journal holds events from an outage; backfilling"
+            );
+            set_state(BackendState::Recovering);
+            inner.recover().await;
+        }
+        tokio::spawn(probe(Arc::downgrade(&inner)));
+        Ok(Arc::new(JournaledStore { inner }))
+    }
+
+    /// The PostgreSQL store underneath.
+    pub fn postgres(&self) -> &PgStore {
+        &self.inner.pg
+    }
+
+    /// Events in the journal (not yet in PostgreSQL).
+    pub async fn journal_len(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM journal_events")
+            .fetch_one(&self.inner.journal)
+            .await?)
+    }
+
+    pub fn state(&self) -> BackendState {
+        self.inner.state()
+    }
+
+    /// Probes PostgreSQL now and backfills if it answers (the probe does this on its own
+    /// every `probe_every`).
+    pub async fn recover_now(&self) {
+        self.inner.recover().await;
+    }
+}
+
+fn set_state(state: BackendState) {
+    STATE.store(state as u8, Ordering::Relaxed);
+}
+
+/// Probes PostgreSQL while degraded or while the journal holds rows, and backfills.
+async fn probe(inner: std::sync::Weak<Inner>) {
+    loop {
+        let every = match inner.upgrade() {
+            Some(i) => i.config.probe_every,
+            None => return,
+        };
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else { return };
+        if inner.degraded.load(Ordering::Relaxed) || inner.pending_count() > 0 {
+            inner.recover().await;
+        }
+    }
+}
+
+impl Inner {
+    fn state(&self) -> BackendState {
+        if self.degraded.load(Ordering::Relaxed) {
+            BackendState::Degraded
+        } else if self.pending_count() > 0 {
+            BackendState::Recovering
+        } else {
+            BackendState::Healthy
+        }
+    }
+
+    fn pending_count(&self) -> usize {
+        self.pending.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    fn is_pending(&self, account_id: &str, session_id: &str) -> bool {
+        self.pending
+            .lock()
+            .map(|p| p.contains(&(account_id.to_owned(), session_id.to_owned())))
+            .unwrap_or(true)
+    }
+
+    fn learn(&self, account_id: &str, session_id: &str, seq: Seq) {
+        if let Ok(mut known) = self.known.lock() {
+            if known.len() >= KNOWN_SESSIONS_MAX {
+                let pending = self.pending.lock().map(|p| p.clone()).unwrap_or_default();
+                known.retain(|k, _| pending.contains(k));
+            }
+            let e = known
+                .entry((account_id.to_owned(), session_id.to_owned()))
+                .or_insert(seq);
+            *e = (*e).max(seq);
+        }
+    }
+
+    fn known_seq(&self, key: &Key) -> Seq {
+        self.known
+            .lock()
+            .ok()
+            .and_then(|k| k.get(key).copied())
+            .unwrap_or(0)
+    }
+
+    fn learn_events(&self, events: &[Event]) {
+        for e in events {
+            self.learn(&e.account_id, &e.session_id, e.seq);
+        }
+    }
+
+    fn learn_closed(&self, committed: &[Option<Event>]) {
+        let Ok(mut closed) = self.closed.lock() else {
+            return;
+        };
+        for e in committed.iter().flatten() {
+            if e.is_terminal() {
+                if let Some(inv) = &e.invocation_id {
+                    if closed.len() >= KNOWN_SESSIONS_MAX {
+                        closed.clear();
+                    }
+                    closed.insert((e.account_id.clone(), inv.clone()));
+                }
+            }
+        }
+    }
+
+    fn enter_degraded(&self, error: &dyn std::fmt::Display) {
+        if !self.degraded.swap(true, Ordering::Relaxed) {
+            set_state(BackendState::Degraded);
+            if !self.outage_logged.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    session_backend_state = "degraded",
+                    %error,
+                    "PostgreSQL is unreachable; committing session events to the local journal"
+                );
+            }
+        }
+    }
+
+    /// Pings PostgreSQL and, if it answers, backfills every pending session.
+    async fn recover(&self) {
+        match tokio::time::timeout(self.config.append_timeout, self.pg.ping()).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+        if self.degraded.swap(false, Ordering::Relaxed) {
+            set_state(BackendState::Recovering);
+            tracing::info!("PostgreSQL answers again; backfilling the session journal");
+        }
+        loop {
+            let sessions: Vec<Key> = match self.pending.lock() {
+                Ok(p) => p.iter().cloned().collect(),
+                Err(_) => return,
+            };
+            if sessions.is_empty() {
+                break;
+            }
+            for key in sessions {
+                loop {
+                    match self.backfill_step(&key).await {
+                        Ok(true) => break,
+                        Ok(false) => continue,
+                        Err(error) => {
+                            if error.is_transient() {
+                                self.enter_degraded(&error);
+                            } else {
+                                tracing::error!(
+                                    %error, account_id = %key.0, session_id = %key.1,
+                                    "PostgreSQL refuses the journal's events of this session; they stay journaled"
+                                );
+                            }
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        set_state(BackendState::Healthy);
+        if self.outage_logged.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                session_backend_state = "recovered",
+                "session journal backfilled into PostgreSQL"
+            );
+        }
+    }
+
+    /// Moves the oldest rows of one session from the journal to PostgreSQL. Returns
+    /// whether the session is done (its journal is empty and it is handed back).
+    async fn backfill_step(&self, key: &Key) -> Result<bool, StoreError> {
+        // Appends wait meanwhile, so the check for "nothing left" and the hand-back
+        // cannot miss a batch journaled in between.
+        let _route = self.route.lock().await;
+        let rows = sqlx::query(
+            "SELECT account_id, session_id, seq, run_id, invocation_id, event_type, role, \
+             content_json, metadata_json, created_at FROM journal_events \
+             WHERE account_id = ? AND session_id = ? ORDER BY seq LIMIT ?",
+        )
+        .bind(&key.0)
+        .bind(&key.1)
+        .bind(BACKFILL_CHUNK)
+        .fetch_all(&self.journal)
+        .await?;
+        let events: Vec<Event> = rows
+            .iter()
+            .map(crate::sqlite::event_from_row)
+            .collect::<Result<_, _>>()?;
+        if events.is_empty() {
+            if let Ok(mut p) = self.pending.lock() {
+                p.remove(key);
+            }
+            return Ok(true);
+        }
+        let outcome = tokio::time::timeout(
+            self.config.backfill_timeout,
+            backfill(&self.pg, &key.0, &key.1, &events),
+        )
+        .await
+        .map_err(|_| StoreError::Database(sqlx::Error::PoolTimedOut))??;
+        match outcome {
+            Backfilled::Committed { dropped } => {
+                let last = events.last().map_or(0, |e| e.seq);
+                sqlx::query(
+                    "DELETE FROM journal_events WHERE account_id = ? AND session_id = ? AND seq <= ?",
+                )
+                .bind(&key.0)
+                .bind(&key.1)
+                .bind(last)
+                .execute(&self.journal)
+                .await?;
+                self.learn(&key.0, &key.1, last);
+                for seq in dropped {
+                    tracing::warn!(
+                        account_id = %key.0, session_id = %key.1, seq,
+                        "a journaled terminal status found its invocation already closed; not backfilled"
+                    );
+                }
+                // Other replicas' followers read the rows (best effort, as after any commit).
+                let pointers = crate::tail::commit_pointers(&events);
+                if let Err(error) = self.pg.notify(crate::tail::EVENTS_CHANNEL, &pointers).await {
+                    tracing::debug!(%error, "could not announce backfilled events");
+                }
+                Ok(false)
+            }
+            Backfilled::Collides { last_seq, seqs } => {
+                let journal_max: Option<i64> = sqlx::query_scalar(
+                    "SELECT MAX(seq) FROM journal_events WHERE account_id = ? AND session_id = ?",
+                )
+                .bind(&key.0)
+                .bind(&key.1)
+                .fetch_one(&self.journal)
+                .await?;
+                let mut next = last_seq
+                    .max(journal_max.unwrap_or(0))
+                    .max(self.known_seq(key));
+                tracing::warn!(
+                    account_id = %key.0, session_id = %key.1, events = seqs.len(),
+                    "journaled seqs are taken in PostgreSQL by other events; renumbering them after seq {next}"
+                );
+                let mut tx = self.journal.begin().await?;
+                for seq in seqs {
+                    next += 1;
+                    sqlx::query(
+                        "UPDATE journal_events SET seq = ? \
+                         WHERE account_id = ? AND session_id = ? AND seq = ?",
+                    )
+                    .bind(next)
+                    .bind(&key.0)
+                    .bind(&key.1)
+                    .bind(seq)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                self.learn(&key.0, &key.1, next);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Commits `batch` to the journal (the caller holds `route`).
+    async fn journal_append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+        let now = sql::commit_time();
+        let mut tx = self.journal.begin().await?;
+        let mut keep = vec![true; batch.len()];
+        let mut closing: HashSet<(&str, &str)> = HashSet::new();
+        for (i, op) in sql::invocation_ops(batch) {
+            keep[i] = match op {
+                InvocationOp::Open { .. } => true,
+                InvocationOp::Close {
+                    account_id,
+                    invocation_id,
+                    ..
+                } => {
+                    let known_closed = self.closed.lock().is_ok_and(|c| {
+                        c.contains(&(account_id.to_owned(), invocation_id.to_owned()))
+                    });
+                    let journaled: Option<i64> = sqlx::query_scalar(
+                        "SELECT 1 FROM journal_events WHERE account_id = ? AND invocation_id = ? \
+                         AND event_type = 'run_status' \
+                         AND json_extract(content_json, '$.status') <> 'in_progress' LIMIT 1",
+                    )
+                    .bind(account_id)
+                    .bind(invocation_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    !known_closed
+                        && journaled.is_none()
+                        && closing.insert((account_id, invocation_id))
+                }
+                InvocationOp::Drop => false,
+            };
+        }
+        let counts = sql::session_counts(batch, &keep);
+        let mut last_seqs = Vec::with_capacity(counts.len());
+        for ((account_id, session_id), n) in &counts {
+            let key = ((*account_id).to_owned(), (*session_id).to_owned());
+            let journal_max: Option<i64> = sqlx::query_scalar(
+                "SELECT MAX(seq) FROM journal_events WHERE account_id = ? AND session_id = ?",
+            )
+            .bind(account_id)
+            .bind(session_id)
+            .fetch_one(&mut *tx)
+            .await?;
+            let base = self.known_seq(&key).max(journal_max.unwrap_or(0));
+            last_seqs.push(Some(base + n));
+        }
+        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        let rows: Vec<(&NewEvent, Seq, String, String)> = batch
+            .iter()
+            .zip(&seqs)
+            .filter_map(|(e, seq)| {
+                Some((e, (*seq)?, e.content.to_string(), e.metadata.to_string()))
+            })
+            .collect();
+        for chunk in rows.chunks(sql::INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO journal_events (account_id, session_id, seq, run_id, invocation_id, \
+                 event_type, role, content_json, metadata_json, created_at) ",
+            );
+            insert.push_values(chunk, |mut row, (event, seq, content, metadata)| {
+                row.push_bind(event.account_id.as_str())
+                    .push_bind(event.session_id.as_str())
+                    .push_bind(*seq)
+                    .push_bind(event.run_id.as_deref())
+                    .push_bind(event.invocation_id.as_deref())
+                    .push_bind(event.event_type.as_str())
+                    .push_bind(event.role.as_deref())
+                    .push_bind(content.as_str())
+                    .push_bind(metadata.as_str())
+                    .push_bind(now);
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        if let Ok(mut pending) = self.pending.lock() {
+            for ((a, s), _) in &counts {
+                pending.insert(((*a).to_owned(), (*s).to_owned()));
+            }
+        }
+        for (((a, s), _), last) in counts.iter().zip(&last_seqs) {
+            self.learn(a, s, last.unwrap_or(0));
+        }
+        Ok(sql::committed(batch, &seqs, now))
+    }
+
+    /// The journal's rows of a session after `after_seq`, in seq order.
+    async fn journal_events(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        after_seq: Seq,
+    ) -> Result<Vec<Event>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT account_id, session_id, seq, run_id, invocation_id, event_type, role, \
+             content_json, metadata_json, created_at FROM journal_events \
+             WHERE account_id = ? AND session_id = ? AND seq > ? ORDER BY seq",
+        )
+        .bind(account_id)
+        .bind(session_id)
+        .bind(after_seq)
+        .fetch_all(&self.journal)
+        .await?;
+        rows.iter().map(crate::sqlite::event_from_row).collect()
+    }
+
+    /// The terminal status the journal holds for an invocation, if any.
+    async fn journal_terminal(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<(RunStatus, DateTime<Utc>)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT json_extract(content_json, '$.status'), created_at FROM journal_events \
+             WHERE account_id = ? AND invocation_id = ? AND event_type = 'run_status' \
+             AND json_extract(content_json, '$.status') <> 'in_progress' ORDER BY seq LIMIT 1",
+        )
+        .bind(account_id)
+        .bind(invocation_id)
+        .fetch_optional(&self.journal)
+        .await?;
+        row.map(|r| {
+            let status: String = r.try_get(0)?;
+            Ok((sql::parse_status(&status)?, r.try_get(1)?))
+        })
+        .transpose()
+    }
+
+    async fn merge_invocation(
+        &self,
+        inv: Option<Invocation>,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let Some(mut inv) = inv else { return Ok(None) };
+        if inv.status == RunStatus::InProgress && self.is_pending(&inv.account_id, &inv.session_id)
+        {
+            if let Some((status, at)) = self
+                .journal_terminal(&inv.account_id, &inv.invocation_id)
+                .await?
+            {
+                inv.status = status;
+                inv.ended_at = Some(at);
+            }
+        }
+        Ok(Some(inv))
+    }
+}
+
+enum Backfilled {
+    /// The rows are in PostgreSQL; terminal statuses at `dropped` seqs were not inserted
+    /// because their invocation was already closed.
+    Committed { dropped: Vec<Seq> },
+    /// PostgreSQL holds other events at `seqs`; nothing was written.
+    Collides { last_seq: Seq, seqs: Vec<Seq> },
+}
+
+/// One backfill transaction: the session's journaled `events` (in seq order) into
+/// PostgreSQL, applying invocation opens and closes as `append` does. Rows already there
+/// (a retried backfill, or an append that committed after it timed out) are skipped.
+async fn backfill(
+    pg: &PgStore,
+    account_id: &str,
+    session_id: &str,
+    events: &[Event],
+) -> Result<Backfilled, StoreError> {
+    let first_at = events.first().map_or_else(Utc::now, |e| e.created_at);
+    let mut tx = pg.pool().begin().await?;
+    // The session row lock serialises this with every other writer of the session.
+    sqlx::query(
+        "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
+         VALUES ($1, $2, 0, $3, $3) ON CONFLICT (account_id, session_id) DO NOTHING",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(first_at)
+    .execute(&mut *tx)
+    .await?;
+    let last_seq: i64 = sqlx::query_scalar(
+        "SELECT last_seq FROM sessions WHERE account_id = $1 AND session_id = $2 FOR UPDATE",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .fetch_one(&mut *tx)
+    .await?;
+
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let contents: Vec<String> = events.iter().map(|e| e.content.to_string()).collect();
+    let metadata: Vec<String> = events.iter().map(|e| e.metadata.to_string()).collect();
+    let collides: Vec<i64> = sqlx::query_scalar(
+        "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
+         JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
+         WHERE NOT (e.event_type = u.t AND e.content_json = u.c::jsonb \
+                    AND e.metadata_json = u.m::jsonb) ORDER BY u.q",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(&seqs)
+    .bind(&types)
+    .bind(&contents)
+    .bind(&metadata)
+    .fetch_all(&mut *tx)
+    .await?;
+    if !collides.is_empty() {
+        tx.rollback().await?;
+        return Ok(Backfilled::Collides {
+            last_seq,
+            seqs: collides,
+        });
+    }
+
+    let mut keep = vec![true; events.len()];
+    let mut dropped = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        let (Some(status), Some(invocation_id)) = (e.run_status(), e.invocation_id.as_deref())
+        else {
+            continue;
+        };
+        if status.is_terminal() {
+            let closed = sqlx::query(
+                "UPDATE invocations SET status = $1, ended_at = $2 \
+                 WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
+                 AND status = 'in_progress'",
+            )
+            .bind(status.as_str())
+            .bind(e.created_at)
+            .bind(account_id)
+            .bind(invocation_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+            if closed.rows_affected() == 0 {
+                // Already closed: by this very event in an earlier try (then the row is
+                // there and the insert skips it), or by someone else (then a second
+                // terminal status must not enter the log).
+                keep[i] = false;
+                let present: Option<i32> = sqlx::query_scalar(
+                    "SELECT 1 FROM events WHERE account_id = $1 AND session_id = $2 AND seq = $3",
+                )
+                .bind(account_id)
+                .bind(session_id)
+                .bind(e.seq)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if present.is_none() {
+                    dropped.push(e.seq);
+                }
+            }
+        } else if let Some(run_id) = e.run_id.as_deref() {
+            sqlx::query(
+                "INSERT INTO invocations \
+                 (account_id, invocation_id, session_id, run_id, status, started_at) \
+                 VALUES ($1, $2, $3, $4, 'in_progress', $5) \
+                 ON CONFLICT (account_id, invocation_id) DO NOTHING",
+            )
+            .bind(account_id)
+            .bind(invocation_id)
+            .bind(session_id)
+            .bind(run_id)
+            .bind(e.created_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+
+    let kept: Vec<usize> = (0..events.len()).filter(|i| keep[*i]).collect();
+    let col = |f: &dyn Fn(&Event) -> Option<String>| -> Vec<Option<String>> {
+        kept.iter().map(|&i| f(&events[i])).collect()
+    };
+    let k_seqs: Vec<i64> = kept.iter().map(|&i| events[i].seq).collect();
+    let k_at: Vec<DateTime<Utc>> = kept.iter().map(|&i| events[i].created_at).collect();
+    sqlx::query(
+        "INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
+         event_type, role, content_json, metadata_json, created_at) \
+         SELECT $1, $2, q, r, i, t, ro, c::jsonb, m::jsonb, at FROM UNNEST(\
+         $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
+         $9::text[], $10::timestamptz[]) AS u(q, r, i, t, ro, c, m, at) \
+         ON CONFLICT (account_id, session_id, seq) DO NOTHING",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(&k_seqs)
+    .bind(col(&|e| e.run_id.clone()))
+    .bind(col(&|e| e.invocation_id.clone()))
+    .bind(col(&|e| Some(e.event_type.as_str().to_owned())))
+    .bind(col(&|e| e.role.clone()))
+    .bind(col(&|e| Some(e.content.to_string())))
+    .bind(col(&|e| Some(e.metadata.to_string())))
+    .bind(&k_at)
+    .execute(&mut *tx)
+    .await?;
+    let max_seq = events.iter().map(|e| e.seq).max().unwrap_or(0);
+    let max_at = events
+        .iter()
+        .map(|e| e.created_at)
+        .max()
+        .unwrap_or(first_at);
+    sqlx::query(
+        "UPDATE sessions SET last_seq = GREATEST(last_seq, $3), \
+         updated_at = GREATEST(updated_at, $4) WHERE account_id = $1 AND session_id = $2",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(max_seq)
+    .bind(max_at)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Backfilled::Committed { dropped })
+}
+
+/// Whether `query` selects `event`, beyond its session and `after_seq`.
+fn selects(query: &EventQuery, event: &Event) -> bool {
+    query
+        .run_id
+        .as_ref()
+        .is_none_or(|r| event.run_id.as_ref() == Some(r))
+        && query
+            .invocation_id
+            .as_ref()
+            .is_none_or(|i| event.invocation_id.as_ref() == Some(i))
+        && query
+            .event_types
+            .as_ref()
+            .is_none_or(|t: &Vec<EventType>| t.contains(&event.event_type))
+}
+
+fn unreachable_error() -> StoreError {
+    StoreError::Database(sqlx::Error::PoolTimedOut)
+}
+
+#[async_trait]
+impl Store for JournaledStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.pg.ping().await
+    }
+
+    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = &*self.inner;
+        // What PostgreSQL would store, so the journal's copy equals it.
+        let batch = crate::postgres::without_nul(batch);
+        let batch = &batch[..];
+        let _route = inner.route.lock().await;
+        // A batch touching a session that still has journaled rows goes to the journal
+        // whole: its seqs must follow the journal's, and one batch stays one commit.
+        let any_pending = inner.pending.lock().map_or(true, |p| {
+            batch
+                .iter()
+                .any(|e| p.contains(&(e.account_id.clone(), e.session_id.clone())))
+        });
+        if !inner.degraded.load(Ordering::Relaxed) && !any_pending {
+            match tokio::time::timeout(inner.config.append_timeout, inner.pg.append(batch)).await {
+                Ok(Ok(committed)) => {
+                    for e in committed.iter().flatten() {
+                        inner.learn(&e.account_id, &e.session_id, e.seq);
+                    }
+                    inner.learn_closed(&committed);
+                    return Ok(committed);
+                }
+                Ok(Err(error)) if !error.is_transient() => return Err(error),
+                Ok(Err(error)) => inner.enter_degraded(&error),
+                Err(_) => inner.enter_degraded(&format!(
+                    "no answer within {:?}",
+                    inner.config.append_timeout
+                )),
+            }
+        }
+        inner.journal_append(batch).await
+    }
+
+    async fn session(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<Session>, StoreError> {
+        let inner = &*self.inner;
+        let mut session = inner.pg.session(account_id, session_id).await?;
+        if let Some(s) = &session {
+            inner.learn(account_id, session_id, s.last_seq);
+        }
+        if inner.is_pending(account_id, session_id) {
+            let journaled = inner.journal_events(account_id, session_id, 0).await?;
+            if let (Some(first), Some(last)) = (journaled.first(), journaled.last()) {
+                let s = session.get_or_insert_with(|| Session {
+                    account_id: account_id.to_owned(),
+                    session_id: session_id.to_owned(),
+                    last_seq: 0,
+                    created_at: first.created_at,
+                    updated_at: first.created_at,
+                });
+                s.last_seq = s.last_seq.max(last.seq);
+                s.updated_at = s.updated_at.max(last.created_at);
+            }
+        }
+        Ok(session)
+    }
+
+    async fn list_sessions(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        self.inner.pg.list_sessions(account_id, offset, limit).await
+    }
+
+    async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
+        let inner = &*self.inner;
+        if !inner.is_pending(&query.account_id, &query.session_id) {
+            let events = inner.pg.events(query).await?;
+            inner.learn_events(&events[events.len().saturating_sub(1)..]);
+            return Ok(events);
+        }
+        let journaled: Vec<Event> = inner
+            .journal_events(&query.account_id, &query.session_id, query.after_seq)
+            .await?;
+        let first_journaled = journaled.first().map(|e| e.seq);
+        let journaled: Vec<Event> = journaled
+            .into_iter()
+            .filter(|e| selects(query, e))
+            .collect();
+        // While PostgreSQL is down, a read that starts inside the journal (a reconnect
+        // after a cursor it handed out) is answered from the journal alone.
+        let journal_covers = first_journaled.is_some_and(|first| query.after_seq >= first - 1);
+        let stored = if inner.degraded.load(Ordering::Relaxed) && journal_covers {
+            Vec::new()
+        } else {
+            match tokio::time::timeout(inner.config.append_timeout, inner.pg.events(query)).await {
+                Ok(r) => r?,
+                Err(_) => return Err(unreachable_error()),
+            }
+        };
+        let mut merged: Vec<Event> = stored;
+        let seen: HashSet<Seq> = merged.iter().map(|e| e.seq).collect();
+        merged.extend(journaled.into_iter().filter(|e| !seen.contains(&e.seq)));
+        merged.sort_by_key(|e| e.seq);
+        merged.truncate(usize::try_from(query.limit.max(0)).unwrap_or(usize::MAX));
+        Ok(merged)
+    }
+
+    async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
+        let inner = &*self.inner;
+        let stored = inner.pg.count_events(account_id, session_id).await?;
+        if !inner.is_pending(account_id, session_id) {
+            return Ok(stored);
+        }
+        let journaled: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM journal_events WHERE account_id = ? AND session_id = ?",
+        )
+        .bind(account_id)
+        .bind(session_id)
+        .fetch_one(&inner.journal)
+        .await?;
+        Ok(stored + journaled)
+    }
+
+    async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
+        let inv = self.inner.pg.run(account_id, run_id).await?;
+        self.inner.merge_invocation(inv).await
+    }
+
+    async fn invocation(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let inv = self.inner.pg.invocation(account_id, invocation_id).await?;
+        self.inner.merge_invocation(inv).await
+    }
+
+    async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
+        self.inner.pg.open_invocations().await
+    }
+
+    async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
+        self.inner.pg.claim(claim).await
+    }
+
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        invocation_ids: &[String],
+        lease: Duration,
+    ) -> Result<Vec<Renewed>, StoreError> {
+        if self.inner.degraded.load(Ordering::Relaxed) {
+            return Err(unreachable_error());
+        }
+        self.inner
+            .pg
+            .renew_leases(owner, invocation_ids, lease)
+            .await
+    }
+
+    async fn abandoned_invocations(
+        &self,
+        restarted_owner: Option<&str>,
+    ) -> Result<Vec<Invocation>, StoreError> {
+        if self.inner.degraded.load(Ordering::Relaxed) {
+            return Err(unreachable_error());
+        }
+        let open = self.inner.pg.abandoned_invocations(restarted_owner).await?;
+        let mut still_open = Vec::with_capacity(open.len());
+        for inv in open {
+            // Closed in the journal, not yet in PostgreSQL: nobody needs to close it.
+            if let Some(inv) = self.inner.merge_invocation(Some(inv)).await? {
+                if inv.status == RunStatus::InProgress {
+                    still_open.push(inv);
+                }
+            }
+        }
+        Ok(still_open)
+    }
+
+    async fn lease(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Lease>, StoreError> {
+        self.inner.pg.lease(account_id, invocation_id).await
+    }
+
+    async fn request_cancel(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .pg
+            .request_cancel(account_id, invocation_id)
+            .await
+    }
+
+    async fn notify(&self, channel: &str, payloads: &[String]) -> Result<(), StoreError> {
+        // While degraded the pointers name journal rows other replicas cannot read; the
+        // backfill announces them once they are in PostgreSQL.
+        if self.inner.degraded.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.inner.pg.notify(channel, payloads).await
+    }
+
+    async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
+        self.inner.pg.put_attachment(attachment).await
+    }
+
+    async fn attachment(
+        &self,
+        account_id: &str,
+        file_id: &str,
+    ) -> Result<Option<Attachment>, StoreError> {
+        self.inner.pg.attachment(account_id, file_id).await
+    }
+}

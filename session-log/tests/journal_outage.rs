@@ -1,0 +1,237 @@
+//! Outages that lose nothing, against a real PostgreSQL the test stops and starts: what
+//! is appended while it is down is committed to the local journal with dense seqs, then
+//! backfilled exactly once, in order, when it is back (also across a restart).
+
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use session_log::event::run_status_content;
+use session_log::journal::{self, BackendState, JournalConfig, JournaledStore};
+use session_log::postgres::PgStore;
+use session_log::{EventQuery, EventType, NewEvent, RunStatus, Store};
+
+fn config() -> JournalConfig {
+    JournalConfig {
+        append_timeout: Duration::from_secs(1),
+        probe_every: Duration::from_millis(200),
+        backfill_timeout: Duration::from_secs(5),
+    }
+}
+
+fn delta(session: &str, i: usize) -> NewEvent {
+    NewEvent::new(
+        "acct",
+        session,
+        EventType::TextDelta,
+        json!({ "delta": format!("w{i} ") }),
+    )
+    .in_run("run_1", "inv_1")
+}
+
+fn status(session: &str, s: RunStatus) -> NewEvent {
+    NewEvent::new(
+        "acct",
+        session,
+        EventType::RunStatus,
+        run_status_content(s, None),
+    )
+    .in_run("run_1", "inv_1")
+}
+
+async fn wait_recovered(store: &JournaledStore) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.state() != BackendState::Healthy || store.journal_len().await.unwrap() != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the journal was not backfilled in 30 s (state {:?})",
+            store.state()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every event of the session in PostgreSQL itself: seqs 1..=n, each once.
+async fn assert_dense_in_postgres(url: &str, session: &str, n: usize) -> Vec<session_log::Event> {
+    let pg = PgStore::connect(url).await.unwrap();
+    let events = pg
+        .events(&EventQuery::session("acct", session))
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=n as i64).collect::<Vec<_>>(),
+        "seqs in PostgreSQL"
+    );
+    let last = pg.session("acct", session).await.unwrap().unwrap().last_seq;
+    assert_eq!(last, n as i64, "sessions.last_seq");
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_during_an_outage_are_journaled_then_backfilled_once() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let store = journal::open(&cluster.url(), &journal_path, config())
+        .await
+        .unwrap();
+    let session = "s_outage";
+
+    let mut appended = Vec::new();
+    let mut batch = vec![status(session, RunStatus::InProgress)];
+    batch.extend((0..5).map(|i| delta(session, i)));
+    appended.extend(store.append(&batch).await.unwrap());
+    for i in 5..10 {
+        appended.extend(store.append(&[delta(session, i)]).await.unwrap());
+    }
+    assert_eq!(store.state(), BackendState::Healthy);
+
+    cluster.down();
+    for i in 10..30 {
+        appended.extend(
+            store
+                .append(&[delta(session, i), delta(session, i + 100)])
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(store.state(), BackendState::Degraded);
+    assert!(store.journal_len().await.unwrap() >= 40);
+    // The run ends during the outage; a second terminal status is still refused.
+    appended.extend(
+        store
+            .append(&[status(session, RunStatus::Completed)])
+            .await
+            .unwrap(),
+    );
+    let again = store
+        .append(&[status(session, RunStatus::Cancelled)])
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        vec![None],
+        "one terminal status per invocation, journal included"
+    );
+    // A reader that resumes after a seq the journal handed out is served from it.
+    let tail = store
+        .events(&EventQuery {
+            after_seq: 20,
+            ..EventQuery::session("acct", session)
+        })
+        .await
+        .unwrap();
+    assert_eq!(tail.first().map(|e| e.seq), Some(21));
+    assert_eq!(tail.last().map(|e| e.seq), Some(appended.len() as i64));
+
+    let seqs: Vec<i64> = appended.iter().map(|e| e.as_ref().unwrap().seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=appended.len() as i64).collect::<Vec<_>>(),
+        "dense seqs across the outage"
+    );
+
+    cluster.up();
+    wait_recovered(&store).await;
+    // After recovery the session is handed back to PostgreSQL.
+    appended.extend(
+        store
+            .append(&[NewEvent::new(
+                "acct",
+                session,
+                EventType::Message,
+                json!({"text": "after"}),
+            )])
+            .await
+            .unwrap(),
+    );
+    let n = appended.len();
+    let events = assert_dense_in_postgres(&cluster.url(), session, n).await;
+    for (stored, sent) in events.iter().zip(&appended) {
+        assert_eq!(
+            Some(stored),
+            sent.as_ref(),
+            "what PostgreSQL holds is what was returned"
+        );
+    }
+    let terminals = events.iter().filter(|e| e.is_terminal()).count();
+    assert_eq!(terminals, 1);
+    let inv = store.invocation("acct", "inv_1").await.unwrap().unwrap();
+    assert_eq!(inv.status, RunStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_left_by_a_stopped_process_is_backfilled_at_the_next_start() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let session = "s_restart";
+    {
+        let store = journal::open(&cluster.url(), &journal_path, config())
+            .await
+            .unwrap();
+        store
+            .append(&[status(session, RunStatus::InProgress), delta(session, 0)])
+            .await
+            .unwrap();
+        cluster.down();
+        for i in 1..10 {
+            store.append(&[delta(session, i)]).await.unwrap();
+        }
+        assert_eq!(store.journal_len().await.unwrap(), 9);
+        // The process "dies" here: nothing is flushed, the journal stays on disk.
+    }
+    cluster.up();
+    let store = journal::open(&cluster.url(), &journal_path, config())
+        .await
+        .unwrap();
+    assert_eq!(store.journal_len().await.unwrap(), 0, "backfilled at start");
+    assert_dense_in_postgres(&cluster.url(), session, 11).await;
+    let next = store.append(&[delta(session, 10)]).await.unwrap();
+    assert_eq!(next[0].as_ref().unwrap().seq, 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journaled_seqs_another_writer_took_are_renumbered_not_lost() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let session = "s_collide";
+    // No probe during the test: the other writer must go first.
+    let config = JournalConfig {
+        probe_every: Duration::from_secs(3600),
+        ..config()
+    };
+    let store = journal::open(&cluster.url(), &journal_path, config)
+        .await
+        .unwrap();
+    store.append(&[delta(session, 0)]).await.unwrap();
+    cluster.down();
+    // Journaled as seqs 2 and 3.
+    store
+        .append(&[delta(session, 1), delta(session, 2)])
+        .await
+        .unwrap();
+    cluster.up();
+    // Another replica, unaware of the journal, writes seqs 2 and 3 first.
+    let other = PgStore::connect(&cluster.url()).await.unwrap();
+    other
+        .append(&[delta(session, 900), delta(session, 901)])
+        .await
+        .unwrap();
+    store.recover_now().await;
+    wait_recovered(&store).await;
+    let events = assert_dense_in_postgres(&cluster.url(), session, 5).await;
+    let texts: Vec<&str> = events.iter().map(|e| e.text()).collect();
+    assert_eq!(texts, vec!["w0 ", "w900 ", "w901 ", "w1 ", "w2 "]);
+}
