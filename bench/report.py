@@ -113,8 +113,8 @@ for rate in (1000, 2000):
         if None not in (t50, d50, t99, d99):
             verdicts.append(("Added p50 over direct at 2k req/s ≤ 0.2 ms", f"{(t50 - d50) / 1000:+.2f} ms", t50 - d50 <= 200))
             verdicts.append(("Added p99 over direct at 2k req/s ≤ 1 ms", f"{(t99 - d99) / 1000:+.2f} ms", t99 - d99 <= 1000))
-w("Auth and rate-limiting rows are not measured: the measured build has no authentication or "
-  "rate-limit configuration yet (the policies work is in progress in the working tree).")
+w("Auth and rate-limiting rows are not measured yet: `bench/run.sh` starts Tether without an "
+  "`[auth]`/`[rate_limits]` configuration (next: a second Tether with API keys and a high limit).")
 w("")
 
 # ---- 2. SSE
