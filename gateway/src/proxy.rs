@@ -63,7 +63,15 @@ pub struct Ctx {
     /// Pass-through request body seen so far, for the size and rate limits.
     body_bytes: usize,
     body_started: Option<Instant>,
+    /// Pass-through body bytes read (and so checked) in `request_filter` that Pingora
+    /// will not replay upstream itself (its retry buffer overflowed): sent ahead of the
+    /// rest of the body by `request_body_filter`.
+    body_prefix: Option<Bytes>,
 }
+
+/// How much of a chunked pass-through body is read and checked before the agent is
+/// contacted: Pingora's retry buffer (64 KiB in 0.9) replays a body read that far.
+const PREFETCH_BYTES: usize = 64 * 1024;
 
 /// Which API a path belongs to, so refusals come in that API's error format.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -198,6 +206,7 @@ impl ProxyHttp for Gateway {
             tee: None,
             body_bytes: 0,
             body_started: None,
+            body_prefix: None,
         }
     }
 
@@ -300,6 +309,18 @@ impl ProxyHttp for Gateway {
         _end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if let Some(prefix) = ctx.body_prefix.take() {
+            // Read in `request_filter` and not replayed by Pingora: goes first.
+            *body = Some(match body.take() {
+                Some(rest) if !rest.is_empty() => {
+                    let mut all = Vec::with_capacity(prefix.len() + rest.len());
+                    all.extend_from_slice(&prefix);
+                    all.extend_from_slice(&rest);
+                    Bytes::from(all)
+                }
+                _ => prefix,
+            });
+        }
         let started = *ctx.body_started.get_or_insert_with(Instant::now);
         if let Some(chunk) = body.as_ref() {
             ctx.body_bytes += chunk.len();
@@ -488,6 +509,26 @@ impl Gateway {
                     );
                     refuse(session, Area::PassThrough, path, e).await?;
                     return Ok(true);
+                }
+                // A chunked body's framing is only checked as it is read: read its start
+                // here, before the agent is contacted, so a malformed one (an overflowing
+                // chunk size, say) is refused without the agent seeing any of it.
+                if crate::framing::is_chunked(session.req_header()) {
+                    ctx.body_started = Some(Instant::now());
+                    let limits = InputLimits {
+                        max_body_bytes: self.state.config.max_body_bytes,
+                        ..self.state.input.clone()
+                    };
+                    match prefetch_body(session, &limits, PREFETCH_BYTES).await {
+                        Ok(prefix) => ctx.body_prefix = prefix,
+                        Err(e) => {
+                            tracing::info!(reason = %e.message, "refused a pass-through body");
+                            // The rest of the connection cannot be trusted.
+                            session.set_keepalive(None);
+                            refuse(session, Area::PassThrough, path, e).await?;
+                            return Ok(true);
+                        }
+                    }
                 }
                 if self.state.config.tee {
                     let session_id = session
@@ -704,6 +745,78 @@ impl Gateway {
             }
         }
     }
+}
+
+/// Reads the start of a pass-through body, at least `want` bytes or to its end, within
+/// `limits` (size and arrival rate), with Pingora's retry buffer on so the proxy
+/// pipeline replays what was read. Returns what was read when the retry buffer
+/// overflowed (Pingora then replays nothing and the caller must send it).
+async fn prefetch_body(
+    session: &mut Session,
+    limits: &InputLimits,
+    want: usize,
+) -> std::result::Result<Option<Bytes>, ApiError> {
+    let limit = limits.max_body_bytes;
+    let too_slow_error = || {
+        ApiError::new(
+            408,
+            "invalid_request_error",
+            "request_timeout",
+            "the request body arrived too slowly",
+        )
+    };
+    session.enable_retry_buffering();
+    let started = Instant::now();
+    let mut body = Vec::new();
+    while body.len() < want && !session.is_body_done() {
+        let budget = limits.body_grace.as_secs_f64()
+            + (body.len() + 1) as f64 / limits.min_body_bytes_per_second.max(1) as f64;
+        let left = Duration::from_secs_f64(budget).saturating_sub(started.elapsed());
+        let read = match tokio::time::timeout(left, session.read_request_body()).await {
+            Ok(read) => read,
+            Err(_) => return Err(too_slow_error()),
+        };
+        match read {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > limit {
+                    return Err(ApiError::new(
+                        413,
+                        "invalid_request_error",
+                        "request_too_large",
+                        format!("the request body is larger than {limit} bytes"),
+                    ));
+                }
+                body.extend_from_slice(&chunk);
+                if too_slow(body.len(), started.elapsed(), limits) {
+                    return Err(too_slow_error());
+                }
+            }
+            Ok(None) => break,
+            Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(too_slow_error()),
+            Err(e) => {
+                return Err(ApiError::new(
+                    400,
+                    "invalid_request_error",
+                    "invalid_body",
+                    format!("cannot read the request body: {e}"),
+                ))
+            }
+        }
+    }
+    if !session.retry_buffer_truncated() {
+        return Ok(None);
+    }
+    // Pingora replays nothing once its buffer overflowed, and nothing at all for a body
+    // already read to its end: only a body still being read can be forwarded this way.
+    if session.is_body_done() {
+        return Err(ApiError::new(
+            500,
+            "server_error",
+            "internal_error",
+            "the request body could not be forwarded",
+        ));
+    }
+    Ok(Some(Bytes::from(body)))
 }
 
 /// Reads the whole request body within `limits`: size, arrival rate and JSON depth.

@@ -96,6 +96,72 @@ fn a_streamed_pass_through_response_is_recorded_event_by_event() {
     assert_eq!(response.content["sse_events"], 5);
 }
 
+#[test]
+fn chunked_pass_through_bodies_of_any_size_are_forwarded_whole_and_recorded() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let pattern =
+        |n: usize| -> String { (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect() };
+    // (case, chunk sizes): empty, small, just under and over the 64 KiB Pingora replays,
+    // a single chunk bigger than that, and many chunks well past it.
+    let cases: Vec<(&str, Vec<usize>)> = vec![
+        ("empty", vec![]),
+        ("small", vec![2, 3]),
+        ("under-64k", vec![60_000, 5_000]),
+        ("crossing-64k", vec![60_000, 10_000, 7]),
+        ("one-big-chunk", vec![100_000]),
+        ("many-chunks", vec![8_192; 40]),
+    ];
+    for (name, sizes) in &cases {
+        let body = pattern(sizes.iter().sum());
+        let mut wire = Vec::new();
+        let mut at = 0;
+        for n in sizes {
+            wire.extend_from_slice(format!("{n:x}\r\n{}\r\n", &body[at..at + n]).as_bytes());
+            at += n;
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+        let session = format!("chunked-{name}");
+        let mut request = format!(
+            "POST /echo?case={name} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nx-session-id: {session}\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes();
+        request.extend_from_slice(&wire);
+        let (raw, _) = raw_exchange(tether.port, &request, std::time::Duration::from_secs(10));
+        assert_eq!(
+            statuses(&raw),
+            vec![200],
+            "{name}: {}",
+            String::from_utf8_lossy(&raw[..raw.len().min(500)])
+        );
+        let echo = raw_json(&raw);
+        assert_eq!(echo["method"], "POST", "{name}");
+        let got = echo["body"].as_str().unwrap_or_default();
+        assert_eq!(got.len(), body.len(), "{name}: body length");
+        assert!(got == body, "{name}: body differs");
+
+        let events = wait_for(&store, &session, 2);
+        let recorded = events
+            .iter()
+            .find(|e| e.event_type == EventType::HttpRequest)
+            .unwrap_or_else(|| panic!("{name}: no request recorded"));
+        assert_eq!(
+            recorded.content["body"]["bytes"],
+            body.len(),
+            "{name}: {}",
+            recorded.content["body"]["bytes"]
+        );
+        let text = recorded.content["body"]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            body.starts_with(text),
+            "{name}: recorded body is the body's start"
+        );
+    }
+}
+
 fn wait_for(store: &TestStore, session: &str, n: usize) -> Vec<session_log::Event> {
     let start = std::time::Instant::now();
     loop {
