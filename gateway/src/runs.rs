@@ -474,6 +474,14 @@ impl Runs {
             batch.push(self.checkpoint_event(&ids, Phase::AfterToolResult, &results));
         }
         let committed = self.writer.append(batch).await?;
+        // A store that checks the claim as it opens the invocation (SQLite) drops the
+        // start's events when another live run holds the session after all.
+        if !committed
+            .iter()
+            .any(|e| e.event_type == EventType::RunStatus)
+        {
+            return Err(StartError::SessionBusy(session_id.to_owned()));
+        }
         let first_seq = committed.first().map(|e| e.seq).unwrap_or_default();
         Ok((history.into_iter().collect(), first_seq))
     }

@@ -1,6 +1,7 @@
 //! The SQLite backend of the session log: one file in WAL mode, the default for a single
 //! gateway.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -35,6 +36,23 @@ pub struct SqliteStore {
     /// SQLite has one writer at a time. Queueing appends here, first come first served,
     /// is cheaper and fairer than letting them spin in SQLite's busy handler.
     write_lock: tokio::sync::Mutex<()>,
+    /// Claims granted but not yet written, by (account, invocation): each is checked and
+    /// written by the append that opens its invocation (see [`Store::claim`]), so a run
+    /// start costs no transaction of its own. Changed only under `write_lock`, except that
+    /// `claim` adds entries (its invocation is not in the database yet).
+    pending: std::sync::Mutex<HashMap<(String, String), PendingClaim>>,
+}
+
+/// A claim waiting for its invocation's `in_progress` append.
+#[derive(Clone, Debug)]
+struct PendingClaim {
+    session_id: String,
+    run_id: String,
+    owner: String,
+    lease: Duration,
+    /// Forgotten after this (Unix ms) unless renewed, like a lease: a start that failed
+    /// before its append leaves nothing behind.
+    expires_ms: i64,
 }
 
 impl SqliteStore {
@@ -75,6 +93,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             write_lock: tokio::sync::Mutex::new(()),
+            pending: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -82,6 +101,10 @@ impl SqliteStore {
     /// view) that the `Store` trait does not cover.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingClaim>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -107,6 +130,8 @@ impl Store for SqliteStore {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
 
         let mut keep = vec![true; batch.len()];
+        // Claimed invocations this batch opens: (account, invocation, granted).
+        let mut settled: Vec<(&str, &str, bool)> = Vec::new();
         for (i, op) in sql::invocation_ops(batch) {
             keep[i] = match op {
                 InvocationOp::Open {
@@ -115,20 +140,65 @@ impl Store for SqliteStore {
                     session_id,
                     run_id,
                 } => {
-                    sqlx::query(
-                        "INSERT INTO invocations \
+                    let claimed = self
+                        .pending()
+                        .get(&(account_id.to_owned(), invocation_id.to_owned()))
+                        .filter(|p| p.session_id == session_id && p.run_id == run_id)
+                        .cloned();
+                    if let Some(claim) = claimed {
+                        // The claim's check and insert, in this transaction: another
+                        // process sharing the file may have opened one since `claim`.
+                        let now_ms = now_ms();
+                        let busy: Option<String> = sqlx::query_scalar(
+                            "SELECT invocation_id FROM invocations \
+                             WHERE account_id = ? AND session_id = ? AND status = 'in_progress' \
+                             AND owner IS NOT NULL AND lease_expires_ms > ? \
+                             AND invocation_id <> ? LIMIT 1",
+                        )
+                        .bind(account_id)
+                        .bind(session_id)
+                        .bind(now_ms)
+                        .bind(invocation_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        if let Some(other) = &busy {
+                            tracing::info!(account_id, session_id, invocation_id, busy_invocation_id = %other,
+                                "claim refused at append: the session has another live run");
+                        } else {
+                            sqlx::query(
+                                "INSERT INTO invocations (account_id, invocation_id, session_id, \
+                                 run_id, status, started_at, owner, lease_expires_ms) \
+                                 VALUES (?, ?, ?, ?, 'in_progress', ?, ?, ?) \
+                                 ON CONFLICT (account_id, invocation_id) DO NOTHING",
+                            )
+                            .bind(account_id)
+                            .bind(invocation_id)
+                            .bind(session_id)
+                            .bind(run_id)
+                            .bind(now)
+                            .bind(&claim.owner)
+                            .bind(now_ms + millis(claim.lease))
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        settled.push((account_id, invocation_id, busy.is_none()));
+                        busy.is_none()
+                    } else {
+                        sqlx::query(
+                            "INSERT INTO invocations \
                          (account_id, invocation_id, session_id, run_id, status, started_at) \
                          VALUES (?, ?, ?, ?, 'in_progress', ?) \
                          ON CONFLICT (account_id, invocation_id) DO NOTHING",
-                    )
-                    .bind(account_id)
-                    .bind(invocation_id)
-                    .bind(session_id)
-                    .bind(run_id)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    true
+                        )
+                        .bind(account_id)
+                        .bind(invocation_id)
+                        .bind(session_id)
+                        .bind(run_id)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                        true
+                    }
                 }
                 InvocationOp::Close {
                     account_id,
@@ -152,6 +222,17 @@ impl Store for SqliteStore {
                 }
                 InvocationOp::Drop => false,
             };
+        }
+        // A refused claim drops every event of its invocation in the batch: the run never
+        // started, and its caller learns so from the missing `in_progress`.
+        for (account_id, invocation_id, _) in settled.iter().filter(|s| !s.2) {
+            for (event, keep) in batch.iter().zip(keep.iter_mut()) {
+                if event.account_id == *account_id
+                    && event.invocation_id.as_deref() == Some(*invocation_id)
+                {
+                    *keep = false;
+                }
+            }
         }
 
         let counts = sql::session_counts(batch, &keep);
@@ -220,6 +301,13 @@ impl Store for SqliteStore {
             insert.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
+        if !settled.is_empty() {
+            // Only once committed: a failed transaction is retried with its claims intact.
+            let mut pending = self.pending();
+            for (account_id, invocation_id, _) in settled {
+                pending.remove(&(account_id.to_owned(), invocation_id.to_owned()));
+            }
+        }
         Ok(sql::committed(batch, &seqs, now))
     }
 
@@ -351,10 +439,11 @@ impl Store for SqliteStore {
     }
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
-        // The write lock serialises claims in this process; the transaction (SQLite has
-        // one writer) those of other processes sharing the file.
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
+        // No transaction of its own: the claim is remembered, and the append that opens
+        // the invocation checks the session again and inserts the row with its owner and
+        // lease in its own transaction (refusing, by dropping the invocation's events, if
+        // another process sharing the file opened a live run meanwhile). Here, a read
+        // beside the writer and the claims of this process answer early.
         let now = now_ms();
         let busy = sqlx::query(
             "SELECT run_id, invocation_id FROM invocations \
@@ -364,7 +453,7 @@ impl Store for SqliteStore {
         .bind(claim.account_id)
         .bind(claim.session_id)
         .bind(now)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&self.pool)
         .await?;
         if let Some(row) = busy {
             return Ok(Claimed::Busy {
@@ -372,21 +461,29 @@ impl Store for SqliteStore {
                 invocation_id: row.try_get(1)?,
             });
         }
-        sqlx::query(
-            "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
-             started_at, owner, lease_expires_ms) VALUES (?, ?, ?, ?, 'in_progress', ?, ?, ?) \
-             ON CONFLICT (account_id, invocation_id) DO NOTHING",
-        )
-        .bind(claim.account_id)
-        .bind(claim.invocation_id)
-        .bind(claim.session_id)
-        .bind(claim.run_id)
-        .bind(sql::commit_time())
-        .bind(claim.owner)
-        .bind(now + millis(claim.lease))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        let mut pending = self.pending();
+        pending.retain(|_, p| p.expires_ms > now);
+        let other = pending.iter().find(|((account_id, invocation_id), p)| {
+            account_id == claim.account_id
+                && p.session_id == claim.session_id
+                && invocation_id != claim.invocation_id
+        });
+        if let Some(((_, invocation_id), p)) = other {
+            return Ok(Claimed::Busy {
+                run_id: p.run_id.clone(),
+                invocation_id: invocation_id.clone(),
+            });
+        }
+        pending.insert(
+            (claim.account_id.to_owned(), claim.invocation_id.to_owned()),
+            PendingClaim {
+                session_id: claim.session_id.to_owned(),
+                run_id: claim.run_id.to_owned(),
+                owner: claim.owner.to_owned(),
+                lease: claim.lease,
+                expires_ms: now + millis(claim.lease),
+            },
+        );
         Ok(Claimed::Granted)
     }
 
@@ -412,14 +509,29 @@ impl Store for SqliteStore {
         }
         update.push(") RETURNING invocation_id, cancel_requested");
         let rows = update.build().fetch_all(&self.pool).await?;
-        rows.iter()
+        let mut renewed = rows
+            .iter()
             .map(|r| {
                 Ok(Renewed {
                     invocation_id: r.try_get(0)?,
                     cancel_requested: r.try_get::<i64, _>(1)? != 0,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        // Claims whose `in_progress` is still queued are this owner's too (the write lock
+        // keeps an append from settling them meanwhile).
+        let expires_ms = now_ms() + millis(lease);
+        let mut pending = self.pending();
+        for ((_, invocation_id), p) in pending.iter_mut() {
+            if p.owner == owner && invocation_ids.contains(invocation_id) {
+                p.expires_ms = expires_ms;
+                renewed.push(Renewed {
+                    invocation_id: invocation_id.clone(),
+                    cancel_requested: false,
+                });
+            }
+        }
+        Ok(renewed)
     }
 
     async fn abandoned_invocations(

@@ -204,6 +204,13 @@ pub trait Store: Send + Sync + 'static {
     /// one transaction (serialised per session), so two replicas starting a run in the
     /// same session at once cannot both win. The run's `in_progress` event, appended
     /// afterwards, finds the row already there.
+    ///
+    /// SQLite does the same without a transaction of its own: `Granted` is provisional
+    /// (refused early only against what the file and this process already show), and the
+    /// append that opens the invocation checks the session and inserts the row with owner
+    /// and lease in its transaction. If another live run holds the session by then, that
+    /// append drops every event of the invocation in its batch, so a caller must treat a
+    /// missing `in_progress` in the committed events as `Busy`.
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError>;
 
     /// Extends the leases of `owner`'s open invocations among `invocation_ids` to `lease`

@@ -1242,3 +1242,72 @@ async fn leases_claim_renew_expire_and_carry_cancels(b: Backend) {
     )
     .contains(&"inv-legacy".to_owned()));
 }
+
+/// Two processes sharing one SQLite file: each claims the same session before either has
+/// written (claims are noted in memory until the run's first append), so both are
+/// granted; the append decides — the second run's events are refused, and the first run
+/// stays the session's only open invocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_claims_race_across_processes_and_the_append_decides() {
+    use session_log::{Claim, Claimed};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.sqlite");
+    let path = path.to_str().unwrap();
+    let a = session_log::sqlite::SqliteStore::open(path).await.unwrap();
+    let b = session_log::sqlite::SqliteStore::open(path).await.unwrap();
+    let (account, session) = (unique("acct"), unique("sess"));
+    let claim = |invocation: &'static str, owner: &'static str| Claim {
+        account_id: &account,
+        session_id: &session,
+        run_id: invocation,
+        invocation_id: invocation,
+        owner,
+        lease: Duration::from_secs(60),
+    };
+    assert_eq!(
+        a.claim(&claim("inv-a", "replica-a")).await.unwrap(),
+        Claimed::Granted
+    );
+    assert_eq!(
+        b.claim(&claim("inv-b", "replica-b")).await.unwrap(),
+        Claimed::Granted
+    );
+
+    let first = a
+        .append(&[status(
+            &account,
+            &session,
+            "inv-a",
+            "inv-a",
+            RunStatus::InProgress,
+        )])
+        .await
+        .unwrap();
+    assert!(first[0].is_some(), "the first append opens its run");
+    let second = b
+        .append(&[
+            message(&account, &session, "user", "hello").in_run("inv-b", "inv-b"),
+            status(&account, &session, "inv-b", "inv-b", RunStatus::InProgress),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        second.iter().all(Option::is_none),
+        "the losing run writes nothing: {second:?}"
+    );
+    let open: Vec<String> = a
+        .open_invocations()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.account_id == account)
+        .map(|i| i.invocation_id)
+        .collect();
+    assert_eq!(open, ["inv-a"]);
+    // And a later claim through either process sees the live run.
+    assert!(matches!(
+        b.claim(&claim("inv-c", "replica-b")).await.unwrap(),
+        Claimed::Busy { .. }
+    ));
+}
