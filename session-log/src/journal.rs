@@ -24,7 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::Row;
 
 use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
 use crate::postgres::PgStore;
@@ -532,25 +532,7 @@ impl Inner {
                 Some((e, (*seq)?, e.content.to_string(), e.metadata.to_string()))
             })
             .collect();
-        for chunk in rows.chunks(sql::INSERT_CHUNK) {
-            let mut insert = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO journal_events (account_id, session_id, seq, run_id, invocation_id, \
-                 event_type, role, content_json, metadata_json, created_at) ",
-            );
-            insert.push_values(chunk, |mut row, (event, seq, content, metadata)| {
-                row.push_bind(event.account_id.as_str())
-                    .push_bind(event.session_id.as_str())
-                    .push_bind(*seq)
-                    .push_bind(event.run_id.as_deref())
-                    .push_bind(event.invocation_id.as_deref())
-                    .push_bind(event.event_type.as_str())
-                    .push_bind(event.role.as_deref())
-                    .push_bind(content.as_str())
-                    .push_bind(metadata.as_str())
-                    .push_bind(now);
-            });
-            insert.build().execute(&mut *tx).await?;
-        }
+        crate::sqlite::insert_event_rows(&mut tx, "journal_events", &rows, now).await?;
         tx.commit().await?;
         if let Ok(mut pending) = self.pending.lock() {
             for ((a, s), _) in &counts {

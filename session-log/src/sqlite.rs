@@ -283,23 +283,7 @@ impl Store for SqliteStore {
         rows.sort_by(|(a, a_seq, ..), (b, b_seq, ..)| {
             (&a.account_id, &a.session_id, a_seq).cmp(&(&b.account_id, &b.session_id, b_seq))
         });
-        for chunk in rows.chunks(INSERT_CHUNK) {
-            let mut insert = QueryBuilder::<Sqlite>::new("INSERT INTO events (");
-            insert.push(EVENT_COLUMNS).push(") ");
-            insert.push_values(chunk, |mut row, (event, seq, content, metadata)| {
-                row.push_bind(event.account_id.as_str())
-                    .push_bind(event.session_id.as_str())
-                    .push_bind(*seq)
-                    .push_bind(event.run_id.as_deref())
-                    .push_bind(event.invocation_id.as_deref())
-                    .push_bind(event.event_type.as_str())
-                    .push_bind(event.role.as_deref())
-                    .push_bind(content.as_str())
-                    .push_bind(metadata.as_str())
-                    .push_bind(now);
-            });
-            insert.build().execute(&mut *tx).await?;
-        }
+        insert_event_rows(&mut tx, "events", &rows, now).await?;
         tx.commit().await?;
         if !settled.is_empty() {
             // Only once committed: a failed transaction is retried with its claims intact.
@@ -687,4 +671,33 @@ fn invocation_from_row(row: &SqliteRow) -> Result<Invocation, StoreError> {
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
     })
+}
+
+/// Multi-row inserts of committed event rows (event, seq, content JSON, metadata JSON) into
+/// `table`: the store's `events`, or the outage journal's `journal_events`, which share
+/// their columns.
+pub(crate) async fn insert_event_rows(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    table: &str,
+    rows: &[(&NewEvent, Seq, String, String)],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let mut insert = QueryBuilder::<Sqlite>::new(format!("INSERT INTO {table} ("));
+        insert.push(EVENT_COLUMNS).push(") ");
+        insert.push_values(chunk, |mut row, (event, seq, content, metadata)| {
+            row.push_bind(event.account_id.as_str())
+                .push_bind(event.session_id.as_str())
+                .push_bind(*seq)
+                .push_bind(event.run_id.as_deref())
+                .push_bind(event.invocation_id.as_deref())
+                .push_bind(event.event_type.as_str())
+                .push_bind(event.role.as_deref())
+                .push_bind(content.as_str())
+                .push_bind(metadata.as_str())
+                .push_bind(now);
+        });
+        insert.build().execute(&mut **tx).await?;
+    }
+    Ok(())
 }
