@@ -14,6 +14,16 @@
 //!   did not know the session's newest seq), the backfill renumbers the journal's rows
 //!   after PostgreSQL's last seq — in the journal first, so a retried backfill stays
 //!   idempotent — instead of letting `ON CONFLICT DO NOTHING` drop them.
+//!
+//! Claims while PostgreSQL is down: a claim that PostgreSQL does not answer in time (or
+//! any claim while degraded) is granted locally when the session has no live run known
+//! to this replica — the invocations it claimed and has not seen end, and the journal's
+//! open claims. The claim (owner, lease) is recorded in the journal and makes its
+//! session pending, so the run's events commit to the journal too. The backfill inserts
+//! the invocation row (owner, the lease's remainder) before the session's events. If
+//! another replica opened a run in the session meanwhile, both runs stand: nothing is
+//! dropped, the journal's events are renumbered after the other run's (see above), and
+//! a warning names the other invocation.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -118,6 +128,35 @@ struct Inner {
     closed: Mutex<HashSet<Key>>,
     /// Whether an outage was logged and its recovery not yet.
     outage_logged: AtomicBool,
+    /// Invocations this store granted (through PostgreSQL or locally) and has not seen
+    /// end, per session, with the local deadline of their lease: the in-process part of
+    /// "a live run known to this replica" for local claims.
+    live: Mutex<HashMap<Key, LiveClaim>>,
+}
+
+#[derive(Clone, Debug)]
+struct LiveClaim {
+    run_id: String,
+    invocation_id: String,
+    expires: std::time::Instant,
+}
+
+/// A claim granted locally and recorded in the journal, not yet in PostgreSQL.
+struct JournalClaim {
+    invocation_id: String,
+    run_id: String,
+    owner: String,
+    claimed_at: DateTime<Utc>,
+    /// Unix milliseconds (local clock).
+    lease_expires_ms: i64,
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn lease_ms(lease: Duration) -> i64 {
+    i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
 /// Connects to PostgreSQL at `url` and opens (creating) the journal at `journal_path`.
@@ -179,6 +218,21 @@ impl JournaledStore {
         )
         .execute(&journal)
         .await?;
+        // Claims granted while PostgreSQL was down (times are Unix milliseconds).
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS journal_claims (
+                account_id TEXT NOT NULL,
+                invocation_id TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                claimed_at_ms INTEGER NOT NULL,
+                lease_expires_ms INTEGER NOT NULL,
+                PRIMARY KEY (account_id, invocation_id)
+            )",
+        )
+        .execute(&journal)
+        .await?;
 
         let mut pending = HashSet::new();
         let mut known = HashMap::new();
@@ -193,6 +247,12 @@ impl JournaledStore {
             known.insert(key.clone(), row.try_get::<i64, _>(2)?);
             pending.insert(key);
         }
+        for row in sqlx::query("SELECT DISTINCT account_id, session_id FROM journal_claims")
+            .fetch_all(&journal)
+            .await?
+        {
+            pending.insert((row.try_get(0)?, row.try_get(1)?));
+        }
         let left_over = !pending.is_empty();
         let inner = Arc::new(Inner {
             pg,
@@ -204,6 +264,7 @@ impl JournaledStore {
             known: Mutex::new(known),
             closed: Mutex::new(HashSet::new()),
             outage_logged: AtomicBool::new(left_over),
+            live: Mutex::new(HashMap::new()),
         });
         if left_over {
             tracing::warn!(
@@ -404,7 +465,8 @@ impl Inner {
             .iter()
             .map(crate::sqlite::event_from_row)
             .collect::<Result<_, _>>()?;
-        if events.is_empty() {
+        let claims = self.journal_claims(&key.0, &key.1).await?;
+        if events.is_empty() && claims.is_empty() {
             if let Ok(mut p) = self.pending.lock() {
                 p.remove(key);
             }
@@ -412,21 +474,32 @@ impl Inner {
         }
         let outcome = tokio::time::timeout(
             self.config.backfill_timeout,
-            backfill(&self.pg, &key.0, &key.1, &events),
+            backfill(&self.pg, &key.0, &key.1, &events, &claims),
         )
         .await
         .map_err(|_| StoreError::Database(sqlx::Error::PoolTimedOut))??;
         match outcome {
             Backfilled::Committed { dropped } => {
                 let last = events.last().map_or(0, |e| e.seq);
+                let mut tx = self.journal.begin().await?;
                 sqlx::query(
                     "DELETE FROM journal_events WHERE account_id = ? AND session_id = ? AND seq <= ?",
                 )
                 .bind(&key.0)
                 .bind(&key.1)
                 .bind(last)
-                .execute(&self.journal)
+                .execute(&mut *tx)
                 .await?;
+                for c in &claims {
+                    sqlx::query(
+                        "DELETE FROM journal_claims WHERE account_id = ? AND invocation_id = ?",
+                    )
+                    .bind(&key.0)
+                    .bind(&c.invocation_id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
                 self.learn(&key.0, &key.1, last);
                 for seq in dropped {
                     tracing::warn!(
@@ -545,6 +618,157 @@ impl Inner {
         Ok(sql::committed(batch, &seqs, now))
     }
 
+    /// The claims the journal holds for a session.
+    async fn journal_claims(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<JournalClaim>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT invocation_id, run_id, owner, claimed_at_ms, lease_expires_ms \
+             FROM journal_claims WHERE account_id = ? AND session_id = ? \
+             ORDER BY claimed_at_ms, invocation_id",
+        )
+        .bind(account_id)
+        .bind(session_id)
+        .fetch_all(&self.journal)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let at: i64 = r.try_get(3)?;
+                Ok(JournalClaim {
+                    invocation_id: r.try_get(0)?,
+                    run_id: r.try_get(1)?,
+                    owner: r.try_get(2)?,
+                    claimed_at: DateTime::from_timestamp_millis(at).unwrap_or_else(Utc::now),
+                    lease_expires_ms: r.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Grants `claim` without PostgreSQL, if no live run of the session is known to this
+    /// replica, and records it in the journal (which makes the session pending).
+    async fn claim_locally(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
+        // Under the lock appends and the backfill's hand-back take: the session cannot be
+        // handed back between the check and the record.
+        let _route = self.route.lock().await;
+        let key: Key = (claim.account_id.to_owned(), claim.session_id.to_owned());
+        let in_process = self.live.lock().ok().and_then(|l| {
+            l.get(&key)
+                .filter(|c| {
+                    c.invocation_id != claim.invocation_id && c.expires > std::time::Instant::now()
+                })
+                .cloned()
+        });
+        if let Some(c) = in_process {
+            return Ok(Claimed::Busy {
+                run_id: c.run_id,
+                invocation_id: c.invocation_id,
+            });
+        }
+        let journaled = sqlx::query(
+            "SELECT c.run_id, c.invocation_id FROM journal_claims c \
+             WHERE c.account_id = ? AND c.session_id = ? AND c.invocation_id <> ? \
+             AND c.lease_expires_ms > ? AND NOT EXISTS (\
+               SELECT 1 FROM journal_events e WHERE e.account_id = c.account_id \
+               AND e.invocation_id = c.invocation_id AND e.event_type = 'run_status' \
+               AND json_extract(e.content_json, '$.status') <> 'in_progress') \
+             LIMIT 1",
+        )
+        .bind(claim.account_id)
+        .bind(claim.session_id)
+        .bind(claim.invocation_id)
+        .bind(now_ms())
+        .fetch_optional(&self.journal)
+        .await?;
+        if let Some(row) = journaled {
+            return Ok(Claimed::Busy {
+                run_id: row.try_get(0)?,
+                invocation_id: row.try_get(1)?,
+            });
+        }
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO journal_claims (account_id, invocation_id, session_id, run_id, owner, \
+             claimed_at_ms, lease_expires_ms) VALUES (?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (account_id, invocation_id) DO NOTHING",
+        )
+        .bind(claim.account_id)
+        .bind(claim.invocation_id)
+        .bind(claim.session_id)
+        .bind(claim.run_id)
+        .bind(claim.owner)
+        .bind(now)
+        .bind(now.saturating_add(lease_ms(claim.lease)))
+        .execute(&self.journal)
+        .await?;
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(key);
+        }
+        self.note_live(claim);
+        tracing::info!(
+            account_id = %claim.account_id, session_id = %claim.session_id,
+            invocation_id = %claim.invocation_id,
+            "run claimed in the local journal while PostgreSQL is unreachable"
+        );
+        Ok(Claimed::Granted)
+    }
+
+    fn note_live(&self, claim: &Claim<'_>) {
+        if let Ok(mut live) = self.live.lock() {
+            if live.len() >= KNOWN_SESSIONS_MAX {
+                let now = std::time::Instant::now();
+                live.retain(|_, c| c.expires > now);
+            }
+            live.insert(
+                (claim.account_id.to_owned(), claim.session_id.to_owned()),
+                LiveClaim {
+                    run_id: claim.run_id.to_owned(),
+                    invocation_id: claim.invocation_id.to_owned(),
+                    expires: std::time::Instant::now() + claim.lease,
+                },
+            );
+        }
+    }
+
+    /// Forgets the live claims that `batch` ends (a terminal status, committed or not:
+    /// either way the invocation is over for its owner).
+    fn note_ended(&self, batch: &[NewEvent]) {
+        let Ok(mut live) = self.live.lock() else {
+            return;
+        };
+        for e in batch {
+            let terminal = e.event_type == EventType::RunStatus
+                && e.content
+                    .get("status")
+                    .and_then(|s| s.as_str())
+                    .is_some_and(|s| s != RunStatus::InProgress.as_str());
+            if !terminal {
+                continue;
+            }
+            let key = (e.account_id.clone(), e.session_id.clone());
+            if live
+                .get(&key)
+                .is_some_and(|c| Some(&c.invocation_id) == e.invocation_id.as_ref())
+            {
+                live.remove(&key);
+            }
+        }
+    }
+
+    /// Extends the in-process deadline of the live claims among `ids`.
+    fn refresh_live(&self, ids: &[String], lease: Duration) {
+        if let Ok(mut live) = self.live.lock() {
+            let expires = std::time::Instant::now() + lease;
+            for c in live.values_mut() {
+                if ids.contains(&c.invocation_id) {
+                    c.expires = expires;
+                }
+            }
+        }
+    }
+
     /// The journal's rows of a session after `after_seq`, in seq order.
     async fn journal_events(
         &self,
@@ -622,9 +846,19 @@ async fn backfill(
     account_id: &str,
     session_id: &str,
     events: &[Event],
+    claims: &[JournalClaim],
 ) -> Result<Backfilled, StoreError> {
     let first_at = events.first().map_or_else(Utc::now, |e| e.created_at);
     let mut tx = pg.pool().begin().await?;
+    if !claims.is_empty() {
+        backfill_claims(&mut tx, account_id, session_id, claims).await?;
+        if events.is_empty() {
+            tx.commit().await?;
+            return Ok(Backfilled::Committed {
+                dropped: Vec::new(),
+            });
+        }
+    }
     // The session row lock serialises this with every other writer of the session.
     sqlx::query(
         "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
@@ -769,6 +1003,74 @@ async fn backfill(
     Ok(Backfilled::Committed { dropped })
 }
 
+/// The invocation rows of claims granted locally, with their owner and what is left of
+/// their lease, in the backfill's transaction (before the session's events, whose
+/// `in_progress` then finds the row there). Another replica's run opened in the session
+/// meanwhile is logged; both runs stand.
+async fn backfill_claims(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    account_id: &str,
+    session_id: &str,
+    claims: &[JournalClaim],
+) -> Result<(), StoreError> {
+    // The lock `PgStore::claim` takes: claims of the session wait for this transaction.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\\n' || $2, 0))")
+        .bind(account_id)
+        .bind(session_id)
+        .execute(&mut **tx)
+        .await?;
+    let ours: Vec<String> = claims.iter().map(|c| c.invocation_id.clone()).collect();
+    let first_claimed = claims
+        .iter()
+        .map(|c| c.claimed_at)
+        .min()
+        .unwrap_or_else(Utc::now);
+    let others = sqlx::query(
+        "SELECT invocation_id, run_id, owner, status FROM invocations \
+         WHERE account_id = $1 AND session_id = $2 AND invocation_id <> ALL($3) \
+         AND ((status = 'in_progress' AND owner IS NOT NULL AND lease_expires_at > now()) \
+              OR started_at >= $4)",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(&ours)
+    .bind(first_claimed)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in &others {
+        let other: String = row.try_get(0)?;
+        let other_run: String = row.try_get(1)?;
+        let owner: Option<String> = row.try_get(2)?;
+        let status: String = row.try_get(3)?;
+        tracing::warn!(
+            account_id, session_id, journaled_invocations = ?ours,
+            other_invocation_id = %other, other_run_id = %other_run, other_owner = ?owner,
+            other_status = %status,
+            "a run claimed locally during the outage overlaps another replica's run in the same session; both are kept, the journaled events follow the other run's"
+        );
+    }
+    let now = now_ms();
+    for c in claims {
+        let remaining = (c.lease_expires_ms - now).max(0) as f64 / 1000.0;
+        sqlx::query(
+            "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
+             started_at, owner, lease_expires_at) \
+             VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, now() + make_interval(secs => $7)) \
+             ON CONFLICT (account_id, invocation_id) DO NOTHING",
+        )
+        .bind(account_id)
+        .bind(&c.invocation_id)
+        .bind(session_id)
+        .bind(&c.run_id)
+        .bind(c.claimed_at)
+        .bind(&c.owner)
+        .bind(remaining)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
 /// Whether `query` selects `event`, beyond its session and `after_seq`.
 fn selects(query: &EventQuery, event: &Event) -> bool {
     query
@@ -822,6 +1124,7 @@ impl Store for JournaledStore {
                         inner.learn(&e.account_id, &e.session_id, e.seq);
                     }
                     inner.learn_closed(&committed);
+                    inner.note_ended(batch);
                     return Ok(committed);
                 }
                 Ok(Err(error)) if !error.is_transient() => return Err(error),
@@ -832,7 +1135,9 @@ impl Store for JournaledStore {
                 )),
             }
         }
-        inner.journal_append(batch).await
+        let committed = inner.journal_append(batch).await?;
+        inner.note_ended(batch);
+        Ok(committed)
     }
 
     async fn session(
@@ -888,7 +1193,11 @@ impl Store for JournaledStore {
             .collect();
         // While PostgreSQL is down, a read that starts inside the journal (a reconnect
         // after a cursor it handed out) is answered from the journal alone.
-        let journal_covers = first_journaled.is_some_and(|first| query.after_seq >= first - 1);
+        // A session pending only for a claim granted locally, of which this replica knows
+        // no events, counts as new — as a session whose journaled rows start at seq 1.
+        let key: Key = (query.account_id.clone(), query.session_id.clone());
+        let journal_covers = first_journaled.is_some_and(|first| query.after_seq >= first - 1)
+            || (first_journaled.is_none() && inner.known_seq(&key) == 0);
         let stored = if inner.degraded.load(Ordering::Relaxed) && journal_covers {
             Vec::new()
         } else {
@@ -940,7 +1249,24 @@ impl Store for JournaledStore {
     }
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
-        self.inner.pg.claim(claim).await
+        let inner = &*self.inner;
+        if !inner.degraded.load(Ordering::Relaxed) {
+            match tokio::time::timeout(inner.config.append_timeout, inner.pg.claim(claim)).await {
+                Ok(Ok(claimed)) => {
+                    if claimed == Claimed::Granted {
+                        inner.note_live(claim);
+                    }
+                    return Ok(claimed);
+                }
+                Ok(Err(error)) if !error.is_transient() => return Err(error),
+                Ok(Err(error)) => inner.enter_degraded(&error),
+                Err(_) => inner.enter_degraded(&format!(
+                    "no answer within {:?}",
+                    inner.config.append_timeout
+                )),
+            }
+        }
+        inner.claim_locally(claim).await
     }
 
     async fn renew_leases(
@@ -949,13 +1275,53 @@ impl Store for JournaledStore {
         invocation_ids: &[String],
         lease: Duration,
     ) -> Result<Vec<Renewed>, StoreError> {
-        if self.inner.degraded.load(Ordering::Relaxed) {
+        let inner = &*self.inner;
+        // The owner renews: its runs are alive, whatever PostgreSQL can be told.
+        inner.refresh_live(invocation_ids, lease);
+        // Claims still in the journal are renewed there (nobody else can cancel them).
+        let mut renewed = Vec::new();
+        let mut rest = Vec::new();
+        let expires = now_ms().saturating_add(lease_ms(lease));
+        // A journaled claim keeps its session pending: with none pending there is none.
+        let journaled = inner.pending_count() > 0;
+        for id in invocation_ids.iter().filter(|_| journaled) {
+            let done = sqlx::query(
+                "UPDATE journal_claims SET lease_expires_ms = ? WHERE owner = ? AND invocation_id = ?",
+            )
+            .bind(expires)
+            .bind(owner)
+            .bind(id)
+            .execute(&inner.journal)
+            .await?;
+            if done.rows_affected() > 0 {
+                renewed.push(Renewed {
+                    invocation_id: id.clone(),
+                    cancel_requested: false,
+                });
+            } else {
+                rest.push(id.clone());
+            }
+        }
+        if !journaled {
+            rest = invocation_ids.to_vec();
+        }
+        if rest.is_empty() {
+            return Ok(renewed);
+        }
+        if inner.degraded.load(Ordering::Relaxed) {
+            // An error, not a partial answer: a missing id would stop its run.
             return Err(unreachable_error());
         }
-        self.inner
-            .pg
-            .renew_leases(owner, invocation_ids, lease)
-            .await
+        match tokio::time::timeout(
+            inner.config.append_timeout,
+            inner.pg.renew_leases(owner, &rest, lease),
+        )
+        .await
+        {
+            Ok(r) => renewed.extend(r?),
+            Err(_) => return Err(unreachable_error()),
+        }
+        Ok(renewed)
     }
 
     async fn abandoned_invocations(

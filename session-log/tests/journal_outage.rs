@@ -11,7 +11,7 @@ use serde_json::json;
 use session_log::event::run_status_content;
 use session_log::journal::{self, BackendState, JournalConfig, JournaledStore};
 use session_log::postgres::PgStore;
-use session_log::{EventQuery, EventType, NewEvent, RunStatus, Store};
+use session_log::{Claim, Claimed, EventQuery, EventType, NewEvent, RunStatus, Store};
 
 fn config() -> JournalConfig {
     JournalConfig {
@@ -234,4 +234,136 @@ async fn journaled_seqs_another_writer_took_are_renumbered_not_lost() {
     let events = assert_dense_in_postgres(&cluster.url(), session, 5).await;
     let texts: Vec<&str> = events.iter().map(|e| e.text()).collect();
     assert_eq!(texts, vec!["w0 ", "w900 ", "w901 ", "w1 ", "w2 "]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_claimed_during_an_outage_reaches_postgres_once() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let store = journal::open(&cluster.url(), &journal_path, config())
+        .await
+        .unwrap();
+    let session = "s_claim_outage";
+    let in_run = |e: NewEvent| e.in_run("run_2", "inv_2");
+    let claim = Claim {
+        account_id: "acct",
+        session_id: session,
+        run_id: "run_2",
+        invocation_id: "inv_2",
+        owner: "replica-a",
+        lease: Duration::from_secs(30),
+    };
+
+    cluster.down();
+    // PostgreSQL is not waited on for longer than an append would be.
+    let started = Instant::now();
+    assert_eq!(store.claim(&claim).await.unwrap(), Claimed::Granted);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "claim took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.state(), BackendState::Degraded);
+    // Degraded already: answered from the journal at once.
+    let other = Claim {
+        run_id: "run_3",
+        invocation_id: "inv_3",
+        ..claim.clone()
+    };
+    let started = Instant::now();
+    assert_eq!(
+        store.claim(&other).await.unwrap(),
+        Claimed::Busy {
+            run_id: "run_2".into(),
+            invocation_id: "inv_2".into()
+        },
+        "one live run per session, journal included"
+    );
+    assert!(started.elapsed() < Duration::from_millis(500));
+    // The new session's history is read from the journal.
+    assert!(store
+        .events(&EventQuery::session("acct", session))
+        .await
+        .unwrap()
+        .is_empty());
+
+    let mut appended = Vec::new();
+    let mut batch = vec![in_run(NewEvent::new(
+        "acct",
+        session,
+        EventType::RunStatus,
+        run_status_content(RunStatus::InProgress, None),
+    ))];
+    batch.extend((0..3).map(|i| {
+        in_run(NewEvent::new(
+            "acct",
+            session,
+            EventType::TextDelta,
+            json!({ "delta": format!("w{i} ") }),
+        ))
+    }));
+    appended.extend(store.append(&batch).await.unwrap());
+    // The owner's lease renewal does not lose the run while PostgreSQL is down.
+    let renewed = store
+        .renew_leases("replica-a", &["inv_2".to_owned()], Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        renewed
+            .iter()
+            .map(|r| r.invocation_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["inv_2"]
+    );
+    appended.extend(
+        store
+            .append(&[in_run(NewEvent::new(
+                "acct",
+                session,
+                EventType::RunStatus,
+                run_status_content(RunStatus::Completed, None),
+            ))])
+            .await
+            .unwrap(),
+    );
+    assert!(appended.iter().all(Option::is_some), "nothing dropped");
+    assert_eq!(store.journal_len().await.unwrap(), 5);
+
+    cluster.up();
+    wait_recovered(&store).await;
+    let events = assert_dense_in_postgres(&cluster.url(), session, 5).await;
+    for (stored, sent) in events.iter().zip(&appended) {
+        assert_eq!(Some(stored), sent.as_ref());
+    }
+    let terminals: Vec<_> = events
+        .iter()
+        .filter(|e| e.is_terminal())
+        .map(|e| e.run_status())
+        .collect();
+    assert_eq!(terminals, vec![Some(RunStatus::Completed)]);
+    let pg = PgStore::connect(&cluster.url()).await.unwrap();
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT invocation_id, status, owner FROM invocations \
+         WHERE account_id = 'acct' AND session_id = $1",
+    )
+    .bind(session)
+    .fetch_all(pg.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![(
+            "inv_2".to_owned(),
+            "completed".to_owned(),
+            Some("replica-a".to_owned())
+        )],
+        "the invocation, once, closed, with its owner"
+    );
+    // The session is PostgreSQL's again: the next run is claimed there.
+    assert_eq!(store.claim(&other).await.unwrap(), Claimed::Granted);
+    let lease = pg.lease("acct", "inv_3").await.unwrap().unwrap();
+    assert!(lease.live);
 }

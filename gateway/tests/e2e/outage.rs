@@ -150,3 +150,111 @@ fn a_postgres_outage_mid_run_loses_nothing() {
     );
     // `recovered` is logged only once the journal holds nothing more.
 }
+
+#[test]
+fn a_run_started_while_postgres_is_down_completes_and_is_backfilled_once() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let journal = cluster.path().join("tether-journal.sqlite");
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &cluster.url(),
+        &["--journal-path", &journal.display().to_string()],
+    );
+    let surface = Surface::Chat;
+    cluster.down();
+    // A new run (new session): claimed in the local journal, driven, streamed to the end.
+    let mut sse = SseStream::post(
+        &format!("{}{}", tether.url(), surface.path()),
+        &surface.body("slow:12:50", None, true),
+    );
+    assert_eq!(sse.status, 200, "a run starts while PostgreSQL is down");
+    let session = sse.session_id.clone().expect("x-session-id");
+    let mut received = String::new();
+    let mut done = false;
+    while let Some(event) = sse.next_event() {
+        if event.data == "[DONE]" {
+            done = true;
+            break;
+        }
+        received.push_str(&surface.delta(&event));
+    }
+    let expected: String = (1..=12).map(|i| format!("w{i} ")).collect();
+    assert_eq!(received, expected, "the client received the whole run");
+    assert!(done, "the stream ends with [DONE]");
+    assert!(
+        logged(&tether.log_text(), "degraded"),
+        "degraded: {}",
+        tether.log_text()
+    );
+
+    cluster.up();
+    wait_for("the recovered log line", Duration::from_secs(30), || {
+        logged(&tether.log_text(), "recovered")
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (events, invocations, open) = rt.block_on(async {
+        let pg = session_log::postgres::PgStore::connect(&cluster.url())
+            .await
+            .unwrap();
+        let events = pg
+            .events(&EventQuery::session("local", &session))
+            .await
+            .unwrap();
+        let mut ids: Vec<String> = events
+            .iter()
+            .filter_map(|e| e.invocation_id.clone())
+            .collect();
+        ids.dedup();
+        let mut invocations = Vec::new();
+        for id in ids {
+            let inv = pg.invocation("local", &id).await.unwrap();
+            let lease = pg.lease("local", &id).await.unwrap();
+            invocations.push((id, inv, lease));
+        }
+        let open = pg.open_invocations().await.unwrap();
+        (events, invocations, open)
+    });
+    assert!(
+        events.windows(2).all(|w| w[0].seq < w[1].seq),
+        "seqs strictly increasing"
+    );
+    let deltas: String = events
+        .iter()
+        .filter(|e| e.event_type == EventType::TextDelta)
+        .map(|e| e.text())
+        .collect();
+    assert_eq!(
+        deltas, expected,
+        "every delta once, in order, in PostgreSQL"
+    );
+    let terminals: Vec<_> = events
+        .iter()
+        .filter(|e| e.is_terminal())
+        .map(|e| e.run_status())
+        .collect();
+    assert_eq!(
+        terminals,
+        vec![Some(session_log::RunStatus::Completed)],
+        "one terminal status"
+    );
+    assert_eq!(invocations.len(), 1, "one invocation: {invocations:?}");
+    let (_, inv, lease) = &invocations[0];
+    let inv = inv.as_ref().expect("the invocation row reached PostgreSQL");
+    assert_eq!(inv.session_id, session);
+    assert_eq!(inv.status, session_log::RunStatus::Completed);
+    assert!(
+        lease.as_ref().is_some_and(|l| l.owner.is_some()),
+        "claimed, with its owner: {lease:?}"
+    );
+    assert!(
+        open.iter().all(|i| i.session_id != session),
+        "nothing left open in the session"
+    );
+}
