@@ -30,7 +30,7 @@ pub struct CoreStore {
 }
 
 impl CoreStore {
-    pub fn new(inner: Arc<dyn Store>, core: Handle) -> Arc<dyn Store> {
+    pub fn shared(inner: Arc<dyn Store>, core: Handle) -> Arc<dyn Store> {
         Arc::new(CoreStore { inner, core })
     }
 }

@@ -128,7 +128,7 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         runs::close_as_interrupted(&writer, &abandoned, "gateway_restarted").await?;
         Ok::<_, Box<dyn std::error::Error>>((store, writer, hub))
     })?;
-    let store = core::CoreStore::new(raw_store.clone(), handle.clone());
+    let store = core::CoreStore::shared(raw_store.clone(), handle.clone());
     let agent = Arc::new(agent::Agent::new(&config));
     let upstream = runtime_adapter::upstream(config.protocol);
     let limits = Arc::new(policies::RateLimits::new(&config.rate_limits));

@@ -870,7 +870,7 @@ pub async fn read_body(
                     return Err(too_large());
                 }
                 body.extend_from_slice(&chunk);
-                if too_slow(body.len(), started.elapsed(), &limits) {
+                if too_slow(body.len(), started.elapsed(), limits) {
                     return Err(too_slow_error());
                 }
             }
