@@ -125,29 +125,7 @@ fn a_postgres_outage_mid_run_loses_nothing() {
             .await
             .unwrap()
     });
-    assert!(
-        events.windows(2).all(|w| w[0].seq < w[1].seq),
-        "seqs strictly increasing"
-    );
-    let deltas: String = events
-        .iter()
-        .filter(|e| e.event_type == EventType::TextDelta)
-        .map(|e| e.text())
-        .collect();
-    assert_eq!(
-        deltas, expected,
-        "every delta once, in order, in PostgreSQL"
-    );
-    let terminals: Vec<_> = events
-        .iter()
-        .filter(|e| e.is_terminal())
-        .map(|e| e.run_status())
-        .collect();
-    assert_eq!(
-        terminals,
-        vec![Some(session_log::RunStatus::Completed)],
-        "one terminal status"
-    );
+    assert_run_landed_once(&events, &expected);
     // `recovered` is logged only once the journal holds nothing more.
 }
 
@@ -221,6 +199,25 @@ fn a_run_started_while_postgres_is_down_completes_and_is_backfilled_once() {
         let open = pg.open_invocations().await.unwrap();
         (events, invocations, open)
     });
+    assert_run_landed_once(&events, &expected);
+    assert_eq!(invocations.len(), 1, "one invocation: {invocations:?}");
+    let (_, inv, lease) = &invocations[0];
+    let inv = inv.as_ref().expect("the invocation row reached PostgreSQL");
+    assert_eq!(inv.session_id, session);
+    assert_eq!(inv.status, session_log::RunStatus::Completed);
+    assert!(
+        lease.as_ref().is_some_and(|l| l.owner.is_some()),
+        "claimed, with its owner: {lease:?}"
+    );
+    assert!(
+        open.iter().all(|i| i.session_id != session),
+        "nothing left open in the session"
+    );
+}
+
+/// What PostgreSQL must hold for a run after the outage: seqs strictly increasing, every
+/// delta once and in order, and exactly one terminal status, `completed`.
+fn assert_run_landed_once(events: &[session_log::Event], expected: &str) {
     assert!(
         events.windows(2).all(|w| w[0].seq < w[1].seq),
         "seqs strictly increasing"
@@ -243,18 +240,5 @@ fn a_run_started_while_postgres_is_down_completes_and_is_backfilled_once() {
         terminals,
         vec![Some(session_log::RunStatus::Completed)],
         "one terminal status"
-    );
-    assert_eq!(invocations.len(), 1, "one invocation: {invocations:?}");
-    let (_, inv, lease) = &invocations[0];
-    let inv = inv.as_ref().expect("the invocation row reached PostgreSQL");
-    assert_eq!(inv.session_id, session);
-    assert_eq!(inv.status, session_log::RunStatus::Completed);
-    assert!(
-        lease.as_ref().is_some_and(|l| l.owner.is_some()),
-        "claimed, with its owner: {lease:?}"
-    );
-    assert!(
-        open.iter().all(|i| i.session_id != session),
-        "nothing left open in the session"
     );
 }
