@@ -100,6 +100,29 @@ impl Store for CoreStore {
         delegate!(self, |s| s.invocation(&a, &id))
     }
 
+    async fn set_agent_ref(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+        agent_ref: &str,
+    ) -> Result<(), StoreError> {
+        let (a, id, r) = (
+            account_id.to_owned(),
+            invocation_id.to_owned(),
+            agent_ref.to_owned(),
+        );
+        delegate!(self, |s| s.set_agent_ref(&a, &id, &r))
+    }
+
+    async fn invocation_by_agent_ref(
+        &self,
+        account_id: &str,
+        agent_ref: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let (a, r) = (account_id.to_owned(), agent_ref.to_owned());
+        delegate!(self, |s| s.invocation_by_agent_ref(&a, &r))
+    }
+
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
         delegate!(self, |s| s.open_invocations())
     }

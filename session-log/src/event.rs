@@ -15,6 +15,11 @@
 //! - `error`: `{"code": .., "message": ..}`.
 //! - `http_request` / `http_response` / `http_sse_event`: a teed pass-through exchange;
 //!   `metadata.exchange_id` groups the events of one exchange.
+//! - `agent_event`: one event of a stateful agent's own protocol, verbatim (an A2A task,
+//!   status or artifact update, an ADK event), rendered back as it came to clients that
+//!   speak that protocol.
+//! - `session_restore`: Tether put the session back into an agent that had forgotten it:
+//!   `{"reason": .., "items": <history items sent>, "requests": <agent calls made>}`.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -43,10 +48,12 @@ pub enum EventType {
     HttpRequest,
     HttpResponse,
     HttpSseEvent,
+    AgentEvent,
+    SessionRestore,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 15] = [
+    pub const ALL: [EventType; 17] = [
         EventType::Message,
         EventType::Reasoning,
         EventType::ToolCall,
@@ -62,6 +69,8 @@ impl EventType {
         EventType::HttpRequest,
         EventType::HttpResponse,
         EventType::HttpSseEvent,
+        EventType::AgentEvent,
+        EventType::SessionRestore,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -81,6 +90,8 @@ impl EventType {
             EventType::HttpRequest => "http_request",
             EventType::HttpResponse => "http_response",
             EventType::HttpSseEvent => "http_sse_event",
+            EventType::AgentEvent => "agent_event",
+            EventType::SessionRestore => "session_restore",
         }
     }
 

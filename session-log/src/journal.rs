@@ -24,6 +24,11 @@
 //! another replica opened a run in the session meanwhile, both runs stand: nothing is
 //! dropped, the journal's events are renumbered after the other run's (see above), and
 //! a warning names the other invocation.
+//!
+//! Agent handles (`set_agent_ref`) while PostgreSQL is down, or while any session is
+//! pending (the invocation may exist only in the journal): the handle is recorded in the
+//! journal, and applied to PostgreSQL once every pending session is backfilled (so the
+//! invocation row is there). Lookups by handle consult the journal's handles too.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -132,6 +137,9 @@ struct Inner {
     /// end, per session, with the local deadline of their lease: the in-process part of
     /// "a live run known to this replica" for local claims.
     live: Mutex<HashMap<Key, LiveClaim>>,
+    /// Serialises recording agent handles in the journal with applying them to
+    /// PostgreSQL, so a handle recorded while a session is pending is never missed.
+    refs: tokio::sync::Mutex<()>,
 }
 
 #[derive(Clone, Debug)]
@@ -234,6 +242,25 @@ impl JournaledStore {
         .execute(&journal)
         .await?;
 
+        // Agent handles recorded while PostgreSQL was down or sessions were pending.
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS journal_agent_refs (
+                account_id TEXT NOT NULL,
+                invocation_id TEXT NOT NULL,
+                agent_ref TEXT NOT NULL,
+                set_at_ms INTEGER NOT NULL,
+                PRIMARY KEY (account_id, invocation_id)
+            )",
+        )
+        .execute(&journal)
+        .await?;
+        sqlx::query(
+            "CREATE INDEX IF NOT EXISTS journal_agent_refs_by_ref ON journal_agent_refs \
+             (account_id, agent_ref)",
+        )
+        .execute(&journal)
+        .await?;
+
         let mut pending = HashSet::new();
         let mut known = HashMap::new();
         for row in sqlx::query(
@@ -253,7 +280,10 @@ impl JournaledStore {
         {
             pending.insert((row.try_get(0)?, row.try_get(1)?));
         }
-        let left_over = !pending.is_empty();
+        let refs_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM journal_agent_refs")
+            .fetch_one(&journal)
+            .await?;
+        let left_over = !pending.is_empty() || refs_left > 0;
         let inner = Arc::new(Inner {
             pg,
             journal,
@@ -265,6 +295,7 @@ impl JournaledStore {
             closed: Mutex::new(HashSet::new()),
             outage_logged: AtomicBool::new(left_over),
             live: Mutex::new(HashMap::new()),
+            refs: tokio::sync::Mutex::new(()),
         });
         if left_over {
             tracing::warn!(
@@ -436,6 +467,16 @@ impl Inner {
                 }
             }
         }
+        // Every session is handed back, so the invocations the journal's agent handles
+        // name are in PostgreSQL now.
+        if let Err(error) = self.apply_agent_refs().await {
+            if error.is_transient() {
+                self.enter_degraded(&error);
+            } else {
+                tracing::error!(%error, "could not apply the journal's agent handles");
+            }
+            return;
+        }
         set_state(BackendState::Healthy);
         if self.outage_logged.swap(false, Ordering::Relaxed) {
             tracing::info!(
@@ -548,6 +589,154 @@ impl Inner {
                 Ok(false)
             }
         }
+    }
+
+    /// Records an agent handle in the journal if PostgreSQL is down or a session is
+    /// pending (or unconditionally with `always`). Returns whether it did.
+    async fn journal_agent_ref(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+        agent_ref: &str,
+        always: bool,
+    ) -> Result<bool, StoreError> {
+        let _refs = self.refs.lock().await;
+        if !always && !self.degraded.load(Ordering::Relaxed) && self.pending_count() == 0 {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO journal_agent_refs (account_id, invocation_id, agent_ref, set_at_ms) \
+             VALUES (?, ?, ?, ?) ON CONFLICT (account_id, invocation_id) DO UPDATE SET \
+             agent_ref = excluded.agent_ref, set_at_ms = excluded.set_at_ms",
+        )
+        .bind(account_id)
+        .bind(invocation_id)
+        .bind(agent_ref)
+        .bind(now_ms())
+        .execute(&self.journal)
+        .await?;
+        Ok(true)
+    }
+
+    /// Writes the journal's agent handles to PostgreSQL and forgets them, except those of
+    /// invocations still journaled (their rows are not in PostgreSQL yet).
+    async fn apply_agent_refs(&self) -> Result<(), StoreError> {
+        let _refs = self.refs.lock().await;
+        let rows = sqlx::query(
+            "SELECT r.account_id, r.invocation_id, r.agent_ref, r.set_at_ms \
+             FROM journal_agent_refs r WHERE NOT EXISTS (\
+               SELECT 1 FROM journal_claims c \
+               WHERE c.account_id = r.account_id AND c.invocation_id = r.invocation_id) \
+             AND NOT EXISTS (\
+               SELECT 1 FROM journal_events e WHERE e.account_id = r.account_id \
+               AND e.invocation_id = r.invocation_id AND e.event_type = 'run_status') \
+             ORDER BY r.set_at_ms",
+        )
+        .fetch_all(&self.journal)
+        .await?;
+        for row in rows {
+            let account_id: String = row.try_get(0)?;
+            let invocation_id: String = row.try_get(1)?;
+            let agent_ref: String = row.try_get(2)?;
+            let set_at_ms: i64 = row.try_get(3)?;
+            match tokio::time::timeout(
+                self.config.append_timeout,
+                self.pg
+                    .set_agent_ref(&account_id, &invocation_id, &agent_ref),
+            )
+            .await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) if !error.is_transient() => {
+                    tracing::error!(
+                        %error, %account_id, %invocation_id, %agent_ref,
+                        "PostgreSQL refuses a journaled agent handle; dropping it"
+                    );
+                }
+                Ok(Err(error)) => return Err(error),
+                Err(_) => return Err(unreachable_error()),
+            }
+            sqlx::query(
+                "DELETE FROM journal_agent_refs \
+                 WHERE account_id = ? AND invocation_id = ? AND set_at_ms = ?",
+            )
+            .bind(&account_id)
+            .bind(&invocation_id)
+            .bind(set_at_ms)
+            .execute(&self.journal)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The invocations whose handle the journal records as `agent_ref`, newest first.
+    async fn journal_agent_ref_invocations(
+        &self,
+        account_id: &str,
+        agent_ref: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT invocation_id FROM journal_agent_refs \
+             WHERE account_id = ? AND agent_ref = ? ORDER BY set_at_ms DESC",
+        )
+        .bind(account_id)
+        .bind(agent_ref)
+        .fetch_all(&self.journal)
+        .await?)
+    }
+
+    /// An invocation known only to the journal (claimed locally, or opened by a journaled
+    /// `in_progress`), as PostgreSQL will hold it once backfilled.
+    async fn journal_invocation(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let claimed = sqlx::query(
+            "SELECT session_id, run_id, claimed_at_ms FROM journal_claims \
+             WHERE account_id = ? AND invocation_id = ?",
+        )
+        .bind(account_id)
+        .bind(invocation_id)
+        .fetch_optional(&self.journal)
+        .await?;
+        let opened = match claimed {
+            Some(r) => Some((
+                r.try_get::<String, _>(0)?,
+                r.try_get::<String, _>(1)?,
+                DateTime::from_timestamp_millis(r.try_get(2)?).unwrap_or_else(Utc::now),
+            )),
+            None => sqlx::query(
+                "SELECT session_id, run_id, created_at FROM journal_events \
+                 WHERE account_id = ? AND invocation_id = ? AND event_type = 'run_status' \
+                 AND run_id IS NOT NULL \
+                 AND json_extract(content_json, '$.status') = 'in_progress' \
+                 ORDER BY seq LIMIT 1",
+            )
+            .bind(account_id)
+            .bind(invocation_id)
+            .fetch_optional(&self.journal)
+            .await?
+            .map(|r| Ok::<_, StoreError>((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .transpose()?,
+        };
+        let Some((session_id, run_id, started_at)) = opened else {
+            return Ok(None);
+        };
+        let (status, ended_at) = match self.journal_terminal(account_id, invocation_id).await? {
+            Some((status, at)) => (status, Some(at)),
+            None => (RunStatus::InProgress, None),
+        };
+        Ok(Some(Invocation {
+            account_id: account_id.to_owned(),
+            session_id,
+            run_id,
+            invocation_id: invocation_id.to_owned(),
+            status,
+            started_at,
+            ended_at,
+            agent_ref: None,
+        }))
     }
 
     /// Commits `batch` to the journal (the caller holds `route`).
@@ -1242,6 +1431,81 @@ impl Store for JournaledStore {
     ) -> Result<Option<Invocation>, StoreError> {
         let inv = self.inner.pg.invocation(account_id, invocation_id).await?;
         self.inner.merge_invocation(inv).await
+    }
+
+    async fn set_agent_ref(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+        agent_ref: &str,
+    ) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        // While sessions are pending the invocation may exist only in the journal, where
+        // PostgreSQL's update would miss it: the journal keeps the handle until the
+        // backfill is done, and PostgreSQL gets it then (again, if it had it already).
+        let journaled = inner
+            .journal_agent_ref(account_id, invocation_id, agent_ref, false)
+            .await?;
+        if journaled && inner.degraded.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let error = match tokio::time::timeout(
+            inner.config.append_timeout,
+            inner.pg.set_agent_ref(account_id, invocation_id, agent_ref),
+        )
+        .await
+        {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(error)) if !error.is_transient() => return Err(error),
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => format!("no answer within {:?}", inner.config.append_timeout),
+        };
+        inner.enter_degraded(&error);
+        if !journaled {
+            inner
+                .journal_agent_ref(account_id, invocation_id, agent_ref, true)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn invocation_by_agent_ref(
+        &self,
+        account_id: &str,
+        agent_ref: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let inner = &*self.inner;
+        let stored = inner
+            .pg
+            .invocation_by_agent_ref(account_id, agent_ref)
+            .await?;
+        let mut newest = inner.merge_invocation(stored).await?;
+        // Handles recorded in the journal are not in PostgreSQL until the backfill is done;
+        // their invocations may not be either.
+        for invocation_id in inner
+            .journal_agent_ref_invocations(account_id, agent_ref)
+            .await?
+        {
+            if newest
+                .as_ref()
+                .is_some_and(|n| n.invocation_id == invocation_id)
+            {
+                continue;
+            }
+            let found = match inner.pg.invocation(account_id, &invocation_id).await? {
+                Some(inv) => inner.merge_invocation(Some(inv)).await?,
+                None => inner.journal_invocation(account_id, &invocation_id).await?,
+            };
+            let Some(mut inv) = found else { continue };
+            inv.agent_ref = Some(agent_ref.to_owned());
+            let newer = newest.as_ref().is_none_or(|n| {
+                (inv.started_at, &inv.invocation_id) > (n.started_at, &n.invocation_id)
+            });
+            if newer {
+                newest = Some(inv);
+            }
+        }
+        Ok(newest)
     }
 
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {

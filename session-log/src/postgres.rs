@@ -25,7 +25,7 @@ const INSERT_CHUNK: usize = 5000;
 const EVENT_COLUMNS: &str = "account_id, session_id, seq, run_id, invocation_id, event_type, \
                              role, content_json, metadata_json, created_at";
 const INVOCATION_COLUMNS: &str =
-    "account_id, invocation_id, session_id, run_id, status, started_at, ended_at";
+    "account_id, invocation_id, session_id, run_id, status, started_at, ended_at, agent_ref";
 const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, updated_at";
 
 /// A session log in a PostgreSQL database, safe to share between gateway processes.
@@ -320,6 +320,40 @@ impl Store for PgStore {
         ))
         .bind(account_id)
         .bind(invocation_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(invocation_from_row).transpose()
+    }
+
+    async fn set_agent_ref(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+        agent_ref: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE invocations SET agent_ref = $1 WHERE account_id = $2 AND invocation_id = $3",
+        )
+        .bind(agent_ref)
+        .bind(account_id)
+        .bind(invocation_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn invocation_by_agent_ref(
+        &self,
+        account_id: &str,
+        agent_ref: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations \
+             WHERE account_id = $1 AND agent_ref = $2 \
+             ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
+        ))
+        .bind(account_id)
+        .bind(agent_ref)
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(invocation_from_row).transpose()
@@ -665,6 +699,7 @@ fn invocation_from_row(row: &PgRow) -> Result<Invocation, StoreError> {
         status: sql::parse_status(row.try_get("status")?)?,
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
+        agent_ref: row.try_get("agent_ref")?,
     })
 }
 

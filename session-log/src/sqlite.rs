@@ -27,7 +27,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const EVENT_COLUMNS: &str = "account_id, session_id, seq, run_id, invocation_id, event_type, \
                              role, content_json, metadata_json, created_at";
 const INVOCATION_COLUMNS: &str =
-    "account_id, invocation_id, session_id, run_id, status, started_at, ended_at";
+    "account_id, invocation_id, session_id, run_id, status, started_at, ended_at, agent_ref";
 const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, updated_at";
 
 /// A session log in one SQLite database file.
@@ -50,6 +50,9 @@ struct PendingClaim {
     run_id: String,
     owner: String,
     lease: Duration,
+    /// An agent handle recorded before the invocation's row exists (see
+    /// [`Store::set_agent_ref`]); the append that inserts the row writes it too.
+    agent_ref: Option<String>,
     /// Forgotten after this (Unix ms) unless renewed, like a lease: a start that failed
     /// before its append leaves nothing behind.
     expires_ms: i64,
@@ -167,8 +170,8 @@ impl Store for SqliteStore {
                         } else {
                             sqlx::query(
                                 "INSERT INTO invocations (account_id, invocation_id, session_id, \
-                                 run_id, status, started_at, owner, lease_expires_ms) \
-                                 VALUES (?, ?, ?, ?, 'in_progress', ?, ?, ?) \
+                                 run_id, status, started_at, owner, lease_expires_ms, agent_ref) \
+                                 VALUES (?, ?, ?, ?, 'in_progress', ?, ?, ?, ?) \
                                  ON CONFLICT (account_id, invocation_id) DO NOTHING",
                             )
                             .bind(account_id)
@@ -178,6 +181,7 @@ impl Store for SqliteStore {
                             .bind(now)
                             .bind(&claim.owner)
                             .bind(now_ms + millis(claim.lease))
+                            .bind(&claim.agent_ref)
                             .execute(&mut *tx)
                             .await?;
                         }
@@ -412,6 +416,50 @@ impl Store for SqliteStore {
         row.as_ref().map(invocation_from_row).transpose()
     }
 
+    async fn set_agent_ref(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+        agent_ref: &str,
+    ) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let done = sqlx::query(
+            "UPDATE invocations SET agent_ref = ? WHERE account_id = ? AND invocation_id = ?",
+        )
+        .bind(agent_ref)
+        .bind(account_id)
+        .bind(invocation_id)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            // A claim whose `in_progress` is still queued has no row yet: the append that
+            // inserts it (which waits for the write lock held here) writes the handle too.
+            if let Some(p) = self
+                .pending()
+                .get_mut(&(account_id.to_owned(), invocation_id.to_owned()))
+            {
+                p.agent_ref = Some(agent_ref.to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    async fn invocation_by_agent_ref(
+        &self,
+        account_id: &str,
+        agent_ref: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE account_id = ? AND agent_ref = ? \
+             ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
+        ))
+        .bind(account_id)
+        .bind(agent_ref)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(invocation_from_row).transpose()
+    }
+
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
@@ -458,13 +506,17 @@ impl Store for SqliteStore {
                 invocation_id: invocation_id.clone(),
             });
         }
+        let key = (claim.account_id.to_owned(), claim.invocation_id.to_owned());
+        // Claiming the same invocation again keeps an agent handle already recorded.
+        let agent_ref = pending.get(&key).and_then(|p| p.agent_ref.clone());
         pending.insert(
-            (claim.account_id.to_owned(), claim.invocation_id.to_owned()),
+            key,
             PendingClaim {
                 session_id: claim.session_id.to_owned(),
                 run_id: claim.run_id.to_owned(),
                 owner: claim.owner.to_owned(),
                 lease: claim.lease,
+                agent_ref,
                 expires_ms: now + millis(claim.lease),
             },
         );
@@ -670,6 +722,7 @@ fn invocation_from_row(row: &SqliteRow) -> Result<Invocation, StoreError> {
         status: sql::parse_status(row.try_get("status")?)?,
         started_at: row.try_get("started_at")?,
         ended_at: row.try_get("ended_at")?,
+        agent_ref: row.try_get("agent_ref")?,
     })
 }
 

@@ -91,6 +91,9 @@ pub struct Invocation {
     pub status: RunStatus,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
+    /// The agent's own handle for this execution (an A2A task id), once recorded with
+    /// [`Store::set_agent_ref`].
+    pub agent_ref: Option<String>,
 }
 
 /// A replica's request to drive a new invocation of a session (see [`Store::claim`]).
@@ -193,6 +196,25 @@ pub trait Store: Send + Sync + 'static {
         &self,
         account_id: &str,
         invocation_id: &str,
+    ) -> Result<Option<Invocation>, StoreError>;
+
+    /// Records the agent's own handle for an invocation of the account (an A2A task id,
+    /// say), replacing any recorded before, so that a client knowing only that handle
+    /// finds the run with [`Store::invocation_by_agent_ref`]. Setting it on an invocation
+    /// the account does not have is a no-op.
+    async fn set_agent_ref(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+        agent_ref: &str,
+    ) -> Result<(), StoreError>;
+
+    /// The most recent invocation of the account whose agent handle is `agent_ref`;
+    /// another account's handle is `None`.
+    async fn invocation_by_agent_ref(
+        &self,
+        account_id: &str,
+        agent_ref: &str,
     ) -> Result<Option<Invocation>, StoreError>;
 
     /// Every invocation still `in_progress`, across all accounts (used at start to close

@@ -174,6 +174,7 @@ store_suite!(
     nul_characters_do_not_fail_a_batch,
     events_filtered_by_type,
     leases_claim_renew_expire_and_carry_cancels,
+    agent_refs_find_the_latest_invocation_of_the_account,
 );
 
 fn unique(prefix: &str) -> String {
@@ -1310,4 +1311,189 @@ async fn sqlite_claims_race_across_processes_and_the_append_decides() {
         b.claim(&claim("inv-c", "replica-b")).await.unwrap(),
         Claimed::Busy { .. }
     ));
+}
+
+async fn agent_refs_find_the_latest_invocation_of_the_account(b: Backend) {
+    use session_log::{Claim, Claimed};
+    use std::time::Duration;
+    let store = &*b.store;
+    let (alice, bob) = (unique("alice"), unique("bob"));
+    let (session, run) = (unique("s"), unique("run"));
+    let (first, second) = (unique("inv"), unique("inv"));
+    // Agent handles are the agent's, not unique across accounts: both use this one.
+    let task = unique("task");
+
+    store
+        .append(&[status(
+            &alice,
+            &session,
+            &run,
+            &first,
+            RunStatus::InProgress,
+        )])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.invocation_by_agent_ref(&alice, &task).await.unwrap(),
+        None
+    );
+    store.set_agent_ref(&alice, &first, &task).await.unwrap();
+    let found = store
+        .invocation_by_agent_ref(&alice, &task)
+        .await
+        .unwrap()
+        .expect("found by its agent handle");
+    assert_eq!(
+        (
+            found.session_id.as_str(),
+            found.run_id.as_str(),
+            found.invocation_id.as_str(),
+            found.status,
+            found.agent_ref.as_deref(),
+        ),
+        (
+            session.as_str(),
+            run.as_str(),
+            first.as_str(),
+            RunStatus::InProgress,
+            Some(task.as_str()),
+        )
+    );
+    assert_eq!(
+        store.invocation(&alice, &first).await.unwrap(),
+        Some(found.clone()),
+        "the handle is on the invocation row"
+    );
+
+    // Another account cannot find it, nor set a handle on it; unknown ids are no-ops.
+    assert_eq!(
+        store.invocation_by_agent_ref(&bob, &task).await.unwrap(),
+        None
+    );
+    store.set_agent_ref(&bob, &first, "bobs").await.unwrap();
+    store
+        .set_agent_ref(&alice, "no-such-invocation", &task)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.invocation_by_agent_ref(&bob, "bobs").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.invocation_by_agent_ref(&alice, &task).await.unwrap(),
+        Some(found.clone())
+    );
+    assert_eq!(
+        store
+            .invocation_by_agent_ref(&alice, &unique("task"))
+            .await
+            .unwrap(),
+        None
+    );
+
+    // A resume that the agent answers under the same handle: the newest invocation wins,
+    // whether open or not. Bob's invocation with the same handle stays his.
+    store
+        .append(&[status(
+            &alice,
+            &session,
+            &run,
+            &first,
+            RunStatus::Interrupted,
+        )])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    store
+        .append(&[
+            status(&alice, &session, &run, &second, RunStatus::InProgress),
+            status(&bob, &session, &run, &first, RunStatus::InProgress),
+        ])
+        .await
+        .unwrap();
+    store.set_agent_ref(&alice, &second, &task).await.unwrap();
+    store.set_agent_ref(&bob, &first, &task).await.unwrap();
+    let latest = store
+        .invocation_by_agent_ref(&alice, &task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            latest.invocation_id.as_str(),
+            latest.status,
+            latest.account_id.as_str()
+        ),
+        (second.as_str(), RunStatus::InProgress, alice.as_str())
+    );
+    assert_eq!(latest.agent_ref.as_deref(), Some(task.as_str()));
+    store
+        .append(&[status(
+            &alice,
+            &session,
+            &run,
+            &second,
+            RunStatus::Completed,
+        )])
+        .await
+        .unwrap();
+    let latest = store
+        .invocation_by_agent_ref(&alice, &task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (latest.invocation_id.as_str(), latest.status),
+        (second.as_str(), RunStatus::Completed)
+    );
+    let bobs = store
+        .invocation_by_agent_ref(&bob, &task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (bobs.account_id, bobs.invocation_id),
+        (bob.clone(), first.clone())
+    );
+
+    // A handle set between a claim and its `in_progress` append is kept (SQLite writes
+    // the claimed row only with that append).
+    let (claimed_session, claimed) = (unique("s"), unique("inv"));
+    let other_task = unique("task");
+    let granted = store
+        .claim(&Claim {
+            account_id: &alice,
+            session_id: &claimed_session,
+            run_id: &run,
+            invocation_id: &claimed,
+            owner: "replica",
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap();
+    assert_eq!(granted, Claimed::Granted);
+    store
+        .set_agent_ref(&alice, &claimed, &other_task)
+        .await
+        .unwrap();
+    let opened = store
+        .append(&[status(
+            &alice,
+            &claimed_session,
+            &run,
+            &claimed,
+            RunStatus::InProgress,
+        )])
+        .await
+        .unwrap();
+    assert!(opened[0].is_some());
+    let found = store
+        .invocation_by_agent_ref(&alice, &other_task)
+        .await
+        .unwrap()
+        .expect("the claimed invocation, by its handle");
+    assert_eq!(
+        (found.session_id, found.invocation_id),
+        (claimed_session, claimed)
+    );
 }
