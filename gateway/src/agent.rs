@@ -12,6 +12,8 @@ use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
 
+use runtime_adapter::AgentRequest;
+
 use crate::config::{Config, Upstream};
 
 /// Why talking to the agent failed.
@@ -103,12 +105,11 @@ impl Agent {
         Ok(peer)
     }
 
-    /// POSTs `body` as JSON to `path` (below the upstream's base path) and returns once
-    /// the response header has arrived. `account_id` is stamped as the gateway's identity.
-    pub async fn post_json(
+    /// Sends `request` (its path below the upstream's base path) and returns once the
+    /// response header has arrived. `account_id` is stamped as the gateway's identity.
+    pub async fn send(
         &self,
-        path: &str,
-        body: Vec<u8>,
+        request: &AgentRequest,
         account_id: &str,
     ) -> Result<AgentResponse, AgentError> {
         let peer = self.peer().await?;
@@ -119,16 +120,30 @@ impl Agent {
             .map_err(|e| AgentError::Connect(e.to_string()))?;
         http.set_read_timeout(Some(self.idle_timeout));
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
-        let uri = format!("{}{}", self.upstream.base_path, path);
-        let mut req = RequestHeader::build("POST", uri.as_bytes(), None).map_err(io)?;
+        let uri = format!("{}{}", self.upstream.base_path, request.path);
+        let mut req = RequestHeader::build(request.method, uri.as_bytes(), None).map_err(io)?;
         req.insert_header("host", &self.upstream.authority)
-            .map_err(io)?;
-        req.insert_header("content-type", "application/json")
             .map_err(io)?;
         req.insert_header("accept", "text/event-stream, application/json")
             .map_err(io)?;
-        req.insert_header("content-length", body.len().to_string())
-            .map_err(io)?;
+        let body = match &request.body {
+            Some(body) => {
+                let bytes = serde_json::to_vec(body).map_err(|e| AgentError::Io(e.to_string()))?;
+                req.insert_header("content-type", "application/json")
+                    .map_err(io)?;
+                Some(bytes)
+            }
+            None => None,
+        };
+        let len = body.as_ref().map_or(0, Vec::len);
+        if body.is_some() || request.method != "GET" {
+            req.insert_header("content-length", len.to_string())
+                .map_err(io)?;
+        }
+        for (name, value) in &request.headers {
+            req.insert_header(name.clone(), value.as_str())
+                .map_err(io)?;
+        }
         req.insert_header(policies::ACCOUNT_HEADER, account_id)
             .map_err(io)?;
         for (name, value) in &self.headers {
@@ -136,9 +151,11 @@ impl Agent {
                 .map_err(io)?;
         }
         http.write_request_header(Box::new(req)).await.map_err(io)?;
-        http.write_request_body(Bytes::from(body), true)
-            .await
-            .map_err(io)?;
+        if let Some(body) = body {
+            http.write_request_body(Bytes::from(body), true)
+                .await
+                .map_err(io)?;
+        }
         http.finish_request_body().await.map_err(io)?;
         http.read_response_header().await.map_err(io)?;
         let header = http
@@ -157,6 +174,27 @@ impl Agent {
             http,
             peer,
         })
+    }
+
+    /// Sends `request` and reads the whole answer, up to `cap` bytes (the rest is cut).
+    pub async fn exchange(
+        &self,
+        request: &AgentRequest,
+        account_id: &str,
+        cap: usize,
+    ) -> Result<(u16, String, Vec<u8>), AgentError> {
+        let mut response = self.send(request, account_id).await?;
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if body.len() + chunk.len() > cap {
+                body.extend_from_slice(&chunk[..cap - body.len()]);
+                return Ok((response.status, response.content_type, body));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let (status, content_type) = (response.status, response.content_type.clone());
+        self.release(response).await;
+        Ok((status, content_type, body))
     }
 
     /// Returns a fully read connection to the pool for the next run.

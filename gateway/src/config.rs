@@ -27,9 +27,14 @@ pub struct Settings {
     /// Base URL of the agent, e.g. http://127.0.0.1:9000.
     #[arg(long, env = "TETHER_UPSTREAM")]
     pub upstream: Option<String>,
-    /// Protocol the agent speaks: openai-chat or openai-responses.
+    /// Protocol the agent speaks: openai-chat, openai-responses, a2a or adk.
     #[arg(long, env = "TETHER_PROTOCOL")]
     pub protocol: Option<String>,
+    /// Tether's address as clients reach it (e.g. https://agents.example.com), written
+    /// into the A2A agent card in place of the agent's own. Default: from each request's
+    /// Host header.
+    #[arg(long, env = "TETHER_PUBLIC_URL")]
+    pub public_url: Option<String>,
     /// Session store: a SQLite file path (or sqlite:PATH) or a postgres:// URL.
     #[arg(long, env = "TETHER_STORE")]
     pub store: Option<String>,
@@ -126,6 +131,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub upstream: Upstream,
     pub protocol: Protocol,
+    /// Without a trailing slash.
+    pub public_url: Option<String>,
     pub store: String,
     pub journal_path: String,
     pub model: String,
@@ -208,6 +215,7 @@ impl Settings {
             listen,
             upstream,
             protocol,
+            public_url,
             store,
             journal_path,
             model,
@@ -282,7 +290,9 @@ impl Settings {
             Some(p) => Protocol::parse(p).ok_or_else(|| {
                 bad(
                     "protocol",
-                    format!("unknown protocol {p:?}; use openai-chat or openai-responses"),
+                    format!(
+                        "unknown protocol {p:?}; use openai-chat, openai-responses, a2a or adk"
+                    ),
                 )
             })?,
         };
@@ -343,7 +353,14 @@ impl Settings {
             // Heartbeats every third of the lease: below 1 s a slow commit loses it.
             return Err(bad("run_lease_seconds", "must be at least 3"));
         }
+        let public_url = match self.public_url {
+            Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                return Err(bad("public_url", "must start with http:// or https://"))
+            }
+            url => url.map(|u| u.trim_end_matches('/').to_owned()),
+        };
         Ok(Config {
+            public_url,
             replica_id,
             run_lease,
             listen,

@@ -10,6 +10,7 @@ mod core;
 mod deadline;
 mod framing;
 mod metrics;
+mod protocol_api;
 mod proxy;
 mod respond;
 mod responses_api;
@@ -186,7 +187,10 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
     let mut server = Server::new_with_opt_and_conf(None, server_conf);
     server.bootstrap();
     let listen = config.listen.to_string();
+    let protocol_surface =
+        (!config.protocol.sends_history()).then(|| runtime_adapter::surface(config.protocol));
     let state = Arc::new(State {
+        protocol_surface,
         identity_headers: policies::IdentityHeaders::new(&config.auth.identity_headers),
         attachments: policies::input::AttachmentPolicy::new(&config.limits),
         input,

@@ -49,6 +49,9 @@ pub struct State {
     pub attachments: AttachmentPolicy,
     /// Body size, rate and JSON depth for bodies Tether reads itself.
     pub input: InputLimits,
+    /// The client surface of a stateful agent protocol (A2A, ADK), which claims its own
+    /// paths; `None` for the OpenAI protocols, whose paths the gateway routes itself.
+    pub protocol_surface: Option<&'static dyn Surface>,
 }
 
 pub struct Gateway {
@@ -74,8 +77,10 @@ pub struct Ctx {
 const PREFETCH_BYTES: usize = 64 * 1024;
 
 /// Which API a path belongs to, so refusals come in that API's error format.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Area {
+    /// A path the agent protocol's surface claims (A2A, ADK): its own error bodies.
+    Protocol(&'static dyn Surface),
     /// `/v1/*` answered by Tether: OpenAI error bodies.
     OpenAi,
     /// `/agentengine/api/v1/<Action>`: the control envelope.
@@ -85,7 +90,12 @@ enum Area {
 }
 
 impl Area {
-    fn of(path: &str) -> Area {
+    fn of(state: &State, method: &Method, path: &str) -> Area {
+        if let Some(surface) = state.protocol_surface {
+            if surface.claims(method.as_str(), path) {
+                return Area::Protocol(surface);
+            }
+        }
         if path.starts_with(control::PREFIX) {
             Area::Control
         } else if path == "/v1/responses"
@@ -389,6 +399,7 @@ fn too_slow(bytes: usize, elapsed: Duration, limits: &InputLimits) -> bool {
 /// Answers a refusal in the format of the API the path belongs to.
 async fn refuse(session: &mut Session, area: Area, path: &str, e: ApiError) -> Result<()> {
     match area {
+        Area::Protocol(surface) => e.send(session, surface, &[]).await,
         Area::OpenAi => {
             e.send(session, surface(Protocol::OpenAiResponses), &[])
                 .await
@@ -436,7 +447,7 @@ impl Gateway {
         method: Method,
         path: &str,
     ) -> Result<bool> {
-        let area = Area::of(path);
+        let area = Area::of(&self.state, &method, path);
         let identity: Identity = match self
             .state
             .auth
@@ -459,12 +470,16 @@ impl Gateway {
         // Body reads below (runs, control, pass-through) must not stall for the default
         // 60 s per read: a silent client is cut off after the grace time.
         session.set_read_timeout(Some(self.state.input.body_grace));
+        if let Area::Protocol(surface) = area {
+            crate::protocol_api::serve(&self.state, session, &ctx.account_id, surface).await?;
+            return Ok(true);
+        }
         match (method, path) {
-            (Method::POST, "/v1/responses") => {
+            (Method::POST, "/v1/responses") if self.state.protocol_surface.is_none() => {
                 self.serve_run(session, ctx, Protocol::OpenAiResponses)
                     .await
             }
-            (Method::POST, "/v1/chat/completions") => {
+            (Method::POST, "/v1/chat/completions") if self.state.protocol_surface.is_none() => {
                 self.serve_run(session, ctx, Protocol::OpenAiChat).await
             }
             (method, path) if path.starts_with(control::PREFIX) => {
@@ -610,138 +625,162 @@ impl Gateway {
             ApiError::limited(&l).send(session, surface, &[]).await?;
             return Ok(true);
         }
-        let prepared = self.prepare_run(session, &ctx.account_id, surface).await;
-        let (started, turn) = match prepared {
-            Ok(v) => v,
-            Err((e, session_id)) => {
-                let headers: Vec<(&str, &str)> = session_id
-                    .as_deref()
-                    .map(|s| ("x-session-id", s))
-                    .into_iter()
-                    .collect();
-                e.send(session, surface, &headers).await?;
+        let body = match read_body(session, &self.state.input).await {
+            Ok(body) => body,
+            Err(e) => {
+                e.send(session, surface, &[]).await?;
                 return Ok(true);
             }
         };
-        let info = RunInfo {
-            run_id: started.run_id.clone(),
-            session_id: started.session_id.clone(),
-            model: started.model.clone(),
-            created_at: chrono::Utc::now().timestamp(),
-        };
-        let query = EventQuery {
-            after_seq: started.first_seq - 1,
-            invocation_id: Some(started.invocation_id.clone()),
-            ..EventQuery::session(&started.account_id, &started.session_id)
-        };
-        let mut events = Subscription::open(self.state.store.clone(), &self.state.hub, query);
-        let response_id = surface.response_id(&started.run_id);
-        let headers = [
-            ("x-session-id", started.session_id.as_str()),
-            ("x-run-id", started.run_id.as_str()),
-            ("x-response-id", response_id.as_str()),
-            ("x-invocation-id", started.invocation_id.as_str()),
-        ];
-        if turn.stream {
-            stream_run(session, surface, &info, &mut events, &headers).await;
-        } else {
-            respond_when_done(session, surface, &info, &mut events, &headers).await?;
-        }
-        Ok(true)
-    }
-
-    /// Reads and checks the request, resolves the session and starts the run. On error,
-    /// returns the error and the session id if one was resolved. Nothing is written
-    /// before every check has passed.
-    async fn prepare_run(
-        &self,
-        session: &mut Session,
-        account_id: &str,
-        surface: &'static dyn Surface,
-    ) -> std::result::Result<(StartedRun, TurnRequest), (ApiError, Option<String>)> {
-        let body = read_body(session, &self.state.input)
-            .await
-            .map_err(|e| (e, None))?;
         let header = session
             .req_header()
             .headers
             .get("x-session-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let turn = surface
-            .parse_request(&body, header.as_deref())
-            .map_err(|e| {
+        match surface.parse_request(&body, header.as_deref()) {
+            Ok(turn) => run_turn(&self.state, session, &ctx.account_id, surface, turn).await?,
+            Err(e) => {
                 let mut err = ApiError::new(400, "invalid_request_error", e.code, e.message);
                 err.param = e.param;
-                (err, None)
-            })?;
-        let session_id = self
-            .resolve_session(account_id, surface, &turn.session)
-            .await
-            .map_err(|e| (e, None))?;
-        // Every attachment is checked before any is stored: a refused one writes nothing.
-        let (turn, uploads) =
-            attachments::extract(&self.state.attachments, turn).map_err(|e| (e, None))?;
-        attachments::save(&*self.state.store, account_id, uploads)
-            .await
-            .map_err(|e| (e, None))?;
-        let runs = self.state.runs.clone();
-        let (account, sid, t) = (account_id.to_owned(), session_id.clone(), turn.clone());
-        let started = on_core(&self.state.core, async move {
-            runs.start(&account, &sid, t).await
-        })
-        .await;
-        let started = started.map_err(|e| {
-            let err = match e {
-                StartError::SessionBusy(_) => ApiError::new(
-                    409,
-                    "invalid_request_error",
-                    "conversation_busy",
-                    format!("{e}; wait for it to finish or cancel it"),
-                ),
-                StartError::ShuttingDown => {
-                    ApiError::new(503, "server_error", "shutting_down", e.to_string())
-                }
-                StartError::TooManyRuns(ref l) => {
-                    crate::metrics::METRICS.rate_limited(crate::metrics::Limit::Runs);
-                    ApiError::limited(l)
-                }
-                StartError::Store(_) | StartError::Write(_) => {
-                    ApiError::store_unavailable(&e, "cannot start a run")
-                }
-            };
-            (err, Some(session_id.clone()))
-        })?;
-        Ok((started, turn))
+                err.send(session, surface, &[]).await?;
+            }
+        }
+        Ok(true)
     }
+}
 
-    async fn resolve_session(
-        &self,
-        account_id: &str,
-        surface: &dyn Surface,
-        reference: &SessionRef,
-    ) -> std::result::Result<String, ApiError> {
-        match reference {
-            SessionRef::New => Ok(new_id("sess")),
-            SessionRef::Named(id) if valid_session_id(id) => Ok(id.clone()),
-            SessionRef::Named(id) => Err(ApiError::new(
-                400,
+/// Starts a run for `turn` and answers the client: the run's stream, or its whole
+/// response once it ends.
+pub async fn run_turn(
+    state: &State,
+    session: &mut Session,
+    account_id: &str,
+    surface: &'static dyn Surface,
+    turn: TurnRequest,
+) -> Result<()> {
+    let (started, turn) = match prepare_run(state, account_id, surface, turn).await {
+        Ok(v) => v,
+        Err((e, session_id)) => {
+            let headers: Vec<(&str, &str)> = session_id
+                .as_deref()
+                .map(|s| ("x-session-id", s))
+                .into_iter()
+                .collect();
+            return e.send(session, surface, &headers).await;
+        }
+    };
+    let info = RunInfo {
+        run_id: started.run_id.clone(),
+        session_id: started.session_id.clone(),
+        model: started.model.clone(),
+        created_at: chrono::Utc::now().timestamp(),
+        client: turn.extra.get("client").cloned().unwrap_or(Value::Null),
+    };
+    let query = EventQuery {
+        after_seq: started.first_seq - 1,
+        invocation_id: Some(started.invocation_id.clone()),
+        ..EventQuery::session(&started.account_id, &started.session_id)
+    };
+    let mut events = Subscription::open(state.store.clone(), &state.hub, query);
+    let response_id = surface.response_id(&started.run_id);
+    let headers = [
+        ("x-session-id", started.session_id.as_str()),
+        ("x-run-id", started.run_id.as_str()),
+        ("x-response-id", response_id.as_str()),
+        ("x-invocation-id", started.invocation_id.as_str()),
+    ];
+    if turn.stream {
+        stream_run(session, surface, &info, &mut events, &headers).await;
+        Ok(())
+    } else {
+        respond_when_done(session, surface, &info, &mut events, &headers).await
+    }
+}
+
+/// Resolves the session and starts the run. On error, returns the error and the session
+/// id if one was resolved. Nothing is written before every check has passed.
+async fn prepare_run(
+    state: &State,
+    account_id: &str,
+    surface: &'static dyn Surface,
+    turn: TurnRequest,
+) -> std::result::Result<(StartedRun, TurnRequest), (ApiError, Option<String>)> {
+    let session_id = resolve_session(state, account_id, surface, &turn.session)
+        .await
+        .map_err(|e| (e, None))?;
+    // Every attachment is checked before any is stored: a refused one writes nothing.
+    let (turn, uploads) = attachments::extract(&state.attachments, turn).map_err(|e| (e, None))?;
+    attachments::save(&*state.store, account_id, uploads)
+        .await
+        .map_err(|e| (e, None))?;
+    let runs = state.runs.clone();
+    let (account, sid, t) = (account_id.to_owned(), session_id.clone(), turn.clone());
+    let started = on_core(
+        &state.core,
+        async move { runs.start(&account, &sid, t).await },
+    )
+    .await;
+    let started = started.map_err(|e| {
+        let err = match e {
+            StartError::SessionBusy(_) => ApiError::new(
+                409,
                 "invalid_request_error",
-                "invalid_value",
-                format!("session id {id:?} is not valid: use 1-128 letters, digits, '-', '_', '.' or ':'"),
-            )
-            .with_param("conversation")),
-            SessionRef::AfterResponse(response_id) => {
-                let not_found = || {
-                    ApiError::new(404, "invalid_request_error", "previous_response_not_found", format!("Previous response with id '{response_id}' not found."))
-                        .with_param("previous_response_id")
-                };
-                let run_id = surface.run_id(response_id).ok_or_else(not_found)?;
-                match self.state.store.run(account_id, &run_id).await {
-                    Ok(Some(run)) => Ok(run.session_id),
-                    Ok(None) => Err(not_found()),
-                    Err(e) => Err(ApiError::store_unavailable(&e, "cannot resolve previous_response_id")),
-                }
+                "conversation_busy",
+                format!("{e}; wait for it to finish or cancel it"),
+            ),
+            StartError::ShuttingDown => {
+                ApiError::new(503, "server_error", "shutting_down", e.to_string())
+            }
+            StartError::TooManyRuns(ref l) => {
+                crate::metrics::METRICS.rate_limited(crate::metrics::Limit::Runs);
+                ApiError::limited(l)
+            }
+            StartError::Store(_) | StartError::Write(_) => {
+                ApiError::store_unavailable(&e, "cannot start a run")
+            }
+        };
+        (err, Some(session_id.clone()))
+    })?;
+    Ok((started, turn))
+}
+
+async fn resolve_session(
+    state: &State,
+    account_id: &str,
+    surface: &dyn Surface,
+    reference: &SessionRef,
+) -> std::result::Result<String, ApiError> {
+    match reference {
+        SessionRef::New => Ok(new_id("sess")),
+        SessionRef::Named(id) if valid_session_id(id) => Ok(id.clone()),
+        SessionRef::Named(id) => Err(ApiError::new(
+            400,
+            "invalid_request_error",
+            "invalid_value",
+            format!(
+                "session id {id:?} is not valid: use 1-128 letters, digits, '-', '_', '.' or ':'"
+            ),
+        )
+        .with_param("conversation")),
+        SessionRef::AfterResponse(response_id) => {
+            let not_found = || {
+                ApiError::new(
+                    404,
+                    "invalid_request_error",
+                    "previous_response_not_found",
+                    format!("Previous response with id '{response_id}' not found."),
+                )
+                .with_param("previous_response_id")
+            };
+            let run_id = surface.run_id(response_id).ok_or_else(not_found)?;
+            match state.store.run(account_id, &run_id).await {
+                Ok(Some(run)) => Ok(run.session_id),
+                Ok(None) => Err(not_found()),
+                Err(e) => Err(ApiError::store_unavailable(
+                    &e,
+                    "cannot resolve previous_response_id",
+                )),
             }
         }
     }
@@ -982,28 +1021,6 @@ async fn respond_when_done(
             Err(_) => return Ok(()), // the client left; the run goes on
         }
     }
-    let terminal = collected.last().and_then(|e| e.run_status());
-    if terminal == Some(session_log::RunStatus::Completed) {
-        return respond::json(session, 200, &surface.final_body(info, &collected), headers).await;
-    }
-    let (code, message) = collected
-        .iter()
-        .rev()
-        .find(|e| e.event_type == session_log::EventType::Error)
-        .map(|e| {
-            let s = |k: &str| {
-                e.content
-                    .get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            (s("code"), s("message"))
-        })
-        .unwrap_or_else(|| {
-            let status = terminal.map(|s| s.as_str()).unwrap_or("failed");
-            (status.to_owned(), format!("the run ended as {status}"))
-        });
-    let body = surface.error_body(&message, "upstream_error", None, Some(&code));
-    respond::json(session, 502, &body, headers).await
+    let (status, body) = surface.final_response(info, &collected);
+    respond::json(session, status, &body, headers).await
 }

@@ -27,6 +27,25 @@ pub async fn json(
     session.write_response_body(Some(body), true).await
 }
 
+/// A complete response with a body of any type (an agent's answer relayed as it came).
+pub async fn bytes(
+    session: &mut Session,
+    status: u16,
+    content_type: &str,
+    body: Vec<u8>,
+) -> Result<()> {
+    let mut h = ResponseHeader::build(status, Some(3))?;
+    if !content_type.is_empty() {
+        h.insert_header("content-type", content_type)?;
+    }
+    h.insert_header("content-length", body.len().to_string())?;
+    let _ = session.drain_request_body().await;
+    session.write_response_header(Box::new(h), false).await?;
+    session
+        .write_response_body(Some(Bytes::from(body)), true)
+        .await
+}
+
 /// Starts an SSE response; frames follow with `write_response_body`.
 pub async fn sse_start(session: &mut Session, headers: &[(&str, &str)]) -> Result<()> {
     let mut h = ResponseHeader::build(200, Some(4 + headers.len()))?;

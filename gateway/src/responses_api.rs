@@ -87,6 +87,7 @@ fn run_info(inv: &Invocation, events: &[Event]) -> RunInfo {
         session_id: inv.session_id.clone(),
         model,
         created_at: inv.started_at.timestamp(),
+        client: Value::Null,
     }
 }
 

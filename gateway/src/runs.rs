@@ -6,13 +6,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use runtime_adapter::{project, Item, Output, TurnRequest, Upstream};
+use runtime_adapter::{
+    project, AgentRequest, Item, Output, Probe, TurnCall, TurnRequest, Upstream,
+};
 use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
 use session_log::{
-    Claim, Claimed, EventQuery, EventType, NewEvent, RunStatus, Seq, Store, StoreError, WriteError,
-    Writer,
+    Claim, Claimed, Event, EventQuery, EventType, NewEvent, RunStatus, Seq, Store, StoreError,
+    WriteError, Writer,
 };
 use tokio::sync::{oneshot, Notify};
 
@@ -68,6 +70,8 @@ struct ActiveRun {
     finishing: bool,
     /// Its invocation row is claimed in the store: the heartbeat renews its lease.
     leased: bool,
+    /// The agent's own handle for the run, once the agent named it (an A2A task id).
+    agent_ref: Option<String>,
 }
 
 pub struct Runs {
@@ -161,6 +165,13 @@ impl Outcome {
             },
         }
     }
+}
+
+/// What the agent is told of the session's past: the projection, and the events it came
+/// from (where adapters find what they recorded earlier).
+pub struct History {
+    pub items: Vec<Item>,
+    pub events: Vec<Event>,
 }
 
 /// How long a new run waits for the session's previous run to finish committing its end.
@@ -320,6 +331,7 @@ impl Runs {
                             stop: Some(stop_tx),
                             finishing: false,
                             leased: false,
+                            agent_ref: None,
                         };
                         active.by_invocation.insert(invocation_id.clone(), run);
                         break;
@@ -409,27 +421,38 @@ impl Runs {
         invocation_id: &str,
         turn: &TurnRequest,
         resume: Option<ResumeFrom>,
-    ) -> Result<(Vec<Item>, Seq), StartError> {
+    ) -> Result<(History, Seq), StartError> {
         let mut metadata = json!({ "surface": turn.surface.as_str(), "stream": turn.stream });
         let history = match resume {
             Some(from) => {
                 metadata[RESUMED_FROM] = json!(from.checkpoint_id);
                 metadata["resume_attempt_id"] = json!(from.resume_attempt_id);
-                from.history
+                History {
+                    items: from.history,
+                    events: Vec::new(),
+                }
             }
             None => {
-                // The projection needs only transcript events and compaction markers: a
-                // long session's deltas and teed traffic stay in the database.
+                // The projection needs only transcript events and compaction markers (and
+                // run statuses, where adapters keep the agent's handles): a long session's
+                // deltas and teed traffic stay in the database.
                 let query = EventQuery {
                     event_types: Some(
                         EventType::ALL
                             .into_iter()
-                            .filter(|t| t.is_transcript() || *t == EventType::Compaction)
+                            .filter(|t| {
+                                t.is_transcript()
+                                    || matches!(t, EventType::Compaction | EventType::RunStatus)
+                            })
                             .collect(),
                     ),
                     ..EventQuery::session(account_id, session_id)
                 };
-                project(&self.store.events(&query).await?)
+                let events = self.store.events(&query).await?;
+                History {
+                    items: project(&events),
+                    events,
+                }
             }
         };
         let mut batch: Vec<NewEvent> = turn
@@ -483,7 +506,30 @@ impl Runs {
             return Err(StartError::SessionBusy(session_id.to_owned()));
         }
         let first_seq = committed.first().map(|e| e.seq).unwrap_or_default();
-        Ok((history.into_iter().collect(), first_seq))
+        Ok((history, first_seq))
+    }
+
+    /// The agent's handle for a run of this gateway, once the agent named it.
+    pub fn agent_ref(&self, invocation_id: &str) -> Option<String> {
+        self.active()
+            .by_invocation
+            .get(invocation_id)
+            .and_then(|r| r.agent_ref.clone())
+    }
+
+    /// Remembers the agent's handle for a run, here and in the store (where clients of
+    /// any replica find the run by it).
+    async fn set_agent_ref(&self, run: &StartedRun, agent_ref: &str) {
+        if let Some(r) = self.active().by_invocation.get_mut(&run.invocation_id) {
+            r.agent_ref = Some(agent_ref.to_owned());
+        }
+        if let Err(error) = self
+            .store
+            .set_agent_ref(&run.account_id, &run.invocation_id, agent_ref)
+            .await
+        {
+            tracing::warn!(%error, invocation_id = %run.invocation_id, "could not record the agent's handle for a run");
+        }
     }
 
     fn forget(&self, invocation_id: &str) {
@@ -640,19 +686,35 @@ impl Runs {
     async fn supervise(
         self: Arc<Self>,
         run: StartedRun,
-        history: Vec<Item>,
+        history: History,
         turn: TurnRequest,
         mut stop: oneshot::Receiver<Stop>,
         permit: policies::RunPermit,
     ) {
-        let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn));
+        let cancel_with = self.upstream.protocol();
+        let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn.clone()));
         let outcome = tokio::select! {
             joined = &mut driver => joined.unwrap_or_else(|e| Outcome::failed("internal_error", format!("the run task failed: {e}"))),
             Ok(why) = &mut stop => {
-                // Dropping the driver closes the agent connection; wait for it so none of
-                // its events can land after the terminal status.
-                driver.abort();
-                let _ = (&mut driver).await;
+                // A stateful agent is told to stop its own work (A2A tasks/cancel), and
+                // gets a moment to end its stream so its last words are recorded too.
+                let agent_ref = self.agent_ref(&run.invocation_id);
+                let cancel = agent_ref.and_then(|r| self.upstream.cancel(&turn, &r));
+                let mut ended = false;
+                if let (Stop::Cancel, Some(request)) = (why, cancel) {
+                    tracing::debug!(protocol = cancel_with.as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");
+                    let told = self.agent.exchange(&request, &run.account_id, AGENT_ANSWER_CAP);
+                    if let Ok(Err(e)) = tokio::time::timeout(CANCEL_GRACE, told).await {
+                        tracing::warn!(error = %e, invocation_id = %run.invocation_id, "the agent did not take the cancel");
+                    }
+                    ended = tokio::time::timeout(CANCEL_GRACE, &mut driver).await.is_ok();
+                }
+                if !ended {
+                    // Dropping the driver closes the agent connection; wait for it so none
+                    // of its events can land after the terminal status.
+                    driver.abort();
+                    let _ = (&mut driver).await;
+                }
                 Outcome::stopped(why)
             }
         };
@@ -671,12 +733,20 @@ impl Runs {
             ));
         }
         let reason = outcome.error.as_ref().map(|(code, _)| code.as_str());
+        let mut metadata = serde_json::Map::new();
+        if let Some(usage) = outcome.usage {
+            metadata.insert("usage".into(), usage);
+        }
+        // Where the next turn's adapter finds the agent's handle for this run.
+        if let Some(agent_ref) = self.agent_ref(&run.invocation_id) {
+            metadata.insert("agent_ref".into(), json!(agent_ref));
+        }
         let mut terminal = event(
             EventType::RunStatus,
             run_status_content(outcome.status, reason),
         );
-        if let Some(usage) = outcome.usage {
-            terminal = terminal.with_metadata(json!({ "usage": usage }));
+        if !metadata.is_empty() {
+            terminal = terminal.with_metadata(Value::Object(metadata));
         }
         batch.push(terminal);
         self.mark_finishing(&run.invocation_id);
@@ -729,38 +799,97 @@ pub async fn close_as_interrupted(
 
 /// Calls the agent and records what it says. Returns how the run ended; the supervisor
 /// writes that down.
-async fn drive(runs: Arc<Runs>, run: StartedRun, history: Vec<Item>, turn: TurnRequest) -> Outcome {
+async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnRequest) -> Outcome {
     let upstream = runs.upstream;
     // The log holds upload URIs; the agent gets the content (it cannot read our store).
-    let (history, turn) =
-        match crate::attachments::resolve_for_agent(&*runs.store, &run.account_id, history, turn)
+    let History { items, events } = history;
+    let (items, turn) =
+        match crate::attachments::resolve_for_agent(&*runs.store, &run.account_id, items, turn)
             .await
         {
             Ok(v) => v,
             Err(e) => return Outcome::failed("attachment_unavailable", e),
         };
-    let body = upstream.build_request(&history, &turn, &runs.default_model);
-    let body = match serde_json::to_vec(&body) {
-        Ok(b) => b,
-        Err(e) => return Outcome::failed("internal_error", e.to_string()),
+    let call = TurnCall {
+        account_id: &run.account_id,
+        session_id: &run.session_id,
+        run_id: &run.run_id,
+        history: &items,
+        events: &events,
+        turn: &turn,
+        default_model: &runs.default_model,
     };
-    let mut response = match runs
-        .agent
-        .post_json(upstream.protocol().path(), body, &run.account_id)
-        .await
-    {
+    let mut restored = false;
+    let forgot = match upstream.probe(&call) {
+        Probe::Skip => None,
+        Probe::Restore => Some("no_agent_handle"),
+        Probe::Ask(request) => {
+            match runs
+                .agent
+                .exchange(&request, &run.account_id, AGENT_ANSWER_CAP)
+                .await
+            {
+                Ok((status, _, body)) if upstream.forgot(status, &body) => Some("agent_forgot"),
+                Ok(_) => None,
+                Err(e) => return Outcome::failed("agent_unreachable", e.to_string()),
+            }
+        }
+    };
+    let mut request = upstream.request(&call);
+    if let Some(reason) = forgot {
+        match restore(&runs, &run, &call, reason).await {
+            Ok(r) => request = r,
+            Err(outcome) => return outcome,
+        }
+        restored = true;
+    }
+    let mut response = match runs.agent.send(&request, &run.account_id).await {
         Ok(r) => r,
         Err(e) => return Outcome::failed("agent_unreachable", e.to_string()),
     };
-    let mut parser = upstream.parser(&response.content_type);
+    let mut parser = upstream.parser(&call, &response.content_type);
     let mut recorder = Recorder {
+        runs: &runs,
         run: &run,
-        writer: &runs.writer,
-        backend: runs.store.backend(),
         policy: runs.checkpoint_policy(),
+        agent_ref: None,
         done: None,
         error: None,
     };
+    // An agent that answers the turn with "I do not know this session" gets it back once.
+    if !restored && !(200..300).contains(&response.status) {
+        let status = response.status;
+        let mut body = Vec::new();
+        let mut broken = false;
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) if body.len() < AGENT_ANSWER_CAP => body.extend_from_slice(&chunk),
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => {
+                    broken = true;
+                    break;
+                }
+            }
+        }
+        if !broken {
+            runs.agent.release(response).await;
+        }
+        if !upstream.forgot(status, &body) {
+            recorder.record(parser.feed(&body)).await;
+            recorder.record(parser.finish()).await;
+            return recorder.outcome(status, None);
+        }
+        let request = match restore(&runs, &run, &call, "agent_forgot").await {
+            Ok(r) => r,
+            Err(outcome) => return outcome,
+        };
+        response = match runs.agent.send(&request, &run.account_id).await {
+            Ok(r) => r,
+            Err(e) => return Outcome::failed("agent_unreachable", e.to_string()),
+        };
+        parser = upstream.parser(&call, &response.content_type);
+    }
     let mut broken = None;
     loop {
         match response.chunk().await {
@@ -773,31 +902,76 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: Vec<Item>, turn: TurnR
         }
     }
     recorder.record(parser.finish()).await;
-    let Recorder { done, error, .. } = recorder;
     let status = response.status;
     if broken.is_none() {
         runs.agent.release(response).await;
     }
-    match (error, done, broken) {
-        (Some((code, message)), _, _) => Outcome::failed(&code, message),
-        (None, _, _) if !(200..300).contains(&status) => {
-            Outcome::failed("agent_error", format!("the agent answered HTTP {status}"))
-        }
-        (None, Some(usage), _) => Outcome::completed(usage),
-        (None, None, Some(e)) => Outcome::failed("agent_connection_lost", e.to_string()),
-        (None, None, None) => Outcome::failed(
-            "agent_closed_early",
-            "the agent ended its response before the turn was complete",
-        ),
-    }
+    recorder.outcome(status, broken)
 }
+
+/// Puts the session back into an agent that forgot it: sends the adapter's restore
+/// requests, records that it did, and returns the turn's request to send next.
+async fn restore(
+    runs: &Runs,
+    run: &StartedRun,
+    call: &TurnCall<'_>,
+    reason: &str,
+) -> Result<AgentRequest, Outcome> {
+    let Some(plan) = runs.upstream.restore(call) else {
+        return Ok(runs.upstream.request(call));
+    };
+    for request in &plan.before {
+        match runs
+            .agent
+            .exchange(request, &run.account_id, AGENT_ANSWER_CAP)
+            .await
+        {
+            Ok((status, _, _)) if (200..300).contains(&status) => {}
+            Ok((status, _, body)) => {
+                let body = String::from_utf8_lossy(&body);
+                return Err(Outcome::failed(
+                    "restore_failed",
+                    format!("the agent refused the restored session (HTTP {status}): {body}"),
+                ));
+            }
+            Err(e) => return Err(Outcome::failed("agent_unreachable", e.to_string())),
+        }
+    }
+    tracing::info!(
+        account_id = %run.account_id, session_id = %run.session_id, run_id = %run.run_id,
+        reason, items = call.history.len(), "restored a session the agent had forgotten"
+    );
+    let note = NewEvent::new(
+        &run.account_id,
+        &run.session_id,
+        EventType::SessionRestore,
+        json!({
+            "reason": reason,
+            "protocol": runs.upstream.protocol().as_str(),
+            "items": call.history.len(),
+            "requests": plan.before.len(),
+        }),
+    )
+    .in_run(&run.run_id, &run.invocation_id);
+    if let Err(e) = runs.writer.submit(vec![note]).await {
+        return Err(Outcome::failed("internal_error", e.to_string()));
+    }
+    Ok(plan.request)
+}
+
+/// How much of an agent answer Tether reads when it only needs to judge it (a probe, a
+/// restore, an error body).
+const AGENT_ANSWER_CAP: usize = 256 * 1024;
+
+/// How long a cancelled run's agent gets to take the cancel and end its stream.
+const CANCEL_GRACE: Duration = Duration::from_secs(2);
 
 /// Turns parser outputs into events and queues them in order.
 struct Recorder<'a> {
+    runs: &'a Runs,
     run: &'a StartedRun,
-    writer: &'a Writer,
-    backend: &'static str,
     policy: CheckpointPolicy,
+    agent_ref: Option<String>,
     done: Option<Option<Value>>,
     error: Option<(String, String)>,
 }
@@ -828,6 +1002,23 @@ fn checkpoint_event(
 }
 
 impl Recorder<'_> {
+    /// How the agent's answer ended, from what was recorded, its HTTP status and whether
+    /// the connection broke.
+    fn outcome(self, status: u16, broken: Option<crate::agent::AgentError>) -> Outcome {
+        match (self.error, self.done, broken) {
+            (Some((code, message)), _, _) => Outcome::failed(&code, message),
+            (None, _, _) if !(200..300).contains(&status) => {
+                Outcome::failed("agent_error", format!("the agent answered HTTP {status}"))
+            }
+            (None, Some(usage), _) => Outcome::completed(usage),
+            (None, None, Some(e)) => Outcome::failed("agent_connection_lost", e.to_string()),
+            (None, None, None) => Outcome::failed(
+                "agent_closed_early",
+                "the agent ended its response before the turn was complete",
+            ),
+        }
+    }
+
     async fn record(&mut self, outputs: Vec<Output>) {
         let run = self.run;
         let event = |t: EventType, content: Value| {
@@ -844,7 +1035,7 @@ impl Recorder<'_> {
                     run,
                     phase,
                     &ids,
-                    self.backend,
+                    self.runs.store.backend(),
                     &self.policy,
                 ));
             }
@@ -873,6 +1064,18 @@ impl Recorder<'_> {
                     item.to_event(&run.account_id, &run.session_id)
                         .in_run(&run.run_id, &run.invocation_id),
                 ),
+                Output::ItemWith(item, metadata) => batch.push(
+                    item.to_event(&run.account_id, &run.session_id)
+                        .in_run(&run.run_id, &run.invocation_id)
+                        .with_metadata(metadata),
+                ),
+                Output::Frame(frame) => batch.push(event(EventType::AgentEvent, frame)),
+                Output::AgentRef(agent_ref) => {
+                    if self.agent_ref.as_deref() != Some(agent_ref.as_str()) {
+                        self.runs.set_agent_ref(run, &agent_ref).await;
+                        self.agent_ref = Some(agent_ref);
+                    }
+                }
                 Output::Error { code, message } => {
                     self.error.get_or_insert((code, message));
                 }
@@ -888,7 +1091,7 @@ impl Recorder<'_> {
         flush(&mut pending, &mut batch);
         if !batch.is_empty() {
             // Waits only for queue space: the client sees these once they are committed.
-            if let Err(e) = self.writer.submit(batch).await {
+            if let Err(e) = self.runs.writer.submit(batch).await {
                 self.error
                     .get_or_insert(("internal_error".into(), e.to_string()));
             }

@@ -9,7 +9,10 @@ use crate::item::{Block, Item};
 use crate::sse::{SseFrame, SseParser};
 use crate::surface::{RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
-use crate::upstream::{Output, Protocol, StreamParser, Upstream};
+use crate::upstream::{AgentRequest, Output, Protocol, StreamParser, TurnCall, Upstream};
+
+/// Where the agent serves this protocol.
+const PATH: &str = "/v1/chat/completions";
 use crate::usage::Usage;
 
 pub struct ChatSurface;
@@ -947,7 +950,27 @@ impl Upstream for ChatUpstream {
         Protocol::OpenAiChat
     }
 
-    fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value {
+    fn request(&self, call: &TurnCall) -> AgentRequest {
+        AgentRequest::post(
+            PATH,
+            self.build_request(call.history, call.turn, call.default_model),
+        )
+    }
+
+    fn parser(&self, _call: &TurnCall, content_type: &str) -> Box<dyn StreamParser> {
+        self.body_parser(content_type)
+    }
+}
+
+impl ChatUpstream {
+    /// JSON body of the agent request: `history` (the projection) followed by the turn's
+    /// new input, always streaming, never naming a stored conversation.
+    pub fn build_request(
+        &self,
+        history: &[Item],
+        turn: &TurnRequest,
+        default_model: &str,
+    ) -> Value {
         let mut body = Map::new();
         if turn.surface == Protocol::OpenAiChat {
             for (k, v) in &turn.extra {
@@ -993,7 +1016,8 @@ impl Upstream for ChatUpstream {
         Value::Object(body)
     }
 
-    fn parser(&self, content_type: &str) -> Box<dyn StreamParser> {
+    /// A parser for the agent's response body with the given content type.
+    pub fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser> {
         if content_type
             .to_ascii_lowercase()
             .contains("text/event-stream")
@@ -1467,6 +1491,7 @@ mod tests {
             session_id: "s1".into(),
             model: "gpt-test".into(),
             created_at: 1_700_000_000,
+            client: Value::Null,
         }
     }
 
@@ -2414,7 +2439,7 @@ mod tests {
     }
 
     fn run_parser(content_type: &str, pieces: &[&[u8]]) -> Vec<Output> {
-        let mut p = ChatUpstream.parser(content_type);
+        let mut p = ChatUpstream.body_parser(content_type);
         let mut out = Vec::new();
         for piece in pieces {
             out.extend(p.feed(piece));
@@ -2578,7 +2603,7 @@ mod tests {
         let mut body = String::new();
         body += &sse_chunk(json!({"content": "ok"}), Value::Null);
         body += &sse_chunk(json!({}), json!("stop"));
-        let mut p = ChatUpstream.parser("text/event-stream");
+        let mut p = ChatUpstream.body_parser("text/event-stream");
         assert_eq!(
             p.feed(body.as_bytes()),
             vec![

@@ -4,6 +4,8 @@
 //! committed log events back into each client surface's wire format. The session log's
 //! events are the common language, so any surface works in front of any upstream.
 
+pub mod a2a;
+pub mod adk;
 pub mod chat;
 pub mod item;
 pub mod projection;
@@ -17,15 +19,19 @@ pub mod usage;
 
 pub use item::{Block, Item};
 pub use projection::project;
-pub use surface::{RunInfo, StreamRenderer, Surface};
+pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, SessionRef, Tool, TurnRequest};
-pub use upstream::{Output, Protocol, StreamParser, Upstream};
+pub use upstream::{
+    AgentRequest, Output, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
+};
 
 /// The surface a client speaks (its request and response wire format).
 pub fn surface(protocol: Protocol) -> &'static dyn Surface {
     match protocol {
         Protocol::OpenAiChat => &chat::ChatSurface,
         Protocol::OpenAiResponses => &responses::ResponsesSurface,
+        Protocol::A2a => &a2a::A2aSurface,
+        Protocol::Adk => &adk::AdkSurface,
     }
 }
 
@@ -34,5 +40,7 @@ pub fn upstream(protocol: Protocol) -> &'static dyn Upstream {
     match protocol {
         Protocol::OpenAiChat => &chat::ChatUpstream,
         Protocol::OpenAiResponses => &responses::ResponsesUpstream,
+        Protocol::A2a => &a2a::A2aUpstream,
+        Protocol::Adk => &adk::AdkUpstream,
     }
 }

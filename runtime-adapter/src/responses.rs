@@ -11,7 +11,10 @@ use crate::responses_render::{run_hex, Renderer};
 use crate::sse::{SseFrame, SseParser};
 use crate::surface::{RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
-use crate::upstream::{Output, Protocol, StreamParser, Upstream};
+use crate::upstream::{AgentRequest, Output, Protocol, StreamParser, TurnCall, Upstream};
+
+/// Where the agent serves this protocol.
+const PATH: &str = "/v1/responses";
 
 pub struct ResponsesSurface;
 pub struct ResponsesUpstream;
@@ -580,7 +583,27 @@ impl Upstream for ResponsesUpstream {
         Protocol::OpenAiResponses
     }
 
-    fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value {
+    fn request(&self, call: &TurnCall) -> AgentRequest {
+        AgentRequest::post(
+            PATH,
+            self.build_request(call.history, call.turn, call.default_model),
+        )
+    }
+
+    fn parser(&self, _call: &TurnCall, content_type: &str) -> Box<dyn StreamParser> {
+        self.body_parser(content_type)
+    }
+}
+
+impl ResponsesUpstream {
+    /// JSON body of the agent request: `history` (the projection) followed by the turn's
+    /// new input, always streaming, never naming a stored conversation.
+    pub fn build_request(
+        &self,
+        history: &[Item],
+        turn: &TurnRequest,
+        default_model: &str,
+    ) -> Value {
         let input: Vec<Value> = history
             .iter()
             .chain(&turn.input)
@@ -627,7 +650,8 @@ impl Upstream for ResponsesUpstream {
         body
     }
 
-    fn parser(&self, content_type: &str) -> Box<dyn StreamParser> {
+    /// A parser for the agent's response body with the given content type.
+    pub fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser> {
         let sse = content_type
             .to_ascii_lowercase()
             .contains("text/event-stream");
@@ -921,6 +945,7 @@ mod tests {
             session_id: "sess-1".into(),
             model: "my-agent".into(),
             created_at: 1_700_000_000,
+            client: Value::Null,
         }
     }
 
@@ -2060,7 +2085,7 @@ mod tests {
     }
 
     fn parse_stream(body: &str, chunk: usize) -> Vec<Output> {
-        let mut p = ResponsesUpstream.parser("text/event-stream; charset=utf-8");
+        let mut p = ResponsesUpstream.body_parser("text/event-stream; charset=utf-8");
         let mut out: Vec<Output> = body
             .as_bytes()
             .chunks(chunk)
@@ -2263,7 +2288,7 @@ mod tests {
                  "content": [{"type": "output_text", "text": "Hello", "annotations": []}]},
             ],
             "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}});
-        let mut p = ResponsesUpstream.parser("application/json");
+        let mut p = ResponsesUpstream.body_parser("application/json");
         let bytes = body.to_string();
         let (a, b) = bytes.as_bytes().split_at(10);
         assert!(p.feed(a).is_empty());
@@ -2279,7 +2304,7 @@ mod tests {
             ]
         );
 
-        let mut p = ResponsesUpstream.parser("application/json");
+        let mut p = ResponsesUpstream.body_parser("application/json");
         p.feed(br#"{"error": {"message": "Invalid model", "type": "invalid_request_error", "code": "model_not_found"}}"#);
         assert_eq!(
             p.finish(),
@@ -2289,7 +2314,7 @@ mod tests {
             }]
         );
 
-        let mut p = ResponsesUpstream.parser("text/html");
+        let mut p = ResponsesUpstream.body_parser("text/html");
         p.feed(b"<html>bad gateway</html>");
         assert!(
             matches!(&p.finish()[..], [Output::Error { code, .. }] if code == "invalid_upstream_response")

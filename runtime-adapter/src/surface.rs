@@ -2,10 +2,11 @@
 //! rendering committed log events back in the client's own wire format.
 
 use serde_json::Value;
-use session_log::Event;
+use session_log::{Event, EventType, RunStatus};
 
 use crate::sse::SseFrame;
 use crate::turn::{InputError, TurnRequest};
+use crate::upstream::AgentRequest;
 
 /// What a renderer needs to know about the run it renders.
 #[derive(Clone, Debug)]
@@ -15,6 +16,64 @@ pub struct RunInfo {
     pub model: String,
     /// Unix seconds.
     pub created_at: i64,
+    /// What the surface kept from the client's request to answer it in kind (an A2A
+    /// JSON-RPC id and protocol version); `Null` when it needs nothing.
+    pub client: Value,
+}
+
+/// A client request to a path the surface claims, with its body read.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientRequest<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub headers: &'a [(&'a str, &'a str)],
+    pub body: &'a [u8],
+    /// The authenticated account.
+    pub account_id: &'a str,
+}
+
+impl ClientRequest<'_> {
+    /// A header's value (names compare case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+}
+
+/// What a claimed client request asks the gateway to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Route {
+    /// Start a run.
+    Run(TurnRequest),
+    /// Replay the run the agent knows as `agent_ref` from the log after `after_seq`,
+    /// then follow it live to its end. `client` becomes `RunInfo::client`.
+    Subscribe {
+        agent_ref: String,
+        after_seq: Option<i64>,
+        client: Value,
+    },
+    /// Cancel the run the agent knows as `agent_ref` (the agent is told by the run's
+    /// adapter), then answer with `Surface::snapshot`. When Tether has no such run,
+    /// `fallback` goes to the agent as is.
+    Cancel {
+        agent_ref: String,
+        client: Value,
+        fallback: AgentRequest,
+    },
+    /// Answer with the run's `Surface::snapshot` from the log; `fallback` goes to the
+    /// agent when Tether has no such run.
+    Get {
+        agent_ref: String,
+        client: Value,
+        fallback: AgentRequest,
+    },
+    /// Send to the agent and relay its answer (through `Surface::rewrite_forwarded`).
+    Forward(AgentRequest),
+    /// Answer at once with this status and JSON body.
+    Reply { status: u16, body: Value },
 }
 
 /// Renders a run's committed events as SSE frames. Every frame carries `id: <seq>` of the
@@ -27,6 +86,28 @@ pub trait StreamRenderer: Send {
 }
 
 pub trait Surface: Send + Sync {
+    /// Whether the surface answers this method and path (decided before the body is
+    /// read). The OpenAI surfaces are routed by the gateway itself and claim nothing.
+    fn claims(&self, _method: &str, _path: &str) -> bool {
+        false
+    }
+
+    /// What a claimed request asks for.
+    fn route(&self, req: &ClientRequest) -> Route {
+        match self.parse_request(req.body, req.header("x-session-id")) {
+            Ok(turn) => Route::Run(turn),
+            Err(e) => Route::Reply {
+                status: 400,
+                body: self.error_body(
+                    &e.message,
+                    "invalid_request_error",
+                    e.param.as_deref(),
+                    Some(e.code),
+                ),
+            },
+        }
+    }
+
     /// Parses a request body (`session_header` is the `x-session-id` request header).
     fn parse_request(
         &self,
@@ -38,6 +119,32 @@ pub trait Surface: Send + Sync {
 
     /// The whole non-streaming response body for a finished run's events.
     fn final_body(&self, run: &RunInfo, events: &[Event]) -> Value;
+
+    /// Status and body answering a non-streaming run whose events end with its terminal
+    /// status: the final body when it completed, otherwise a 502 naming the error.
+    fn final_response(&self, run: &RunInfo, events: &[Event]) -> (u16, Value) {
+        let terminal = events.last().and_then(|e| e.run_status());
+        if terminal == Some(RunStatus::Completed) {
+            return (200, self.final_body(run, events));
+        }
+        let (code, message) = run_error(events, terminal);
+        (
+            502,
+            self.error_body(&message, "upstream_error", None, Some(&code)),
+        )
+    }
+
+    /// A run's state as the client's protocol shows it (A2A `Task`), from its events so
+    /// far, for `Route::Get` and `Route::Cancel`.
+    fn snapshot(&self, run: &RunInfo, events: &[Event]) -> Value {
+        self.final_body(run, events)
+    }
+
+    /// The body of a forwarded request's answer as the client should see it (the agent's
+    /// addresses replaced by `public_url`, Tether's scoping of ids undone).
+    fn rewrite_forwarded(&self, _req: &ClientRequest, _public_url: &str, body: Value) -> Value {
+        body
+    }
 
     /// The surface's error body (`{"error": {"message", "type", "param", "code"}}`).
     fn error_body(
@@ -55,4 +162,27 @@ pub trait Surface: Send + Sync {
 
     /// The run id behind a client-visible response id, if it is one of ours.
     fn run_id(&self, response_id: &str) -> Option<String>;
+}
+
+/// The error code and message of a run that did not complete: its last `error` event, or
+/// its terminal status.
+pub fn run_error(events: &[Event], terminal: Option<RunStatus>) -> (String, String) {
+    events
+        .iter()
+        .rev()
+        .find(|e| e.event_type == EventType::Error)
+        .map(|e| {
+            let s = |k: &str| {
+                e.content
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            (s("code"), s("message"))
+        })
+        .unwrap_or_else(|| {
+            let status = terminal.map(|s| s.as_str()).unwrap_or("failed");
+            (status.to_owned(), format!("the run ended as {status}"))
+        })
 }

@@ -2,6 +2,7 @@
 //! projection plus the new turn, and parsing its response into `Output`s.
 
 use serde_json::Value;
+use session_log::Event;
 
 use crate::item::Item;
 use crate::turn::TurnRequest;
@@ -12,6 +13,10 @@ pub enum Protocol {
     OpenAiChat,
     /// `POST /v1/responses`
     OpenAiResponses,
+    /// A2A (Agent2Agent), JSON-RPC and HTTP+JSON transports, v0.3 and v1.0.
+    A2a,
+    /// Google ADK's `api_server` REST API (`/run`, `/run_sse`, `/apps/…/sessions`).
+    Adk,
 }
 
 impl Protocol {
@@ -19,6 +24,8 @@ impl Protocol {
         match s {
             "openai-chat" => Some(Protocol::OpenAiChat),
             "openai-responses" => Some(Protocol::OpenAiResponses),
+            "a2a" => Some(Protocol::A2a),
+            "adk" => Some(Protocol::Adk),
             _ => None,
         }
     }
@@ -27,15 +34,15 @@ impl Protocol {
         match self {
             Protocol::OpenAiChat => "openai-chat",
             Protocol::OpenAiResponses => "openai-responses",
+            Protocol::A2a => "a2a",
+            Protocol::Adk => "adk",
         }
     }
 
-    /// The client path this protocol is served at.
-    pub fn path(self) -> &'static str {
-        match self {
-            Protocol::OpenAiChat => "/v1/chat/completions",
-            Protocol::OpenAiResponses => "/v1/responses",
-        }
+    /// Whether the agent is stateless and gets the whole history on every turn (the
+    /// OpenAI APIs), rather than keeping the conversation itself (A2A, ADK).
+    pub fn sends_history(self) -> bool {
+        matches!(self, Protocol::OpenAiChat | Protocol::OpenAiResponses)
     }
 }
 
@@ -52,11 +59,105 @@ pub enum Output {
         code: String,
         message: String,
     },
+    /// A transcript item with metadata recorded beside it (the agent's own ids or author,
+    /// which a later restore needs).
+    ItemWith(Item, Value),
+    /// One event in the agent's own protocol (an A2A task, status or artifact update, an
+    /// ADK event), recorded verbatim as an `agent_event`; a surface that speaks the agent's
+    /// protocol renders it back as it came.
+    Frame(Value),
+    /// The agent's own handle for this run (an A2A task id): cancel requests name it, and
+    /// clients find the run by it.
+    AgentRef(String),
     /// The agent said the turn is complete (`finish_reason`, `[DONE]` or
     /// `response.completed`). `usage` is the agent's token usage, when given.
     Done {
         usage: Option<Value>,
     },
+}
+
+/// One HTTP request to the agent, below the agent's base URL. The gateway adds the host,
+/// content type and length, its `x-account-id`, and the configured upstream headers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentRequest {
+    pub method: &'static str,
+    /// Path and query, starting with `/`.
+    pub path: String,
+    /// Headers of the protocol's own (`A2A-Version`, `Accept`).
+    pub headers: Vec<(String, String)>,
+    /// A JSON body.
+    pub body: Option<Value>,
+}
+
+impl AgentRequest {
+    pub fn post(path: impl Into<String>, body: Value) -> Self {
+        AgentRequest {
+            method: "POST",
+            path: path.into(),
+            headers: Vec::new(),
+            body: Some(body),
+        }
+    }
+
+    pub fn get(path: impl Into<String>) -> Self {
+        AgentRequest {
+            method: "GET",
+            path: path.into(),
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// What an adapter knows when it calls the agent for one turn.
+#[derive(Clone, Copy, Debug)]
+pub struct TurnCall<'a> {
+    pub account_id: &'a str,
+    pub session_id: &'a str,
+    pub run_id: &'a str,
+    /// The session's projection before this turn's input.
+    pub history: &'a [Item],
+    /// The session's transcript and `run_status` events before this turn, for what the
+    /// adapter recorded earlier in their metadata (`agent_ref` on terminal statuses, an
+    /// item's author).
+    pub events: &'a [Event],
+    pub turn: &'a TurnRequest,
+    pub default_model: &'a str,
+}
+
+impl TurnCall<'_> {
+    /// The agent's handle for the latest earlier run that reported one.
+    pub fn last_agent_ref(&self) -> Option<&str> {
+        self.events
+            .iter()
+            .rev()
+            .find_map(|e| e.metadata.get("agent_ref").and_then(Value::as_str))
+    }
+}
+
+/// Whether the agent still knows the session, asked before the turn is sent.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Probe {
+    /// Nothing to ask: send the turn (a restore may still follow a "forgot" answer).
+    Skip,
+    /// Send this first; `Upstream::forgot` judges the answer.
+    Ask(AgentRequest),
+    /// The agent cannot know the session (there is history but no handle): restore.
+    Restore,
+}
+
+/// How to put a session back into an agent that forgot it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Restore {
+    /// Sent in order before the turn; each must succeed.
+    pub before: Vec<AgentRequest>,
+    /// The turn's request to send after them.
+    pub request: AgentRequest,
 }
 
 /// Parses one upstream response body, fed in arbitrary chunks.
@@ -71,11 +172,33 @@ pub trait StreamParser: Send {
 pub trait Upstream: Send + Sync {
     fn protocol(&self) -> Protocol;
 
-    /// JSON body of the agent request: `history` (the projection) followed by the turn's
-    /// new input, always streaming, never naming a stored conversation.
-    fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value;
+    /// The turn's request to the agent. A stateless agent (OpenAI) gets the projection
+    /// followed by the new input, streaming, never naming a stored conversation; a
+    /// stateful one (A2A, ADK) gets the client's request, addressed to the session.
+    fn request(&self, call: &TurnCall) -> AgentRequest;
 
     /// A parser for the agent's response body with the given content type (SSE when it
     /// contains `text/event-stream`, otherwise one JSON document).
-    fn parser(&self, content_type: &str) -> Box<dyn StreamParser>;
+    fn parser(&self, call: &TurnCall, content_type: &str) -> Box<dyn StreamParser>;
+
+    /// Asked before the turn: does the agent still know the session?
+    fn probe(&self, _call: &TurnCall) -> Probe {
+        Probe::Skip
+    }
+
+    /// Whether this answer (the whole body, to the probe or to the turn's request) says
+    /// the agent no longer knows the session.
+    fn forgot(&self, _status: u16, _body: &[u8]) -> bool {
+        false
+    }
+
+    /// How to restore the session from its history; `None` when the protocol cannot.
+    fn restore(&self, _call: &TurnCall) -> Option<Restore> {
+        None
+    }
+
+    /// The request that tells the agent to stop the run it knows as `agent_ref`.
+    fn cancel(&self, _turn: &TurnRequest, _agent_ref: &str) -> Option<AgentRequest> {
+        None
+    }
 }

@@ -337,6 +337,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         session_id: started.session_id.clone(),
         model: started.model.clone(),
         created_at: chrono::Utc::now().timestamp(),
+        client: Value::Null,
     };
     let terminal = collected.last().and_then(Event::run_status);
     if terminal == Some(RunStatus::Completed) {

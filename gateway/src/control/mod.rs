@@ -149,6 +149,7 @@ async fn stream_resumed(
         session_id: run.session_id.clone(),
         model: run.model.clone(),
         created_at: chrono::Utc::now().timestamp(),
+        client: serde_json::Value::Null,
     };
     let query = session_log::EventQuery {
         after_seq: run.first_seq - 1,
@@ -228,16 +229,46 @@ async fn read_json(
 
 /// The control API's view of one log event.
 pub fn event_json(e: &session_log::Event) -> Value {
-    json!({
-        "EventId": format!("evt_{}_{}", e.session_id, e.seq),
-        "SessionId": e.session_id,
-        "SeqId": e.seq,
-        "RunId": e.run_id,
-        "InvocationId": e.invocation_id,
-        "EventType": e.event_type.as_str(),
-        "Role": e.role,
-        "Content": e.content,
-        "Metadata": e.metadata,
-        "Timestamp": e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-    })
+    serde_json::to_value(EventView::of(e)).unwrap_or(Value::Null)
+}
+
+/// An event as the control API shows it. Serialised straight from the event, without
+/// copying its content: a replay writes thousands of these per second.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct EventView<'a> {
+    event_id: String,
+    session_id: &'a str,
+    seq_id: i64,
+    run_id: &'a Option<String>,
+    invocation_id: &'a Option<String>,
+    event_type: &'static str,
+    role: &'a Option<String>,
+    content: &'a Value,
+    metadata: &'a Value,
+    timestamp: String,
+}
+
+impl<'a> EventView<'a> {
+    pub fn of(e: &'a session_log::Event) -> Self {
+        EventView {
+            event_id: format!("evt_{}_{}", e.session_id, e.seq),
+            session_id: &e.session_id,
+            seq_id: e.seq,
+            run_id: &e.run_id,
+            invocation_id: &e.invocation_id,
+            event_type: e.event_type.as_str(),
+            role: &e.role,
+            content: &e.content,
+            metadata: &e.metadata,
+            timestamp: e
+                .created_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        }
+    }
+
+    /// The JSON text of the event.
+    pub fn text(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }

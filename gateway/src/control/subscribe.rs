@@ -8,7 +8,7 @@ use runtime_adapter::sse::SseFrame;
 use session_log::{EventQuery, Subscription};
 use tokio::time::Instant;
 
-use super::{event_json, respond_envelope, ControlError};
+use super::{respond_envelope, ControlError, EventView};
 use crate::proxy::State;
 use crate::{respond, stream};
 
@@ -122,7 +122,7 @@ pub async fn handle(
     let deadline = Instant::now() + state.config.subscribe_timeout;
     let follows_one_run = params.invocation_id.is_some();
     let end = stream::pump(session, &mut events, Some(deadline), |event| {
-        let mut frames = vec![SseFrame::data(event_json(event).to_string()).with_id(event.seq)];
+        let mut frames = vec![SseFrame::data(EventView::of(event).text()).with_id(event.seq)];
         let last = follows_one_run && event.is_terminal();
         if last {
             frames.push(SseFrame::data("[DONE]").with_id(event.seq));
