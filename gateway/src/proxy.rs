@@ -944,7 +944,9 @@ pub async fn read_body(
 }
 
 /// Streams the run to the client until its terminal event, or until the client leaves
-/// (the run goes on without it).
+/// (the run goes on without it). The SSE header waits for the first frame: a run that
+/// fails before its surface has anything to show (an A2A or ADK agent refusing the turn)
+/// is answered with the surface's plain error response, as the agent itself would.
 async fn stream_run(
     session: &mut Session,
     surface: &dyn Surface,
@@ -952,14 +954,44 @@ async fn stream_run(
     events: &mut Subscription,
     headers: &[(&str, &str)],
 ) {
+    let mut renderer = surface.stream_renderer(info);
+    let mut held = Vec::new();
+    let mut watch_client = true;
+    let first = loop {
+        let event = match stream::next_event(session, events, &mut watch_client, None).await {
+            Ok(event) => event,
+            Err(stream::End::LogUnavailable) => break None,
+            Err(_) => return, // the client left; the run goes on
+        };
+        let step = render_step(&mut *renderer, &event);
+        held.push((*event).clone());
+        if step.last && event.run_status() != Some(session_log::RunStatus::Completed) {
+            let (status, body) = surface.final_response(info, &held);
+            let _ = respond::json(session, status, &body, headers).await;
+            return;
+        }
+        if !step.frames.is_empty() || step.last {
+            break Some(step);
+        }
+    };
     if respond::sse_start(session, headers).await.is_err() {
         return;
     }
-    let mut renderer = surface.stream_renderer(info);
-    let end = stream::pump(session, events, None, |event| {
-        render_step(&mut *renderer, event)
-    })
-    .await;
+    let end = match first {
+        Some(step) => {
+            if stream::write_frames(session, &step.frames, step.last).await.is_err() {
+                return;
+            }
+            if step.last {
+                return;
+            }
+            stream::pump(session, events, None, |event| {
+                render_step(&mut *renderer, event)
+            })
+            .await
+        }
+        None => stream::End::LogUnavailable,
+    };
     if end == stream::End::LogUnavailable {
         // Say so in the stream rather than hang; the client can resume from its last id.
         let body = surface.error_body(
