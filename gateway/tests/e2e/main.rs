@@ -4,6 +4,7 @@
 mod harness;
 
 mod accounts;
+mod agents;
 mod auth;
 mod bad_input;
 mod checkpoints;

@@ -1,0 +1,154 @@
+//! Interop with stateful agents: a real a2a-sdk agent and a real `adk api_server`, both
+//! keeping their sessions in memory, behind Tether. pytest (tests/interop/test_a2a.py,
+//! test_adk.py, with the official SDKs from the venv `tests/run` makes) owns the agent
+//! process: it starts it on the port Tether's `--upstream` names, kills and restarts it
+//! mid-conversation, and checks that the conversation survives through Tether only.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::auth::{auth_conf, KEY_A, KEY_B};
+use crate::harness::*;
+
+/// Longest a whole pytest file may take before it is stopped (it normally takes < 1 min).
+const PYTEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The venv's python, or `None` (a failure in CI) when the venv is missing.
+fn interop_python() -> Option<String> {
+    match std::env::var("TETHER_INTEROP_PYTHON") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TETHER_INTEROP_PYTHON must be set in CI (run tests/run)")
+        }
+        _ => {
+            eprintln!("TETHER_INTEROP_PYTHON is not set: skipping the A2A/ADK interop tests (run tests/run)");
+            None
+        }
+    }
+}
+
+/// Waits for pytest; past the deadline, SIGTERM (its handler kills the agent it started),
+/// then SIGKILL.
+fn wait_with_timeout(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < PYTEST_TIMEOUT {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+/// Runs one pytest file against Tether (`--protocol protocol`) in front of a fresh agent
+/// port, with the fake LLM as the agents' model. `keys`: the API keys of accounts A and B
+/// when `conf` turns authentication on.
+fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<(&str, &str)>) {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let llm = FakeAgent::start();
+    let agent_port = free_port();
+    let conf_arg = conf.map(Conf::arg);
+    let extra: Vec<&str> = match &conf_arg {
+        Some(path) => vec!["--conf", path],
+        None => vec![],
+    };
+    let tether = Tether::start(
+        &format!("http://127.0.0.1:{agent_port}"),
+        protocol,
+        &store.url,
+        &extra,
+    );
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let stdout = out_dir.path().join("stdout");
+    let stderr = out_dir.path().join("stderr");
+    let mut cmd = Command::new(&python);
+    cmd.args([
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-rfEs",
+        "--durations=0",
+        "--durations-min=0.5",
+        file,
+    ])
+    .current_dir(repo_root())
+    .env("TETHER_URL", tether.url())
+    .env("AGENT_PORT", agent_port.to_string())
+    .env("FAKE_LLM_URL", llm.url())
+    .env("TETHER_INTEROP_PYTHON", &python)
+    .env("PYTHONUNBUFFERED", "1")
+    .env_remove("TETHER_API_KEY")
+    .env_remove("TETHER_API_KEY_B")
+    .stdin(Stdio::null())
+    .stdout(std::fs::File::create(&stdout).unwrap())
+    .stderr(std::fs::File::create(&stderr).unwrap());
+    if let Some((a, b)) = keys {
+        cmd.env("TETHER_API_KEY", a).env("TETHER_API_KEY_B", b);
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("run pytest");
+    let status = wait_with_timeout(&mut child);
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let report = format!("{}\n{}", read(&stdout), read(&stderr));
+    eprintln!(
+        "{file} through tether ({protocol}) took {:.1}s:\n{}",
+        started.elapsed().as_secs_f64(),
+        tail(&report, 6000)
+    );
+    let log = tether.log_text();
+    assert!(
+        status.is_some(),
+        "pytest {file} timed out after {PYTEST_TIMEOUT:?}:\n{report}\n--- tether log ---\n{}",
+        tail(&log, 60_000)
+    );
+    assert!(
+        status.unwrap().success(),
+        "pytest {file} failed against tether ({protocol}):\n{report}\n--- tether log (tail) ---\n{}",
+        tail(&log, 60_000)
+    );
+    assert!(
+        !report.contains(" skipped") && report.contains(" passed"),
+        "no A2A/ADK interop test may skip:\n{report}"
+    );
+}
+
+/// tests/interop/test_a2a.py: the official a2a-sdk client (v0.3 and v1.0, streaming and
+/// not) and raw JSON-RPC; restore after an agent restart, card rewrite, cancel, resubscribe.
+#[test]
+fn a2a_sdk_through_tether_survives_agent_restarts() {
+    run_pytest("tests/interop/test_a2a.py", "a2a", None, None);
+}
+
+/// tests/interop/test_adk.py: `adk api_server` with in-memory sessions; restore after a
+/// restart through /run and /run_sse, and the account boundary with two API keys.
+#[test]
+fn adk_api_server_through_tether_survives_agent_restarts() {
+    let conf = auth_conf("");
+    run_pytest(
+        "tests/interop/test_adk.py",
+        "adk",
+        Some(&conf),
+        Some((KEY_A, KEY_B)),
+    );
+}

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""A real A2A agent (official a2a-sdk 1.3) that forgets everything when it restarts.
+
+Test fixture for Tether's A2A support. Built only from the SDK's own pieces:
+DefaultRequestHandler + InMemoryTaskStore + an AgentExecutor, served by uvicorn with the
+SDK's Starlette routes. The executor keeps each contextId's conversation in a
+process-global dict (memory only: a restart forgets it, which is the point) and, for
+every message, sends that whole history plus the new user text to an OpenAI-compatible
+LLM (tests/fake_agent.py) with `stream: true`, forwarding each delta as it arrives.
+
+    python tests/agents/a2a_agent.py --port N --llm http://127.0.0.1:P [--public-url URL]
+
+`--port 0` picks a free port; `READY <port>` is printed on stdout once listening.
+
+Served (one process, one port):
+  GET  /.well-known/agent-card.json  card; its URLs start with --public-url
+                                     (default http://127.0.0.1:PORT)
+  POST /                             JSON-RPC: v1.0 methods (SendMessage, ... with header
+                                     `A2A-Version: 1.0`) and v0.3 methods (message/send ...)
+  /rest/...                          HTTP+JSON: v1.0 (/rest/message:send, /rest/tasks/{id},
+                                     ...) and v0.3 (/rest/v1/message:send, ...)
+
+A task: status WORKING, then the answer as artifact-update chunks (artifact "answer", one
+per LLM delta, append=true after the first; each is sent when the next delta arrives, so
+the last can say lastChunk=true), then COMPLETED with the whole answer as the status
+message. A user text containing `slow:N:MS` is passed on as is, so fake_agent answers
+slowly and the task can be canceled mid-way; cancel emits CANCELED. An LLM failure
+(fake_agent's "error" trigger) ends the task FAILED with the error as the status message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import socket
+import sys
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+
+from a2a.helpers import new_task_from_user_message, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+)
+
+ARTIFACT_ID = "answer"
+REST_PREFIX = "/rest"
+
+# contextId -> [{"role": "user"|"assistant", "content": str}, ...]  (memory only)
+HISTORY: dict[str, list[dict]] = {}
+
+
+class LlmAgentExecutor(AgentExecutor):
+    """Answers each message by asking the LLM with the context's whole history."""
+
+    def __init__(self, llm_url: str):
+        self.llm_url = llm_url.rstrip("/") + "/v1/chat/completions"
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        user_text = context.get_user_input()
+        task = context.current_task
+        if task is None:
+            task = new_task_from_user_message(context.message)
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        await updater.start_work()
+
+        history = HISTORY.setdefault(task.context_id, [])
+        messages = history + [{"role": "user", "content": user_text}]
+        # Each delta is sent when the next one arrives, so the last can carry lastChunk.
+        answer, pending = "", None
+        try:
+            async for delta in self.llm_deltas(messages):
+                if pending is not None:
+                    await self.send_chunk(updater, pending, first=not answer, last=False)
+                    answer += pending
+                pending = delta
+        except httpx.HTTPError as error:  # the LLM failed or is unreachable: task FAILED
+            await updater.failed(updater.new_agent_message([new_text_part(f"LLM error: {error}")]))
+            return
+        await self.send_chunk(updater, pending or "", first=not answer, last=True)
+        answer += pending or ""
+        # Remembered only once the turn completed (a canceled turn is forgotten).
+        history += [
+            {"role": "user", "content": user_text},
+            {"role": "assistant", "content": answer},
+        ]
+        await updater.complete(updater.new_agent_message([new_text_part(answer)]))
+
+    @staticmethod
+    async def send_chunk(updater: TaskUpdater, text: str, first: bool, last: bool) -> None:
+        await updater.add_artifact(
+            [new_text_part(text)],
+            artifact_id=ARTIFACT_ID,
+            name=ARTIFACT_ID if first else None,
+            append=not first,
+            last_chunk=last,
+        )
+
+    async def llm_deltas(self, messages: list[dict]):
+        """Text deltas of a streamed Chat Completion, yielded as they arrive."""
+        body = {"model": "fake-model", "messages": messages, "stream": True}
+        async with httpx.AsyncClient(timeout=None) as client:
+            async with client.stream("POST", self.llm_url, json=body) as response:
+                response.raise_for_status()
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    for choice in json.loads(data).get("choices") or []:
+                        text = (choice.get("delta") or {}).get("content")
+                        if text:
+                            yield text
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        # The SDK cancels the running execute() right after this returns.
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        await updater.cancel()
+
+
+def agent_card(public_url: str) -> AgentCard:
+    base = public_url.rstrip("/")
+    # v1.0 first (what v1.0 clients pick); the 0.3 ones become the card's v0.3 `url` fields.
+    interfaces = [
+        AgentInterface(url=url, protocol_binding=binding, protocol_version=version)
+        for version in ("1.0", "0.3")
+        for binding, url in (("JSONRPC", base + "/"), ("HTTP+JSON", base + REST_PREFIX))
+    ]
+    return AgentCard(
+        name="Tether test A2A agent",
+        description="Answers from the conversation of its contextId, kept in memory only.",
+        version="1.0.0",
+        supported_interfaces=interfaces,
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[
+            AgentSkill(
+                id="chat",
+                name="Chat",
+                description="Remembers 'My project is named X'; answers 'What is my project named?'",
+                tags=["test"],
+                examples=["My project is named zebra42.", "What is my project named?"],
+            )
+        ],
+    )
+
+
+def build_app(llm_url: str, public_url: str) -> Starlette:
+    card = agent_card(public_url)
+    handler = DefaultRequestHandler(
+        agent_executor=LlmAgentExecutor(llm_url),
+        task_store=InMemoryTaskStore(),
+        agent_card=card,
+    )
+    routes = []
+    routes += create_agent_card_routes(card)  # first: the REST tenant mount is a catch-all
+    routes += create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
+    routes += create_rest_routes(handler, enable_v0_3_compat=True, path_prefix=REST_PREFIX)
+    return Starlette(routes=routes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--llm", required=True, help="fake LLM base URL, e.g. http://127.0.0.1:P")
+    parser.add_argument("--public-url", help="base URL named in the agent card")
+    args = parser.parse_args()
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    port = sock.getsockname()[1]
+    public_url = args.public_url or f"http://127.0.0.1:{port}"
+
+    config = uvicorn.Config(build_app(args.llm, public_url), log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+
+    async def serve() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            print(f"READY {port}", flush=True)
+        await task
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

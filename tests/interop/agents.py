@@ -1,0 +1,369 @@
+"""Shared helpers for the A2A and ADK interop tests: the agent processes and Tether's log.
+
+The agents under test keep everything in memory, so "restart" is the whole point: each
+helper starts a real agent process on a fixed port (the one Tether's `--upstream` names),
+kills it (SIGKILL, losing what it held) and starts it again on the same port.
+
+Environment (set by gateway/tests/e2e/agents.rs):
+  AGENT_PORT      the port the agent must listen on (Tether's upstream)
+  FAKE_LLM_URL    base URL of tests/fake_agent.py, the agents' LLM (http://127.0.0.1:P;
+                  a trailing /v1 is accepted)
+  TETHER_URL      Tether's base URL
+  TETHER_API_KEY  / TETHER_API_KEY_B: callers' API keys when Tether requires them
+
+Each agent runs in its own process group (start_new_session), so kill() reaches every
+process it forked; anything still running when the interpreter exits is killed too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+AGENTS_DIR = REPO / "tests" / "agents"
+START_TIMEOUT = 60.0
+
+_live: set["AgentProcess"] = set()
+
+
+def env(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
+
+def fake_llm_base() -> str:
+    url = env("FAKE_LLM_URL").rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def missing_env(*names: str) -> list[str]:
+    return [n for n in names if not env(n)]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+class AgentProcess:
+    """One agent process on a fixed port; restart() brings up a fresh one on that port."""
+
+    name = "agent"
+
+    def __init__(self, port: int):
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+        self.log_path = Path(tempfile.mkstemp(prefix=f"tether-{self.name}-", suffix=".log")[1])
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # ---- what a subclass says -----------------------------------------------------------
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict:
+        return dict(os.environ)
+
+    def wait_ready(self, deadline: float) -> None:
+        raise NotImplementedError
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> "AgentProcess":
+        assert self.proc is None, f"{self.name} already running"
+        wait_for(lambda: port_is_free(self.port), 10, f"port {self.port} to be free for {self.name}")
+        with open(self.log_path, "a") as log:
+            log.write(f"\n===== start #{self.starts + 1}: {' '.join(self.command())}\n")
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=REPO,
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                text=True,
+            )
+        _live.add(self)
+        self.starts += 1
+        try:
+            self.wait_ready(time.monotonic() + START_TIMEOUT)
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: everything the agent held in memory is gone."""
+        proc, self.proc = self.proc, None
+        _live.discard(self)
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, chars: int = 4000, since: int = 0) -> str:
+        """The end of the agent's stderr (all its starts), from byte `since` on."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                return f.read().decode(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def ensure_running(self) -> "AgentProcess":
+        """Starts the agent unless it runs (e.g. a failed test left it killed)."""
+        if not self.alive():
+            self.kill()
+            self.start()
+        return self
+
+    def _check_running(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(
+                f"{self.name} exited with {self.proc.returncode} while starting:\n{self.log_tail()}"
+            )
+
+
+class A2aAgent(AgentProcess):
+    """tests/agents/a2a_agent.py (a2a-sdk, in-memory task store and histories)."""
+
+    name = "a2a-agent"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            str(AGENTS_DIR / "a2a_agent.py"),
+            "--port",
+            str(self.port),
+            "--llm",
+            fake_llm_base(),
+        ]
+
+    def wait_ready(self, deadline: float) -> None:
+        # The fixture prints `READY <port>` once uvicorn listens; read it off the main thread
+        # so a hung process cannot hang the test past the deadline.
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(max(0.0, deadline - time.monotonic()))
+        self._check_running()
+        if not line or not line[0].startswith("READY"):
+            raise RuntimeError(f"{self.name} did not print READY: {line!r}\n{self.log_tail()}")
+
+
+class AdkAgent(AgentProcess):
+    """`adk api_server --session_service_uri memory://` serving tests/agents (app adk_agent)."""
+
+    name = "adk-agent"
+
+    def command(self) -> list[str]:
+        adk = Path(sys.executable).with_name("adk")
+        return [
+            str(adk),
+            "api_server",
+            "--session_service_uri",
+            "memory://",
+            "--artifact_service_uri",
+            "memory://",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            str(AGENTS_DIR),
+        ]
+
+    def environment(self) -> dict:
+        return {**os.environ, "FAKE_LLM_URL": fake_llm_base() + "/v1"}
+
+    def wait_ready(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._check_running()
+            try:
+                if httpx.get(f"{self.url}/list-apps", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not answer /list-apps in time:\n{self.log_tail()}")
+
+
+def wait_for(ready, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _kill_all(*_args) -> None:
+    for agent in list(_live):
+        agent.kill()
+
+
+atexit.register(_kill_all)
+
+
+def _on_term(signum, _frame) -> None:
+    _kill_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+for _sig in (signal.SIGTERM, signal.SIGHUP):
+    try:
+        signal.signal(_sig, _on_term)
+    except (ValueError, OSError):  # not the main thread: atexit still covers normal exits
+        pass
+
+
+# ---- Tether's side ----------------------------------------------------------------------
+
+
+def tether_url() -> str:
+    return env("TETHER_URL").rstrip("/")
+
+
+def auth_headers(key: str | None = None) -> dict:
+    key = key if key is not None else env("TETHER_API_KEY")
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
+def control(action: str, body: dict, key: str | None = None) -> httpx.Response:
+    return httpx.post(
+        f"{tether_url()}/agentengine/api/v1/{action}",
+        json=body,
+        headers=auth_headers(key),
+        timeout=30,
+    )
+
+
+def session_events(session_id: str, key: str | None = None) -> list[dict]:
+    """Every event of one session in Tether's log (ListSessionEvents, paged)."""
+    events: list[dict] = []
+    while True:
+        r = control(
+            "ListSessionEvents",
+            {"SessionId": session_id, "Offset": events[-1]["SeqId"] if events else 0, "Limit": 500},
+            key,
+        )
+        assert r.status_code == 200, f"ListSessionEvents {session_id}: {r.status_code} {r.text}"
+        page = r.json()["Data"]["Events"]
+        events += page
+        if len(page) < 500:
+            return events
+
+
+def describe(events: list[dict]) -> str:
+    """A compact listing of log events for assertion messages."""
+    lines = []
+    for e in events:
+        content = str(e.get("Content"))
+        lines.append(
+            f"  {e.get('SeqId')} {e.get('EventType')} role={e.get('Role')} "
+            f"run={e.get('RunId')} inv={e.get('InvocationId')} {content[:160]}"
+        )
+    return "\n".join(lines)
+
+
+def terminal_statuses(events: list[dict], invocation_id: str | None = None) -> list[str]:
+    terminal = {"completed", "failed", "cancelled", "interrupted"}
+    return [
+        e["Content"]["status"]
+        for e in events
+        if e["EventType"] == "run_status"
+        and isinstance(e.get("Content"), dict)
+        and e["Content"].get("status") in terminal
+        and (invocation_id is None or e.get("InvocationId") == invocation_id)
+    ]
+
+
+def wait_terminal(session_id: str, invocation_id: str | None, key: str | None = None, timeout: float = 30) -> list[dict]:
+    """The session's log once the invocation (or every run) has a terminal run_status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        events = session_events(session_id, key)
+        if terminal_statuses(events, invocation_id):
+            return events
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no terminal run_status for {invocation_id} in:\n{describe(events)}")
+        time.sleep(0.1)
+
+
+def llm_requests() -> list[dict]:
+    """Every request the fake LLM received (its /_requests record)."""
+    return httpx.get(f"{fake_llm_base()}/_requests", timeout=10).json()
+
+
+# ---- raw SSE ----------------------------------------------------------------------------
+
+
+class SseEvent(dict):
+    """One server-sent event: `id`, `event` (None when absent) and `data` (lines joined)."""
+
+    @property
+    def json(self):
+        import json
+
+        return json.loads(self["data"])
+
+
+def sse_events(source: "httpx.Response | str"):
+    """The events of a streamed httpx response as they arrive, or of a whole SSE body
+    (comments skipped)."""
+    lines = source.splitlines() if isinstance(source, str) else source.iter_lines()
+    event: dict = {"id": None, "event": None, "data": None}
+    for line in lines:
+        if line == "":
+            if event["data"] is not None:
+                yield SseEvent(event)
+            event = {"id": None, "event": None, "data": None}
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "data":
+            event["data"] = value if event["data"] is None else event["data"] + "\n" + value
+        elif field in ("id", "event"):
+            event[field] = value
+    if event["data"] is not None:
+        yield SseEvent(event)
