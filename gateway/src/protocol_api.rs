@@ -7,8 +7,8 @@ use std::time::Duration;
 use pingora::proxy::Session;
 use pingora::Result;
 use runtime_adapter::{AgentRequest, ClientRequest, Route, RunInfo, Surface};
-use serde_json::Value;
-use session_log::{Event, EventQuery, Invocation, Subscription};
+use serde_json::{json, Value};
+use session_log::{Event, EventQuery, EventType, Invocation, NewEvent, Subscription};
 use tokio::time::Instant;
 
 use crate::core::on_core;
@@ -280,6 +280,11 @@ async fn forward(
             return e.send(session, surface, &[]).await;
         }
     };
+    if (200..300).contains(&status) {
+        if let Some(session_id) = surface.deletes_session(client) {
+            forget_history(state, client.account_id, &session_id).await;
+        }
+    }
     let json = content_type.contains("json");
     match serde_json::from_slice::<Value>(&body) {
         Ok(value) if json => {
@@ -288,6 +293,28 @@ async fn forward(
             respond::json(session, status, &value, &[]).await
         }
         _ => respond::bytes(session, status, &content_type, body).await,
+    }
+}
+
+/// Cuts a session's history where the client deleted it at the agent: a compaction
+/// marker without a summary hides everything before it from the projection (the events
+/// stay in the log for audit).
+async fn forget_history(state: &State, account_id: &str, session_id: &str) {
+    let known = matches!(
+        state.store.session(account_id, session_id).await,
+        Ok(Some(_))
+    );
+    if !known {
+        return;
+    }
+    let marker = NewEvent::new(
+        account_id,
+        session_id,
+        EventType::Compaction,
+        json!({ "reason": "session_deleted" }),
+    );
+    if let Err(error) = state.writer.append(vec![marker]).await {
+        tracing::warn!(%error, account_id, session_id, "could not record a deleted session");
     }
 }
 

@@ -140,6 +140,13 @@ pub trait Surface: Send + Sync {
         self.final_body(run, events)
     }
 
+    /// The session a forwarded request deletes at the agent (ADK `DELETE …/sessions/{id}`),
+    /// if it is one. Once the agent confirms, Tether cuts the session's history, so a
+    /// later turn on that id is not restored into a session the client deleted.
+    fn deletes_session(&self, _req: &ClientRequest) -> Option<String> {
+        None
+    }
+
     /// The body of a forwarded request's answer as the client should see it (the agent's
     /// addresses replaced by `public_url`, Tether's scoping of ids undone).
     fn rewrite_forwarded(&self, _req: &ClientRequest, _public_url: &str, body: Value) -> Value {
