@@ -838,7 +838,8 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
     let mut request = upstream.request(&call);
     if let Some(reason) = forgot {
         match restore(&runs, &run, &call, reason).await {
-            Ok(r) => request = r,
+            Ok(Some(r)) => request = r,
+            Ok(None) => {}
             Err(outcome) => return outcome,
         }
         restored = true;
@@ -875,13 +876,18 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
         if !broken {
             runs.agent.release(response).await;
         }
-        if !upstream.forgot(status, &body) {
-            recorder.record(parser.feed(&body)).await;
-            recorder.record(parser.finish()).await;
-            return recorder.outcome(status, None);
-        }
-        let request = match restore(&runs, &run, &call, "agent_forgot").await {
-            Ok(r) => r,
+        let restored = match upstream.forgot(status, &body) {
+            true => restore(&runs, &run, &call, "agent_forgot").await,
+            false => Ok(None),
+        };
+        let request = match restored {
+            Ok(Some(request)) => request,
+            // Not forgotten, or nothing to restore: the agent's answer stands.
+            Ok(None) => {
+                recorder.record(parser.feed(&body)).await;
+                recorder.record(parser.finish()).await;
+                return recorder.outcome(status, None);
+            }
             Err(outcome) => return outcome,
         };
         response = match runs.agent.send(&request, &run.account_id).await {
@@ -910,15 +916,16 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
 }
 
 /// Puts the session back into an agent that forgot it: sends the adapter's restore
-/// requests, records that it did, and returns the turn's request to send next.
+/// requests, records that it did, and returns the turn's request to send next; `None`
+/// when the adapter has nothing to restore.
 async fn restore(
     runs: &Runs,
     run: &StartedRun,
     call: &TurnCall<'_>,
     reason: &str,
-) -> Result<AgentRequest, Outcome> {
+) -> Result<Option<AgentRequest>, Outcome> {
     let Some(plan) = runs.upstream.restore(call) else {
-        return Ok(runs.upstream.request(call));
+        return Ok(None);
     };
     for request in &plan.before {
         match runs
@@ -956,7 +963,7 @@ async fn restore(
     if let Err(e) = runs.writer.submit(vec![note]).await {
         return Err(Outcome::failed("internal_error", e.to_string()));
     }
-    Ok(plan.request)
+    Ok(Some(plan.request))
 }
 
 /// How much of an agent answer Tether reads when it only needs to judge it (a probe, a

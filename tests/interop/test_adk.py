@@ -200,6 +200,42 @@ def test_unknown_session_is_a_404_like_adk_says(agent, mode):
     assert "Session not found" in json.loads(through[2]).get("detail", ""), through
 
 
+def test_a_session_deleted_through_tether_is_not_restored(agent):
+    """A session the client deletes stays deleted: a later /run on its id gets ADK's own 404
+    (Tether has the history, but must not bring back what the client deleted)."""
+    adk, user, session = Adk(tether_url(), key_a()), "u1", new_session()
+    assert adk.create(user, session).status_code == 200
+    assert adk.turn("run", user, session, FIRST) == FIRST_ANSWER
+
+    r = httpx.delete(f"{adk.sessions_url(user)}/{session}", headers=adk.headers, timeout=30)
+    assert r.status_code in (200, 204), f"DELETE through Tether: {r.status_code} {r.text}"
+    assert adk.get(user, session).status_code == 404
+
+    through = adk.run(user, session, SECOND)
+    # ADK itself, asked for a session it does not have under that id.
+    direct = Adk(agent.url, None).run(user, session, SECOND)
+    assert direct.status_code == 404, direct.text
+
+    def answer(r: httpx.Response) -> tuple:
+        return r.status_code, r.headers.get("content-type", "").split(";")[0], r.json()
+
+    assert answer(through) == answer(direct), f"ADK says {direct.text}, Tether says {through.text}"
+    assert through.json()["detail"] == f"Session not found: {session}", through.text
+
+    events = session_events(session)
+    cuts = [
+        e["SeqId"]
+        for e in events
+        if e["EventType"] == "compaction" and (e.get("Content") or {}).get("reason") == "session_deleted"
+    ]
+    assert len(cuts) == 1, f"expected one session_deleted marker in {session}:\n{describe(events)}"
+    after = [e for e in events if e["SeqId"] > cuts[0]]
+    assert any(e["EventType"] == "run_status" for e in after), describe(events)
+    assert not any(e["EventType"] == "session_restore" for e in after), (
+        f"the deleted session was restored:\n{describe(events)}"
+    )
+
+
 # ---- 7. account binding ---------------------------------------------------------------------
 
 
