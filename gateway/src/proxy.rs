@@ -979,7 +979,10 @@ async fn stream_run(
     }
     let end = match first {
         Some(step) => {
-            if stream::write_frames(session, &step.frames, step.last).await.is_err() {
+            if stream::write_frames(session, &step.frames, step.last)
+                .await
+                .is_err()
+            {
                 return;
             }
             if step.last {
