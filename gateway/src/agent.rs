@@ -55,6 +55,16 @@ impl AgentResponse {
             .await
             .map_err(|e| AgentError::Io(e.to_string()))
     }
+
+    /// The rest of the body, of which the first `cap` bytes are kept.
+    pub async fn read_to_end(&mut self, cap: usize) -> Result<Vec<u8>, AgentError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = self.chunk().await? {
+            let room = cap.saturating_sub(body.len());
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+        Ok(body)
+    }
 }
 
 impl Agent {
@@ -176,7 +186,7 @@ impl Agent {
         })
     }
 
-    /// Sends `request` and reads the whole answer, up to `cap` bytes (the rest is cut).
+    /// Sends `request` and reads the whole answer, keeping its first `cap` bytes.
     pub async fn exchange(
         &self,
         request: &AgentRequest,
@@ -184,14 +194,7 @@ impl Agent {
         cap: usize,
     ) -> Result<(u16, String, Vec<u8>), AgentError> {
         let mut response = self.send(request, account_id).await?;
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await? {
-            if body.len() + chunk.len() > cap {
-                body.extend_from_slice(&chunk[..cap - body.len()]);
-                return Ok((response.status, response.content_type, body));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body = response.read_to_end(cap).await?;
         let (status, content_type) = (response.status, response.content_type.clone());
         self.release(response).await;
         Ok((status, content_type, body))

@@ -860,22 +860,16 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
     // An agent that answers the turn with "I do not know this session" gets it back once.
     if !restored && !(200..300).contains(&response.status) {
         let status = response.status;
-        let mut body = Vec::new();
-        let mut broken = false;
-        loop {
-            match response.chunk().await {
-                Ok(Some(chunk)) if body.len() < AGENT_ANSWER_CAP => body.extend_from_slice(&chunk),
-                Ok(Some(_)) => {}
-                Ok(None) => break,
-                Err(_) => {
-                    broken = true;
-                    break;
-                }
+        let body = match response.read_to_end(AGENT_ANSWER_CAP).await {
+            Ok(body) => {
+                runs.agent.release(response).await;
+                body
             }
-        }
-        if !broken {
-            runs.agent.release(response).await;
-        }
+            Err(_) => {
+                let message = format!("the agent answered HTTP {status}");
+                return Outcome::failed("agent_error", message);
+            }
+        };
         let restored = match upstream.forgot(status, &body) {
             true => restore(&runs, &run, &call, "agent_forgot").await,
             false => Ok(None),
