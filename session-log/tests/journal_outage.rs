@@ -367,3 +367,147 @@ async fn a_run_claimed_during_an_outage_reaches_postgres_once() {
     let lease = pg.lease("acct", "inv_3").await.unwrap().unwrap();
     assert!(lease.live);
 }
+
+/// An invocation of session `session` opened (`in_progress`) as `inv`.
+fn opened_by(session: &str, inv: &str, s: RunStatus) -> NewEvent {
+    NewEvent::new(
+        "acct",
+        session,
+        EventType::RunStatus,
+        run_status_content(s, None),
+    )
+    .in_run("run_1", inv)
+}
+
+/// The agent's handles for runs (A2A task ids) set while PostgreSQL is down are found at
+/// once from the journal, and reach PostgreSQL after the sessions are backfilled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_refs_survive_an_outage() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let config = JournalConfig {
+        append_timeout: Duration::from_secs(1),
+        probe_every: Duration::from_secs(600), // recovery only by recover_now
+        backfill_timeout: Duration::from_secs(5),
+    };
+    let store = journal::open(&cluster.url(), &journal_path, config.clone())
+        .await
+        .unwrap();
+
+    store
+        .append(&[opened_by("s1", "inv_a", RunStatus::InProgress)])
+        .await
+        .unwrap();
+    store
+        .set_agent_ref("acct", "inv_a", "task-a")
+        .await
+        .unwrap();
+    let a = store
+        .invocation_by_agent_ref("acct", "task-a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.invocation_id, "inv_a");
+
+    cluster.down();
+    // Found out by the handle write itself.
+    store
+        .set_agent_ref("acct", "inv_a", "task-a2")
+        .await
+        .unwrap();
+    assert_eq!(store.state(), BackendState::Degraded);
+    let claim = Claim {
+        account_id: "acct",
+        session_id: "s2",
+        run_id: "run_1",
+        invocation_id: "inv_b",
+        owner: "me",
+        lease: Duration::from_secs(60),
+    };
+    assert_eq!(store.claim(&claim).await.unwrap(), Claimed::Granted);
+    store
+        .set_agent_ref("acct", "inv_b", "task-b")
+        .await
+        .unwrap();
+    let opened = store
+        .append(&[opened_by("s2", "inv_b", RunStatus::InProgress)])
+        .await
+        .unwrap();
+    assert!(opened[0].is_some());
+    // An invocation opened by a journaled in_progress without a claim.
+    store
+        .append(&[opened_by("s3", "inv_c", RunStatus::InProgress)])
+        .await
+        .unwrap();
+    store
+        .set_agent_ref("acct", "inv_c", "task-c")
+        .await
+        .unwrap();
+    assert!(store
+        .invocation_by_agent_ref("acct", "task-b")
+        .await
+        .is_err());
+
+    cluster.up();
+    // PostgreSQL is back but nothing is backfilled yet: lookups consult the journal.
+    let b = store
+        .invocation_by_agent_ref("acct", "task-b")
+        .await
+        .unwrap()
+        .expect("b from journal");
+    assert_eq!(
+        (b.session_id.as_str(), b.invocation_id.as_str(), b.status),
+        ("s2", "inv_b", RunStatus::InProgress)
+    );
+    assert_eq!(b.agent_ref.as_deref(), Some("task-b"));
+    let c = store
+        .invocation_by_agent_ref("acct", "task-c")
+        .await
+        .unwrap()
+        .expect("c from journal");
+    assert_eq!(
+        (c.session_id.as_str(), c.invocation_id.as_str()),
+        ("s3", "inv_c")
+    );
+    let a2 = store
+        .invocation_by_agent_ref("acct", "task-a2")
+        .await
+        .unwrap()
+        .expect("a2 via journal");
+    assert_eq!(a2.invocation_id, "inv_a");
+    // While sessions are pending (degraded flag cleared by a ping only in recover), set again.
+    store.recover_now().await;
+    assert_eq!(store.state(), BackendState::Healthy);
+    assert_eq!(store.journal_len().await.unwrap(), 0);
+
+    let pg = PgStore::connect(&cluster.url()).await.unwrap();
+    for (task, inv) in [
+        ("task-a2", "inv_a"),
+        ("task-b", "inv_b"),
+        ("task-c", "inv_c"),
+    ] {
+        let found = pg
+            .invocation_by_agent_ref("acct", task)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{task} in PostgreSQL"));
+        assert_eq!(found.invocation_id, inv);
+    }
+    assert_eq!(
+        pg.invocation_by_agent_ref("acct", "task-a").await.unwrap(),
+        None
+    );
+    let n: i64 = {
+        let j = sqlx::SqlitePool::connect(&format!("sqlite:{journal_path}"))
+            .await
+            .unwrap();
+        sqlx::query_scalar("SELECT COUNT(*) FROM journal_agent_refs")
+            .fetch_one(&j)
+            .await
+            .unwrap()
+    };
+    assert_eq!(n, 0, "journal handles applied and forgotten");
+}
