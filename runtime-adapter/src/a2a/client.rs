@@ -1,0 +1,228 @@
+//! Who is asking: the transport, protocol version and dialect of a client's request, the
+//! operation it names, and how that client is answered (results and errors in kind).
+
+use serde_json::{json, Value};
+
+use super::wire::Dialect;
+
+// JSON-RPC 2.0 and A2A error codes.
+pub(super) const PARSE_ERROR: i64 = -32700;
+pub(super) const INVALID_REQUEST: i64 = -32600;
+pub(super) const METHOD_NOT_FOUND: i64 = -32601;
+pub(super) const INVALID_PARAMS: i64 = -32602;
+pub(super) const INTERNAL_ERROR: i64 = -32603;
+pub(super) const TASK_NOT_FOUND: i64 = -32001;
+pub(super) const TASK_NOT_CANCELABLE: i64 = -32002;
+pub(super) const UNSUPPORTED_OPERATION: i64 = -32004;
+pub(super) const VERSION_NOT_SUPPORTED: i64 = -32009;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Transport {
+    JsonRpc,
+    Rest,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Version {
+    V03,
+    V10,
+}
+
+impl Version {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Version::V03 => "0.3",
+            Version::V10 => "1.0",
+        }
+    }
+}
+
+/// An operation Tether takes part in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Op {
+    Send,
+    Stream,
+    Get,
+    Cancel,
+    Subscribe,
+}
+
+/// What each operation is called: `(operation, v0.3 JSON-RPC method, v1.0 JSON-RPC
+/// method, HTTP+JSON operation)`.
+#[rustfmt::skip]
+const METHODS: &[(Op, &str, &str, &str)] = &[
+    (Op::Send,      "message/send",      "SendMessage",          "message:send"),
+    (Op::Stream,    "message/stream",    "SendStreamingMessage", "message:stream"),
+    (Op::Get,       "tasks/get",         "GetTask",              "get"),
+    (Op::Cancel,    "tasks/cancel",      "CancelTask",           "cancel"),
+    (Op::Subscribe, "tasks/resubscribe", "SubscribeToTask",      "subscribe"),
+];
+
+/// The version and operation of a JSON-RPC method.
+pub(super) fn method_op(method: &str) -> Option<(Version, Op)> {
+    METHODS.iter().find_map(|&(op, v03, v10, _)| {
+        if method == v03 {
+            Some((Version::V03, op))
+        } else if method == v10 {
+            Some((Version::V10, op))
+        } else {
+            None
+        }
+    })
+}
+
+/// What a client of `transport` and `version` calls `op`: its JSON-RPC method, or the
+/// HTTP+JSON operation.
+pub(super) fn method_name(transport: Transport, version: Version, op: Op) -> &'static str {
+    let &(_, v03, v10, rest) = METHODS
+        .iter()
+        .find(|m| m.0 == op)
+        .expect("every operation has its names");
+    match (transport, version) {
+        (Transport::Rest, _) => rest,
+        (Transport::JsonRpc, Version::V03) => v03,
+        (Transport::JsonRpc, Version::V10) => v10,
+    }
+}
+
+/// What the surface keeps from a client's request to answer it in kind: `RunInfo::client`.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Client {
+    pub(super) transport: Transport,
+    pub(super) version: Version,
+    /// The JSON-RPC method, or for HTTP+JSON the operation (`message:send`, `get`, …).
+    pub(super) method: String,
+    /// The JSON-RPC request id (`null` for HTTP+JSON).
+    id: Value,
+    /// `historyLength` of a get: how much of the task's history to show.
+    pub(super) history_length: Option<i64>,
+}
+
+impl Client {
+    pub(super) fn new(transport: Transport, version: Version, op: Op, id: Value) -> Self {
+        Client {
+            transport,
+            version,
+            method: method_name(transport, version, op).to_owned(),
+            id,
+            history_length: None,
+        }
+    }
+
+    /// The operation the client asked for, whatever its spelling.
+    pub(super) fn op(&self) -> Option<Op> {
+        let method = self.method.as_str();
+        METHODS
+            .iter()
+            .find(|&&(_, v03, v10, rest)| [v03, v10, rest].contains(&method))
+            .map(|m| m.0)
+    }
+
+    pub(super) fn dialect(&self) -> Dialect {
+        match (self.version, self.transport) {
+            (Version::V10, _) => Dialect::Proto,
+            (Version::V03, Transport::JsonRpc) => Dialect::Kinded,
+            (Version::V03, Transport::Rest) => Dialect::Proto03,
+        }
+    }
+
+    pub(super) fn to_value(&self) -> Value {
+        let mut v = json!({
+            "transport": match self.transport { Transport::JsonRpc => "jsonrpc", Transport::Rest => "rest" },
+            "version": self.version.as_str(),
+            "method": self.method,
+            "id": self.id,
+        });
+        if let Some(n) = self.history_length {
+            v["historyLength"] = json!(n);
+        }
+        v
+    }
+
+    /// The client a value describes. A run started by another surface has none: it is
+    /// shown as v1.0 JSON-RPC, the current protocol.
+    pub(super) fn from_value(v: &Value) -> Client {
+        let s = |k: &str| v.get(k).and_then(Value::as_str);
+        Client {
+            transport: if s("transport") == Some("rest") {
+                Transport::Rest
+            } else {
+                Transport::JsonRpc
+            },
+            version: if s("version") == Some("0.3") {
+                Version::V03
+            } else {
+                Version::V10
+            },
+            method: s("method").unwrap_or("SendMessage").to_owned(),
+            id: v.get("id").cloned().unwrap_or(Value::Null),
+            history_length: v.get("historyLength").and_then(Value::as_i64),
+        }
+    }
+
+    /// A result as this client receives it: in a JSON-RPC response, or bare.
+    pub(super) fn response(&self, result: Value) -> Value {
+        match self.transport {
+            Transport::JsonRpc => json!({ "jsonrpc": "2.0", "id": self.id, "result": result }),
+            Transport::Rest => result,
+        }
+    }
+
+    /// An error as this client receives it, with its HTTP status (JSON-RPC errors travel
+    /// in a 200).
+    pub(super) fn error(&self, code: i64, message: &str, data: Option<Value>) -> (u16, Value) {
+        match self.transport {
+            Transport::JsonRpc => (200, rpc_error(&self.id, code, message, data)),
+            Transport::Rest => rest_error(code, message, data),
+        }
+    }
+}
+
+pub(super) fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut error = json!({ "code": code, "message": message });
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    json!({ "jsonrpc": "2.0", "id": id, "error": error })
+}
+
+/// An HTTP+JSON error in the SDK's shape (`google.rpc.Status` JSON), from the JSON-RPC
+/// code that names the same condition.
+pub(super) fn rest_error(code: i64, message: &str, details: Option<Value>) -> (u16, Value) {
+    let (http, status) = match code {
+        TASK_NOT_FOUND | METHOD_NOT_FOUND => (404, "NOT_FOUND"),
+        TASK_NOT_CANCELABLE | UNSUPPORTED_OPERATION | VERSION_NOT_SUPPORTED => {
+            (400, "FAILED_PRECONDITION")
+        }
+        PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS => (400, "INVALID_ARGUMENT"),
+        _ => (500, "INTERNAL"),
+    };
+    let mut error = json!({ "code": http, "status": status, "message": message });
+    if let Some(details) = details {
+        error["details"] = details;
+    }
+    (http, json!({ "error": error }))
+}
+
+/// The `google.rpc.ErrorInfo` detail the SDK attaches to v1.0 errors.
+pub(super) fn error_info(reason: &str, metadata: Value) -> Value {
+    json!({
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": "a2a-protocol.org",
+        "metadata": metadata,
+    })
+}
+
+/// The JSON-RPC code behind a run's error code (`a2a_error_-32001`, or an HTTP+JSON
+/// agent's `a2a_error_404`).
+pub(super) fn rpc_code(code: &str) -> i64 {
+    match code
+        .strip_prefix("a2a_error_")
+        .and_then(|c| c.parse::<i64>().ok())
+    {
+        Some(c) if c < 0 => c,
+        Some(404) => TASK_NOT_FOUND,
+        _ => INTERNAL_ERROR,
+    }
+}

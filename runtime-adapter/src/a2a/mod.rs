@@ -1,0 +1,117 @@
+//! A2A (Agent2Agent): the client surface for A2A clients and the upstream adapter for
+//! A2A agents, over both transports (JSON-RPC and HTTP+JSON) and both protocol versions
+//! (0.3 and 1.0) that a2a-sdk 1.x serves.
+//!
+//! An A2A agent keeps its conversations itself (its `contextId` is Tether's session), so
+//! Tether forwards the client's own request, addressed to the session, and records every
+//! result the agent sends verbatim as an `agent_event`. Answering an A2A client is
+//! replaying those frames; a task's state (`tasks/get`, a cancel's answer, a non-streaming
+//! send) is folded from them. That is what lets a stream reconnect, `tasks/get` and
+//! cancel keep working after the agent forgot the task, and lets Tether put a lost
+//! conversation back into the agent from the log before the next turn.
+//!
+//! The wire has three spellings of the same objects (see `wire::Dialect`). Frames are
+//! recorded in the agent's spelling and converted through v1.0's form only when a client
+//! that speaks another one reads them.
+//!
+//! - `client`: who is asking (transport, version, dialect) and how they are answered.
+//! - `routes`: which requests are A2A's and where each goes; `message`: a send's turn,
+//!   read from the client's message.
+//! - `wire`: the three spellings, and frames converted through v1.0's form.
+//! - `task`: frames folded into the task, as the agent's own task store folds them.
+//! - `render`: the log replayed to the client: streams, send answers, task snapshots.
+//! - `card`: agent cards pointed at Tether.
+//! - `upstream`: requests to the agent; `parser`: reading its answer.
+
+mod card;
+mod client;
+mod message;
+mod parser;
+mod render;
+mod routes;
+mod task;
+mod upstream;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use serde_json::{json, Value};
+use session_log::Event;
+
+use crate::surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
+use crate::turn::{InputError, TurnRequest};
+
+use self::client::{rpc_error, INTERNAL_ERROR, INVALID_REQUEST};
+
+pub struct A2aSurface;
+pub struct A2aUpstream;
+
+impl Surface for A2aSurface {
+    fn claims(&self, method: &str, path: &str) -> bool {
+        routes::claims(method, path)
+    }
+
+    fn route(&self, req: &ClientRequest) -> Route {
+        routes::route(req)
+    }
+
+    /// For callers holding only a JSON-RPC body: the version is the one its method
+    /// belongs to.
+    fn parse_request(
+        &self,
+        body: &[u8],
+        _session_header: Option<&str>,
+    ) -> Result<TurnRequest, InputError> {
+        routes::parse_request(body)
+    }
+
+    fn stream_renderer(&self, run: &RunInfo) -> Box<dyn StreamRenderer> {
+        Box::new(render::A2aRenderer::new(run))
+    }
+
+    fn final_body(&self, run: &RunInfo, events: &[Event]) -> Value {
+        render::final_body(run, events)
+    }
+
+    fn final_response(&self, run: &RunInfo, events: &[Event]) -> (u16, Value) {
+        render::final_response(run, events)
+    }
+
+    fn snapshot(&self, run: &RunInfo, events: &[Event]) -> Value {
+        render::snapshot(run, events)
+    }
+
+    /// Agent cards name the agent's own address; clients must come back through Tether.
+    fn rewrite_forwarded(&self, _req: &ClientRequest, public_url: &str, body: Value) -> Value {
+        card::rewrite_forwarded(body, public_url)
+    }
+
+    /// Tether's own errors, as a JSON-RPC error with what other surfaces say in `data`.
+    fn error_body(
+        &self,
+        message: &str,
+        kind: &str,
+        param: Option<&str>,
+        code: Option<&str>,
+    ) -> Value {
+        let rpc = if kind == "invalid_request_error" {
+            INVALID_REQUEST
+        } else {
+            INTERNAL_ERROR
+        };
+        let mut data = json!({ "type": kind, "code": code });
+        if let Some(param) = param {
+            data["param"] = json!(param);
+        }
+        rpc_error(&Value::Null, rpc, message, Some(data))
+    }
+
+    fn response_id(&self, run_id: &str) -> String {
+        run_id.to_owned()
+    }
+
+    fn run_id(&self, _response_id: &str) -> Option<String> {
+        None
+    }
+}

@@ -1,0 +1,436 @@
+//! Which requests are A2A's and where each goes: agent cards and the methods Tether has no
+//! part in go to the agent as they are, sends become runs, and gets, cancels and
+//! resubscribes are answered from the log. Requests the SDK would refuse get its errors.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::surface::{ClientRequest, Route};
+use crate::turn::{InputError, TurnRequest};
+use crate::upstream::AgentRequest;
+
+use super::client::{
+    error_info, method_op, rest_error, rpc_error, Client, Op, Transport, Version, INTERNAL_ERROR,
+    INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, VERSION_NOT_SUPPORTED,
+};
+use super::message::{run_turn, ParamError};
+
+const VERSION_HEADER: &str = "A2A-Version";
+/// Request headers of the protocol's own, passed on to the agent with the client's request.
+const PROTOCOL_HEADERS: &[&str] = &["A2A-Version", "A2A-Extensions", "X-A2A-Extensions"];
+
+pub(super) fn claims(method: &str, path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or(path);
+    is_card_path(method, path) || rest_op(method, path).is_some() || is_jsonrpc_path(method, path)
+}
+
+pub(super) fn route(req: &ClientRequest) -> Route {
+    let headers = protocol_headers(req);
+    if is_card_path(req.method, req.path) {
+        let request = AgentRequest::get(path_and_query(req));
+        return Route::Forward(with_headers(request, &headers));
+    }
+    match rest_op(req.method, req.path) {
+        Some((op, task_id, base)) => route_rest(req, op, task_id, base, &headers),
+        None => route_jsonrpc(req, &headers),
+    }
+}
+
+/// A bare JSON-RPC body as a send's turn; the version is the one its method belongs to.
+pub(super) fn parse_request(body: &[u8]) -> Result<TurnRequest, InputError> {
+    let method = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|b| b.get("method").and_then(Value::as_str).map(str::to_owned));
+    let v10 = method.as_deref().and_then(method_op).map(|(v, _)| v) == Some(Version::V10);
+    let headers: &[(&str, &str)] = if v10 { &[(VERSION_HEADER, "1.0")] } else { &[] };
+    let req = ClientRequest {
+        method: "POST",
+        path: "/",
+        query: None,
+        headers,
+        body,
+        account_id: "",
+    };
+    match route(&req) {
+        Route::Run(turn) => Ok(turn),
+        Route::Reply { body, .. } => Err(InputError::new(
+            "invalid_request",
+            None,
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or("Invalid request"),
+        )),
+        _ => Err(InputError::new(
+            "invalid_request",
+            None,
+            "The request is not a message send.",
+        )),
+    }
+}
+
+/// A JSON-RPC request: the envelope checked as the SDK checks it, and the method's
+/// version against the client's `A2A-Version`.
+fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
+    let body: Value = match serde_json::from_slice(req.body) {
+        Ok(body) => body,
+        Err(e) => return rpc_reply(&Value::Null, PARSE_ERROR, &e.to_string()),
+    };
+    let Value::Object(obj) = &body else {
+        let message = if body.is_array() {
+            "Batch requests are not supported"
+        } else {
+            "Invalid Request"
+        };
+        return rpc_reply(&Value::Null, INVALID_REQUEST, message);
+    };
+    let id = obj.get("id").cloned().unwrap_or(Value::Null);
+    if !(id.is_string() || id.is_i64() || id.is_u64() || id.is_null()) {
+        let message = "Invalid request: id must be a string, integer, or null";
+        return rpc_reply(&Value::Null, INVALID_REQUEST, message);
+    }
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        let message = "Invalid request: 'jsonrpc' must be exactly '2.0'";
+        return rpc_reply(&id, INVALID_REQUEST, message);
+    }
+    let Some(method) = obj
+        .get("method")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+    else {
+        return rpc_reply(&id, INVALID_REQUEST, "Method is required");
+    };
+    let params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
+    let path = path_and_query(req);
+    // Methods Tether has no part in (task lists, push configs, extended card, extensions)
+    // go to the agent as they are.
+    let Some((version, op)) = method_op(method) else {
+        return Route::Forward(with_headers(AgentRequest::post(path, body), headers));
+    };
+    let mut client = Client::new(Transport::JsonRpc, version, op, id);
+
+    // The SDK's rule: v1.0 methods need `A2A-Version: 1.x`; without the header a request
+    // is v0.3. Refusing here keeps a mismatched request from ever reaching the agent.
+    let header = version_header(req);
+    let major = header.and_then(header_major);
+    match (version, header) {
+        (Version::V10, _) if major != Some(1) => return needs_v10(&client, header),
+        (Version::V03, Some(header)) if major != Some(0) => {
+            let message = version_message(header, Version::V03);
+            return reply(client.error(INTERNAL_ERROR, &message, None));
+        }
+        _ => {}
+    }
+
+    if !params.is_object() {
+        return reply(client.error(INVALID_PARAMS, "Invalid params", None));
+    }
+    match op {
+        Op::Send | Op::Stream => run_turn(&client, &path, headers, &params, op == Op::Stream)
+            .map_or_else(|e| e.reply(&client), Route::Run),
+        Op::Get | Op::Cancel | Op::Subscribe => {
+            let Some(task_id) = params
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            else {
+                return ParamError::new("id", "Field is required.").reply(&client);
+            };
+            client.history_length = params.get("historyLength").and_then(Value::as_i64);
+            let fallback = with_headers(AgentRequest::post(path, body), headers);
+            task_route(op, task_id.to_owned(), &client, fallback, req)
+        }
+    }
+}
+
+/// An HTTP+JSON request for `op` (on the task `task_id`, for a task operation).
+fn route_rest(
+    req: &ClientRequest,
+    op: Op,
+    task_id: String,
+    base: &str,
+    headers: &[(String, String)],
+) -> Route {
+    // v1.0 routes sit at the base, v0.3's under `v1/`; the header decides as in JSON-RPC.
+    let header = version_header(req);
+    let version = match header.map(header_major) {
+        Some(Some(1)) => Version::V10,
+        None | Some(Some(0)) if base.ends_with("/v1/") => Version::V03,
+        _ => {
+            let asked = Client::new(Transport::Rest, Version::V10, op, Value::Null);
+            return needs_v10(&asked, header);
+        }
+    };
+    let mut client = Client::new(Transport::Rest, version, op, Value::Null);
+    let path = path_and_query(req);
+    // The body, or the HTTP+JSON error for one that is not JSON.
+    let body = || -> Result<Value, (u16, Value)> {
+        if req.body.trim_ascii().is_empty() {
+            return Ok(json!({}));
+        }
+        let mut body: Value = serde_json::from_slice(req.body)
+            .map_err(|e| rest_error(PARSE_ERROR, &format!("Invalid JSON body: {e}"), None))?;
+        camel_case_fields(&mut body);
+        Ok(body)
+    };
+    match op {
+        Op::Send | Op::Stream => {
+            let params = match body() {
+                Ok(params @ Value::Object(_)) => params,
+                Ok(_) => {
+                    return ParamError::new("", "The body must be a JSON object.").reply(&client)
+                }
+                Err(error) => return reply(error),
+            };
+            run_turn(&client, &path, headers, &params, op == Op::Stream)
+                .map_or_else(|e| e.reply(&client), Route::Run)
+        }
+        Op::Get => {
+            client.history_length =
+                query_param(req.query, "historyLength").and_then(|n| n.parse().ok());
+            let fallback = with_headers(AgentRequest::get(path), headers);
+            task_route(op, task_id, &client, fallback, req)
+        }
+        Op::Cancel => {
+            let body = match body() {
+                Ok(body) => body,
+                Err(error) => return reply(error),
+            };
+            let fallback = with_headers(AgentRequest::post(path, body), headers);
+            task_route(op, task_id, &client, fallback, req)
+        }
+        Op::Subscribe => task_route(op, task_id, &client, AgentRequest::get(path), req),
+    }
+}
+
+/// A get, cancel or resubscribe, answered from the log; `fallback` goes to the agent when
+/// Tether has no run for the task (a resubscribe has none: it only follows the log).
+fn task_route(
+    op: Op,
+    agent_ref: String,
+    client: &Client,
+    fallback: AgentRequest,
+    req: &ClientRequest,
+) -> Route {
+    let client = client.to_value();
+    match op {
+        Op::Get => Route::Get {
+            agent_ref,
+            client,
+            fallback,
+        },
+        Op::Cancel => Route::Cancel {
+            agent_ref,
+            client,
+            fallback,
+        },
+        _ => Route::Subscribe {
+            agent_ref,
+            after_seq: last_event_id(req),
+            client,
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Replies
+// ---------------------------------------------------------------------------------------
+
+fn reply((status, body): (u16, Value)) -> Route {
+    Route::Reply { status, body }
+}
+
+/// A JSON-RPC error before Tether knows what the request is (it travels in a 200).
+fn rpc_reply(id: &Value, code: i64, message: &str) -> Route {
+    reply((200, rpc_error(id, code, message, None)))
+}
+
+fn version_message(actual: &str, expected: Version) -> String {
+    format!(
+        "A2A version '{actual}' is not supported by this handler. Expected version '{}'.",
+        expected.as_str()
+    )
+}
+
+/// The SDK's refusal of a v1.0 request without `A2A-Version: 1.x`.
+fn needs_v10(client: &Client, header: Option<&str>) -> Route {
+    let message = version_message(header.unwrap_or("0.3"), Version::V10);
+    let data = json!([error_info("VERSION_NOT_SUPPORTED", json!({}))]);
+    reply(client.error(VERSION_NOT_SUPPORTED, &message, Some(data)))
+}
+
+// ---------------------------------------------------------------------------------------
+// Paths and headers
+// ---------------------------------------------------------------------------------------
+
+/// An HTTP+JSON operation: what it is, the task it names (empty for a send), and the REST
+/// base path before it (`/rest/`, `/rest/v1/`).
+fn rest_op<'p>(method: &str, path: &'p str) -> Option<(Op, String, &'p str)> {
+    if method == "POST" {
+        for (suffix, op) in [("message:send", Op::Send), ("message:stream", Op::Stream)] {
+            if let Some(base) = path.strip_suffix(suffix) {
+                return base.ends_with('/').then_some((op, String::new(), base));
+            }
+        }
+    }
+    let i = path.rfind("/tasks/")?;
+    let (base, rest) = (&path[..=i], &path[i + "/tasks/".len()..]);
+    let (op, id) = match rest.rsplit_once(':') {
+        None => (Op::Get, rest),
+        Some((id, "cancel")) => (Op::Cancel, id),
+        Some((id, "subscribe")) => (Op::Subscribe, id),
+        Some(_) => return None,
+    };
+    let method_ok = match op {
+        Op::Get => method == "GET",
+        Op::Cancel => method == "POST",
+        _ => matches!(method, "GET" | "POST"),
+    };
+    (method_ok && !id.is_empty() && !rest.contains('/')).then(|| (op, decode_segment(id), base))
+}
+
+/// Where agent cards are served: the public card and the authenticated extended card.
+fn is_card_path(method: &str, path: &str) -> bool {
+    method == "GET"
+        && (path.ends_with("/.well-known/agent-card.json")
+            || path.ends_with("/.well-known/agent.json")
+            || path.ends_with("/extendedAgentCard")
+            || path.ends_with("/v1/card"))
+}
+
+/// The JSON-RPC endpoint: the agent card's `url` is `/` for a2a-sdk servers; `/a2a`,
+/// `/jsonrpc` and `/rpc` are the other mount points seen in the wild.
+fn is_jsonrpc_path(method: &str, path: &str) -> bool {
+    let p = path.trim_end_matches('/');
+    method == "POST"
+        && (p.is_empty() || p.ends_with("/a2a") || p.ends_with("/jsonrpc") || p.ends_with("/rpc"))
+}
+
+fn path_and_query(req: &ClientRequest) -> String {
+    match req.query {
+        Some(q) if !q.is_empty() => format!("{}?{q}", req.path),
+        _ => req.path.to_owned(),
+    }
+}
+
+fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// The client's protocol headers, to send on to the agent.
+fn protocol_headers(req: &ClientRequest) -> Vec<(String, String)> {
+    PROTOCOL_HEADERS
+        .iter()
+        .filter_map(|name| req.header(name).map(|v| (name.to_string(), v.to_owned())))
+        .collect()
+}
+
+pub(super) fn with_headers(
+    mut request: AgentRequest,
+    headers: &[(String, String)],
+) -> AgentRequest {
+    for (name, value) in headers {
+        request = request.with_header(name, value);
+    }
+    request
+}
+
+/// A reconnecting client's cursor: the SSE `Last-Event-ID` Tether put on each frame.
+fn last_event_id(req: &ClientRequest) -> Option<i64> {
+    req.header("Last-Event-ID")?.trim().parse().ok()
+}
+
+/// The `A2A-Version` header, when the client sent one.
+fn version_header<'r>(req: &'r ClientRequest) -> Option<&'r str> {
+    req.header(VERSION_HEADER)
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+}
+
+/// The major version an `A2A-Version` header names (`"1.0"` → 1).
+fn header_major(header: &str) -> Option<u64> {
+    header.trim().split('.').next()?.parse().ok()
+}
+
+/// Percent-encodes a path segment (task ids are usually UUIDs, but need not be).
+pub(super) fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+pub(super) fn decode_segment(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// HTTP+JSON bodies are protobuf JSON, where a field may be spelled in snake_case as in
+/// the .proto (`message_id`, a2a-sdk's v0.3 client does) or in lowerCamelCase: names are
+/// brought to the camelCase the rest of the adapter reads. Free-form values (`metadata`,
+/// a data part's `data`) are the user's and stay as they are.
+fn camel_case_fields(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let keys: Vec<String> = map.keys().filter(|k| k.contains('_')).cloned().collect();
+            for key in keys {
+                let camel = to_camel(&key);
+                if !map.contains_key(&camel) {
+                    if let Some(v) = map.remove(&key) {
+                        map.insert(camel, v);
+                    }
+                }
+            }
+            for (key, v) in map.iter_mut() {
+                if !matches!(key.as_str(), "metadata" | "data") {
+                    camel_case_fields(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(camel_case_fields),
+        _ => {}
+    }
+}
+
+fn to_camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
