@@ -89,25 +89,27 @@ def card_for(card: "AgentCard", version: str) -> "AgentCard":
     return v03
 
 
-async def send(card, version: str, streaming: bool, text: str, context_id: str | None) -> list:
-    """Sends one message with the official client; returns every StreamResponse."""
+async def send(card, version: str, streaming: bool, text: str, context_id: str | None, binding: str = "JSONRPC") -> list:
+    """Sends one message with the official client over `binding` (JSONRPC or HTTP+JSON);
+    returns every StreamResponse."""
     message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
     if context_id:
         message.context_id = context_id
     async with httpx.AsyncClient(headers=auth_headers(), timeout=60) as http:
-        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card_for(card, version))
+        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
+        client = ClientFactory(config).create(card_for(card, version))
         try:
             return [event async for event in client.send_message(SendMessageRequest(message=message))]
         finally:
             await client.close()
 
 
-def turn(base_url: str, version: str, streaming: bool, text: str, context_id: str | None):
+def turn(base_url: str, version: str, streaming: bool, text: str, context_id: str | None, binding: str = "JSONRPC"):
     """(answer text, contextId, the StreamResponses as dicts) of one completed turn."""
 
     async def go():
         card = await fetch_card(base_url)
-        return card, await send(card, version, streaming, text, context_id)
+        return card, await send(card, version, streaming, text, context_id, binding)
 
     card, events = asyncio.run(go())
     shown = [MessageToDict(e) for e in events]
@@ -281,6 +283,21 @@ def test_conversation_survives_agent_restart_through_tether(agent, version, stre
     events = session_events(context)
     restores = [e for e in events if e["EventType"] == "session_restore"]
     assert len(restores) == 1, f"expected one session_restore in {context}:\n{describe(events)}"
+    assert terminal_statuses(events) == ["completed", "completed"], describe(events)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["send", "stream"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_conversation_over_http_json_survives_agent_restart_through_tether(agent, version, streaming):
+    """The same over the HTTP+JSON (REST) transport, which the official client picks when
+    told to: Tether serves the REST routes the card names as it serves JSON-RPC."""
+    answer, context, shown = turn(tether_url(), version, streaming, FIRST, None, "HTTP+JSON")
+    assert "zebra42" in answer, shown
+    agent.restart()
+    answer, context2, shown = turn(tether_url(), version, streaming, SECOND, context, "HTTP+JSON")
+    assert context2 == context and "zebra42" in answer, f"lost across the restart: {shown}"
+    events = session_events(context)
+    assert len([e for e in events if e["EventType"] == "session_restore"]) == 1, describe(events)
     assert terminal_statuses(events) == ["completed", "completed"], describe(events)
 
 
