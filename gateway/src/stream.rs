@@ -63,28 +63,52 @@ pub async fn pump(
     deadline: Option<Instant>,
     mut render: impl FnMut(&Event) -> Step,
 ) -> End {
+    let mut text = String::new();
+    pump_encoded(session, events, deadline, |event, out| {
+        let Step { frames, last } = render(event);
+        text.clear();
+        for frame in &frames {
+            frame.encode(&mut text);
+        }
+        out.extend_from_slice(text.as_bytes());
+        last
+    })
+    .await
+}
+
+/// Like [`pump`], for a renderer that appends an event's wire form (whole SSE frames) to
+/// `out` itself and says whether it was the last: a replay then builds no frame values.
+pub async fn pump_encoded(
+    session: &mut Session,
+    events: &mut Subscription,
+    deadline: Option<Instant>,
+    mut render: impl FnMut(&Event, &mut Vec<u8>) -> bool,
+) -> End {
     let mut watch_client = true;
+    // The size of the last write, to size the next one's buffer without regrowing it.
+    let mut size = 0;
     loop {
         let event = match next_event(session, events, &mut watch_client, deadline).await {
             Ok(event) => event,
             Err(end) => return end,
         };
-        let Step {
-            mut frames,
-            mut last,
-        } = render(&event);
+        let mut out = Vec::with_capacity(size);
+        let mut last = render(&event, &mut out);
         let mut newest = event.created_at;
         // Events already read from the log (a replay page) go out in one write, up to a
         // bound, instead of one body piece each.
-        while !last && frames.len() < BATCH_FRAMES {
+        while !last && out.len() < BATCH_BYTES {
             let Some(event) = events.ready() else { break };
-            let step = render(&event);
-            frames.extend(step.frames);
-            last = step.last;
+            last = render(&event, &mut out);
             newest = event.created_at;
         }
-        if !frames.is_empty() || last {
-            if write_frames(session, &frames, last).await.is_err() {
+        if !out.is_empty() || last {
+            size = out.len().min(BATCH_BYTES + BATCH_BYTES / 4);
+            if session
+                .write_response_body(Some(Bytes::from(out)), last)
+                .await
+                .is_err()
+            {
                 return End::ClientGone;
             }
             crate::metrics::METRICS.forwarded(newest);
@@ -95,8 +119,8 @@ pub async fn pump(
     }
 }
 
-/// Most frames sent in one write while catching up.
-const BATCH_FRAMES: usize = 256;
+/// A write stops taking already-read events once it holds this many bytes.
+const BATCH_BYTES: usize = 128 * 1024;
 
 /// Writes frames in one body piece; `last` ends the response.
 pub async fn write_frames(

@@ -1,8 +1,6 @@
 //! Server-sent events: a parser that reassembles events across arbitrary chunk
 //! boundaries, and the frame Tether writes.
 
-use std::fmt::Write as _;
-
 /// One server-sent event.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SseFrame {
@@ -31,14 +29,19 @@ impl SseFrame {
 
     /// Wire form, ending with the blank line.
     pub fn encode(&self, out: &mut String) {
-        if let Some(event) = &self.event {
-            let _ = writeln!(out, "event: {event}");
-        }
-        if let Some(id) = &self.id {
-            let _ = writeln!(out, "id: {id}");
+        // Plain appends: `writeln!` goes through the formatting machinery for each line,
+        // and this runs for every frame Tether sends.
+        for (name, value) in [("event: ", &self.event), ("id: ", &self.id)] {
+            if let Some(value) = value {
+                out.push_str(name);
+                out.push_str(value);
+                out.push('\n');
+            }
         }
         for line in self.data.split('\n') {
-            let _ = writeln!(out, "data: {line}");
+            out.push_str("data: ");
+            out.push_str(line);
+            out.push('\n');
         }
         out.push('\n');
     }

@@ -3,7 +3,10 @@
 //! and no duplicate.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use tokio::sync::broadcast;
 
@@ -17,6 +20,9 @@ const CHANNEL_CAPACITY: usize = 128;
 const REPLAY_PAGE: i64 = 1000;
 
 type SessionKey = (String, String);
+
+/// A replay page being read.
+type PageRead = Pin<Box<dyn Future<Output = Result<Vec<Event>, StoreError>> + Send>>;
 
 /// Broadcasts committed events to the subscribers of their session. The writer publishes
 /// what this process commits; across replicas, `tail` publishes what others commit. Two
@@ -115,6 +121,9 @@ pub struct Subscription {
     /// While replaying over a gap: the live event that revealed it. Once the replay is
     /// done, everything up to it is covered.
     covers: Option<Seq>,
+    /// The page after a full one, read while the full one is sent: the cursor it reads
+    /// after, and the read.
+    next_page: Option<(Seq, PageRead)>,
 }
 
 impl Subscription {
@@ -130,6 +139,7 @@ impl Subscription {
             replaying: true,
             session_seen: None,
             covers: None,
+            next_page: None,
         }
     }
 
@@ -200,18 +210,42 @@ impl Subscription {
     }
 
     async fn replay_page(&mut self) -> Result<(), StoreError> {
-        let query = EventQuery {
-            limit: REPLAY_PAGE,
-            ..self.query.clone()
+        let page = match self.next_page.take() {
+            Some((after, read)) if after == self.query.after_seq => read.await?,
+            _ => self.read_page(self.query.after_seq).await?,
         };
-        let page = self.store.events(&query).await?;
         if (page.len() as i64) < REPLAY_PAGE {
             self.replaying = false;
             if let Some(covers) = self.covers.take() {
                 self.session_seen = Some(self.session_seen.unwrap_or(0).max(covers));
             }
+        } else if let Some(last) = page.last() {
+            // More is likely: start reading it now, so the store works on the next page
+            // while this one is rendered and sent. It is a read like any other, just
+            // earlier: what is committed after it arrives live or is found over a gap.
+            let mut read = self.read_page(last.seq);
+            // Polled once here so that a store handing the query to another thread (sqlx's
+            // SQLite worker, the gateway's core runtime) starts it now; `replay_page`
+            // awaits it properly when this page is consumed.
+            match read.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                Poll::Ready(result) => {
+                    let ready: PageRead = Box::pin(std::future::ready(result));
+                    self.next_page = Some((last.seq, ready));
+                }
+                Poll::Pending => self.next_page = Some((last.seq, read)),
+            }
         }
         self.pending.extend(page.into_iter().map(Arc::new));
         Ok(())
+    }
+
+    fn read_page(&self, after_seq: Seq) -> PageRead {
+        let store = self.store.clone();
+        let query = EventQuery {
+            after_seq,
+            limit: REPLAY_PAGE,
+            ..self.query.clone()
+        };
+        Box::pin(async move { store.events(&query).await })
     }
 }

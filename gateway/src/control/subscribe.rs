@@ -2,10 +2,12 @@
 //! replay from the log, then live — ending with `data: [DONE]` after the invocation's
 //! terminal `run_status`, or after the subscription timeout without `[DONE]`.
 
+use std::io::Write as _;
+
 use pingora::proxy::Session;
 use pingora::Result;
 use runtime_adapter::sse::SseFrame;
-use session_log::{EventQuery, Subscription};
+use session_log::{Event, EventQuery, Subscription};
 use tokio::time::Instant;
 
 use super::{respond_envelope, ControlError, EventView};
@@ -121,13 +123,13 @@ pub async fn handle(
     let mut events = Subscription::open(state.store.clone(), &state.hub, query);
     let deadline = Instant::now() + state.config.subscribe_timeout;
     let follows_one_run = params.invocation_id.is_some();
-    let end = stream::pump(session, &mut events, Some(deadline), |event| {
-        let mut frames = vec![SseFrame::data(EventView::of(event).text()).with_id(event.seq)];
+    let end = stream::pump_encoded(session, &mut events, Some(deadline), |event, out| {
+        encode_event(event, out);
         let last = follows_one_run && event.is_terminal();
         if last {
-            frames.push(SseFrame::data("[DONE]").with_id(event.seq));
+            let _ = write!(out, "id: {}\ndata: [DONE]\n\n", event.seq);
         }
-        stream::Step { frames, last }
+        last
     })
     .await;
     if matches!(end, stream::End::Deadline | stream::End::LogUnavailable) {
@@ -135,6 +137,18 @@ pub async fn handle(
         let _ = session.write_response_body(None, true).await;
     }
     Ok(())
+}
+
+/// Appends the frame of one event: `id: <seq>` and its JSON as one `data:` line (compact
+/// JSON has no raw line break), the bytes `SseFrame::data(json).with_id(seq)` encodes to,
+/// serialised straight into `out`.
+fn encode_event(event: &Event, out: &mut Vec<u8>) {
+    let _ = write!(out, "id: {}\ndata: ", event.seq);
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, &EventView::of(event)).is_err() {
+        out.truncate(start);
+    }
+    out.extend_from_slice(b"\n\n");
 }
 
 /// Validates the request against the caller's account. Returns the parameters and
@@ -168,4 +182,46 @@ async fn check(
         store.events(&rest).await?.is_empty()
     };
     Ok((params, finished))
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+    use serde_json::json;
+    use session_log::EventType;
+
+    use super::*;
+
+    #[test]
+    fn an_event_frame_is_what_sse_frame_encodes() {
+        let mut out = Vec::new();
+        for (i, content) in [
+            json!({"delta": "one\ntwo\r\u{2028}three"}),
+            json!({"text": "caf\u{e9}", "n": [1, 2.5, -3, 1e300, null, true]}),
+            json!({}),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let event = Event {
+                account_id: "acct".into(),
+                session_id: "sess".into(),
+                seq: 1000 + i as i64,
+                run_id: None,
+                invocation_id: Some("inv".into()),
+                event_type: EventType::Message,
+                role: Some("assistant".into()),
+                content,
+                metadata: json!({"k": "v"}),
+                created_at: Utc.timestamp_opt(1_796_224_172, 5_000).unwrap(),
+            };
+            encode_event(&event, &mut out);
+            let mut expected = String::new();
+            SseFrame::data(serde_json::to_string(&EventView::of(&event)).unwrap())
+                .with_id(event.seq)
+                .encode(&mut expected);
+            assert_eq!(String::from_utf8(out.clone()).unwrap(), expected);
+            out.clear();
+        }
+    }
 }
