@@ -2,14 +2,14 @@
 //! and prints one JSON line of results on stdout.
 //!
 //! - `open`   open-loop fixed rate: requests are scheduled on a fixed timeline by a pacer
-//!            thread and latency is measured from the *intended* send time, so a stalled
-//!            server cannot hide its tail (no coordinated omission).
+//!   thread and latency is measured from the *intended* send time, so a stalled
+//!   server cannot hide its tail (no coordinated omission).
 //! - `sat`    closed loop, N keep-alive connections, saturation requests/s.
 //! - `sse`    C concurrent streaming model requests; time to first event and per-event
-//!            delivery latency against the agent's `@t=` send timestamps.
+//!   delivery latency against the agent's `@t=` send timestamps.
 //! - `idle`   C streams held open by the agent; RSS of the given pids before and after.
 //! - `replay` create a run with N events, then subscribe to it from seq 0 repeatedly:
-//!            time to first byte and events/s.
+//!   time to first byte and events/s.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
