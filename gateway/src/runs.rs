@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runtime_adapter::{
-    project, AgentRequest, Item, Output, Probe, TurnCall, TurnRequest, Upstream,
+    project, AgentRequest, Item, Output, Probe, StreamParser, TurnCall, TurnRequest, Upstream,
 };
 use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase, RESUMED_FROM};
@@ -18,7 +18,7 @@ use session_log::{
 };
 use tokio::sync::{oneshot, Notify};
 
-use crate::agent::Agent;
+use crate::agent::{Agent, AgentResponse};
 use crate::metrics::METRICS;
 
 /// Why a run could not be started.
@@ -703,7 +703,7 @@ impl Runs {
                 let mut ended = false;
                 if let (Stop::Cancel, Some(request)) = (why, cancel) {
                     tracing::debug!(protocol = cancel_with.as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");
-                    let told = self.agent.exchange(&request, &run.account_id, AGENT_ANSWER_CAP);
+                    let told = Box::pin(self.agent.exchange(&request, &run.account_id, AGENT_ANSWER_CAP));
                     if let Ok(Err(e)) = tokio::time::timeout(CANCEL_GRACE, told).await {
                         tracing::warn!(error = %e, invocation_id = %run.invocation_id, "the agent did not take the cancel");
                     }
@@ -800,7 +800,6 @@ pub async fn close_as_interrupted(
 /// Calls the agent and records what it says. Returns how the run ended; the supervisor
 /// writes that down.
 async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnRequest) -> Outcome {
-    let upstream = runs.upstream;
     // The log holds upload URIs; the agent gets the content (it cannot read our store).
     let History { items, events } = history;
     let (items, turn) =
@@ -819,36 +818,13 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
         turn: &turn,
         default_model: &runs.default_model,
     };
-    let mut restored = false;
-    let forgot = match upstream.probe(&call) {
-        Probe::Skip => None,
-        Probe::Restore => Some("no_agent_handle"),
-        Probe::Ask(request) => {
-            match runs
-                .agent
-                .exchange(&request, &run.account_id, AGENT_ANSWER_CAP)
-                .await
-            {
-                Ok((status, _, body)) if upstream.forgot(status, &body) => Some("agent_forgot"),
-                Ok(_) => None,
-                Err(e) => return Outcome::failed("agent_unreachable", e.to_string()),
-            }
-        }
+    let answer = Box::pin(ask_agent(&runs, &run, &call)).await;
+    // The history is not needed while the answer streams, which may take minutes.
+    drop((items, events, turn));
+    let (answer, mut parser) = match answer {
+        Ok(v) => v,
+        Err(outcome) => return outcome,
     };
-    let mut request = upstream.request(&call);
-    if let Some(reason) = forgot {
-        match restore(&runs, &run, &call, reason).await {
-            Ok(Some(r)) => request = r,
-            Ok(None) => {}
-            Err(outcome) => return outcome,
-        }
-        restored = true;
-    }
-    let mut response = match runs.agent.send(&request, &run.account_id).await {
-        Ok(r) => r,
-        Err(e) => return Outcome::failed("agent_unreachable", e.to_string()),
-    };
-    let mut parser = upstream.parser(&call, &response.content_type);
     let mut recorder = Recorder {
         runs: &runs,
         run: &run,
@@ -857,39 +833,14 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
         done: None,
         error: None,
     };
-    // An agent that answers the turn with "I do not know this session" gets it back once.
-    if !restored && !(200..300).contains(&response.status) {
-        let status = response.status;
-        let body = match response.read_to_end(AGENT_ANSWER_CAP).await {
-            Ok(body) => {
-                runs.agent.release(response).await;
-                body
-            }
-            Err(_) => {
-                let message = format!("the agent answered HTTP {status}");
-                return Outcome::failed("agent_error", message);
-            }
-        };
-        let restored = match upstream.forgot(status, &body) {
-            true => restore(&runs, &run, &call, "agent_forgot").await,
-            false => Ok(None),
-        };
-        let request = match restored {
-            Ok(Some(request)) => request,
-            // Not forgotten, or nothing to restore: the agent's answer stands.
-            Ok(None) => {
-                recorder.record(parser.feed(&body)).await;
-                recorder.record(parser.finish()).await;
-                return recorder.outcome(status, None);
-            }
-            Err(outcome) => return outcome,
-        };
-        response = match runs.agent.send(&request, &run.account_id).await {
-            Ok(r) => r,
-            Err(e) => return Outcome::failed("agent_unreachable", e.to_string()),
-        };
-        parser = upstream.parser(&call, &response.content_type);
-    }
+    let mut response = match answer {
+        Answer::Read(status, body) => {
+            recorder.record(parser.feed(&body)).await;
+            recorder.record(parser.finish()).await;
+            return recorder.outcome(status, None);
+        }
+        Answer::Streaming(response) => response,
+    };
     let mut broken = None;
     loop {
         match response.chunk().await {
@@ -907,6 +858,75 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
         runs.agent.release(response).await;
     }
     recorder.outcome(status, broken)
+}
+
+/// The agent's answer to a turn: still to be read, or read already (an error answer).
+enum Answer {
+    Streaming(AgentResponse),
+    Read(u16, Vec<u8>),
+}
+
+/// Sends the turn, first restoring the session if the agent says (asked before, or in
+/// its answer) that it forgot it; a "forgot" answer gets one restore and one retry.
+async fn ask_agent(
+    runs: &Runs,
+    run: &StartedRun,
+    call: &TurnCall<'_>,
+) -> Result<(Answer, Box<dyn StreamParser>), Outcome> {
+    let upstream = runs.upstream;
+    let unreachable =
+        |e: crate::agent::AgentError| Outcome::failed("agent_unreachable", e.to_string());
+    let forgot = match upstream.probe(call) {
+        Probe::Skip => None,
+        Probe::Restore => Some("no_agent_handle"),
+        Probe::Ask(request) => {
+            let (status, _, body) = runs
+                .agent
+                .exchange(&request, &run.account_id, AGENT_ANSWER_CAP)
+                .await
+                .map_err(unreachable)?;
+            upstream.forgot(status, &body).then_some("agent_forgot")
+        }
+    };
+    let request = match forgot {
+        Some(reason) => restore(runs, run, call, reason).await?,
+        None => None,
+    };
+    let restored = forgot.is_some();
+    let request = request.unwrap_or_else(|| upstream.request(call));
+    let mut response = runs
+        .agent
+        .send(&request, &run.account_id)
+        .await
+        .map_err(unreachable)?;
+    if restored || (200..300).contains(&response.status) {
+        let parser = upstream.parser(call, &response.content_type);
+        return Ok((Answer::Streaming(response), parser));
+    }
+    let (status, content_type) = (response.status, response.content_type.clone());
+    let Ok(body) = response.read_to_end(AGENT_ANSWER_CAP).await else {
+        return Err(Outcome::failed(
+            "agent_error",
+            format!("the agent answered HTTP {status}"),
+        ));
+    };
+    runs.agent.release(response).await;
+    let parser = upstream.parser(call, &content_type);
+    let retry = match upstream.forgot(status, &body) {
+        true => restore(runs, run, call, "agent_forgot").await?,
+        false => None,
+    };
+    let Some(request) = retry else {
+        // Not forgotten, or nothing to restore: the agent's answer stands.
+        return Ok((Answer::Read(status, body), parser));
+    };
+    let response = runs
+        .agent
+        .send(&request, &run.account_id)
+        .await
+        .map_err(unreachable)?;
+    let parser = upstream.parser(call, &response.content_type);
+    Ok((Answer::Streaming(response), parser))
 }
 
 /// Puts the session back into an agent that forgot it: sends the adapter's restore
