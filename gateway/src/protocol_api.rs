@@ -149,14 +149,15 @@ async fn find(
         .map_err(|e| ApiError::store_unavailable(&e, "cannot look up a run by the agent's id"))
 }
 
-fn run_query(account_id: &str, inv: &Invocation) -> EventQuery {
+/// Every event of the invocation's run (all its invocations), in seq order.
+pub fn run_query(account_id: &str, inv: &Invocation) -> EventQuery {
     EventQuery {
         run_id: Some(inv.run_id.clone()),
         ..EventQuery::session(account_id, &inv.session_id)
     }
 }
 
-async fn run_events(
+pub async fn run_events(
     state: &State,
     account_id: &str,
     inv: &Invocation,
@@ -168,7 +169,8 @@ async fn run_events(
         .map_err(|e| ApiError::store_unavailable(&e, "cannot read a run"))
 }
 
-fn run_info(inv: &Invocation, events: &[Event], client: Value) -> RunInfo {
+/// What a renderer needs to know about a run, from its invocation and events.
+pub fn run_info(inv: &Invocation, events: &[Event], client: Value) -> RunInfo {
     let model = events
         .iter()
         .find_map(|e| {
@@ -197,30 +199,39 @@ async fn cancel(
     inv: &Invocation,
     client: Value,
 ) -> Result<()> {
-    if let Err(e) = control::sessions_cancel(state, account_id, &inv.invocation_id).await {
-        let e = ApiError::new(e.status, "server_error", "cancel_failed", e.message);
-        return e.send(session, surface, &[]).await;
+    match cancel_and_wait(state, account_id, inv).await {
+        Ok(events) => {
+            let info = run_info(inv, &events, client);
+            let body = surface.snapshot(&info, &events);
+            respond::json(session, 200, &body, &[("x-session-id", &inv.session_id)]).await
+        }
+        Err(e) => e.send(session, surface, &[]).await,
     }
+}
+
+/// Cancels an invocation and returns its run's events once its end is recorded (or after
+/// 5 s: a stateful agent gets a grace period to take the cancel, the end follows it).
+pub async fn cancel_and_wait(
+    state: &State,
+    account_id: &str,
+    inv: &Invocation,
+) -> std::result::Result<Vec<Event>, ApiError> {
+    control::sessions_cancel(state, account_id, &inv.invocation_id)
+        .await
+        .map_err(|e| ApiError::new(e.status, "server_error", "cancel_failed", e.message))?;
     let ended = |events: &[Event]| {
         events.iter().any(|e| {
             e.is_terminal() && e.invocation_id.as_deref() == Some(inv.invocation_id.as_str())
         })
     };
-    // The agent gets a grace period to take the cancel; the end follows within it.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let events = loop {
-        let events = match run_events(state, account_id, inv).await {
-            Ok(events) => events,
-            Err(e) => return e.send(session, surface, &[]).await,
-        };
+    loop {
+        let events = run_events(state, account_id, inv).await?;
         if ended(&events) || Instant::now() >= deadline {
-            break events;
+            return Ok(events);
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
-    };
-    let info = run_info(inv, &events, client);
-    let body = surface.snapshot(&info, &events);
-    respond::json(session, 200, &body, &[("x-session-id", &inv.session_id)]).await
+    }
 }
 
 /// Replays the run from the log (frames up to `after_seq` are not sent again), then

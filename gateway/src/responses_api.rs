@@ -3,17 +3,16 @@
 //! (resume a stream after the event whose `sequence_number` is N) and
 //! `POST /v1/responses/{id}/cancel`.
 
-use std::time::Duration;
-
 use http::Method;
 use pingora::proxy::Session;
 use pingora::Result;
-use runtime_adapter::{surface, Protocol, RunInfo, Surface};
+use runtime_adapter::{surface, Protocol, Surface};
 use serde_json::Value;
-use session_log::{Event, EventQuery, Invocation, Subscription};
+use session_log::{Invocation, Subscription};
 
+use crate::protocol_api::{cancel_and_wait, run_events, run_info, run_query};
 use crate::proxy::{render_step, ApiError, State};
-use crate::{control, respond, stream};
+use crate::{respond, stream};
 
 fn responses() -> &'static dyn Surface {
     surface(Protocol::OpenAiResponses)
@@ -72,25 +71,6 @@ async fn find(
     }
 }
 
-fn run_info(inv: &Invocation, events: &[Event]) -> RunInfo {
-    let model = events
-        .iter()
-        .find_map(|e| {
-            e.run_status()
-                .and(e.metadata.get("model"))
-                .and_then(Value::as_str)
-        })
-        .unwrap_or("agent")
-        .to_owned();
-    RunInfo {
-        run_id: inv.run_id.clone(),
-        session_id: inv.session_id.clone(),
-        model,
-        created_at: inv.started_at.timestamp(),
-        client: Value::Null,
-    }
-}
-
 fn query_param<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
     session
         .req_header()
@@ -98,25 +78,6 @@ fn query_param<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
         .query()?
         .split('&')
         .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
-}
-
-fn run_query(account_id: &str, inv: &Invocation) -> EventQuery {
-    EventQuery {
-        run_id: Some(inv.run_id.clone()),
-        ..EventQuery::session(account_id, &inv.session_id)
-    }
-}
-
-async fn run_events(
-    state: &State,
-    account_id: &str,
-    inv: &Invocation,
-) -> std::result::Result<Vec<Event>, ApiError> {
-    state
-        .store
-        .events(&run_query(account_id, inv))
-        .await
-        .map_err(|e| ApiError::store_unavailable(&e, "cannot read a response"))
 }
 
 /// `Ok(Err(_))` is an error to send; `Ok(Ok(()))` means the answer went out.
@@ -143,7 +104,7 @@ async fn retrieve(
         }
     };
     let events = run_events(state, account_id, inv).await?;
-    let info = run_info(inv, &events);
+    let info = run_info(inv, &events, Value::Null);
     let headers = [("x-session-id", inv.session_id.as_str())];
     if !stream {
         return Ok(respond::json(
@@ -185,24 +146,9 @@ async fn cancel(
     account_id: &str,
     inv: &Invocation,
 ) -> Answer {
-    control::sessions_cancel(state, account_id, &inv.invocation_id)
-        .await
-        .map_err(|e| ApiError::new(e.status, "server_error", "cancel_failed", e.message))?;
     // Answer with the response as it ended (the supervisor records the end promptly).
-    let ended = |events: &[Event]| {
-        events.iter().any(|e| {
-            e.is_terminal() && e.invocation_id.as_deref() == Some(inv.invocation_id.as_str())
-        })
-    };
-    let mut events = run_events(state, account_id, inv).await?;
-    for _ in 0..200 {
-        if ended(&events) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        events = run_events(state, account_id, inv).await?;
-    }
-    let info = run_info(inv, &events);
+    let events = cancel_and_wait(state, account_id, inv).await?;
+    let info = run_info(inv, &events, Value::Null);
     Ok(respond::json(
         session,
         200,
