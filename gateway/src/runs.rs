@@ -855,14 +855,14 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
     recorder.record(parser.finish()).await;
     let status = response.status;
     if broken.is_none() {
-        runs.agent.release(response).await;
+        runs.agent.release(*response).await;
     }
     recorder.outcome(status, broken)
 }
 
 /// The agent's answer to a turn: still to be read, or read already (an error answer).
 enum Answer {
-    Streaming(AgentResponse),
+    Streaming(Box<AgentResponse>),
     Read(u16, Vec<u8>),
 }
 
@@ -901,7 +901,7 @@ async fn ask_agent(
         .map_err(unreachable)?;
     if restored || (200..300).contains(&response.status) {
         let parser = upstream.parser(call, &response.content_type);
-        return Ok((Answer::Streaming(response), parser));
+        return Ok((Answer::Streaming(Box::new(response)), parser));
     }
     let (status, content_type) = (response.status, response.content_type.clone());
     let Ok(body) = response.read_to_end(AGENT_ANSWER_CAP).await else {
@@ -926,7 +926,7 @@ async fn ask_agent(
         .await
         .map_err(unreachable)?;
     let parser = upstream.parser(call, &response.content_type);
-    Ok((Answer::Streaming(response), parser))
+    Ok((Answer::Streaming(Box::new(response)), parser))
 }
 
 /// Puts the session back into an agent that forgot it: sends the adapter's restore
