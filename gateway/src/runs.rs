@@ -433,16 +433,18 @@ impl Runs {
                 }
             }
             None => {
-                // The projection needs only transcript events and compaction markers (and
-                // run statuses, where adapters keep the agent's handles): a long session's
-                // deltas and teed traffic stay in the database.
+                // The projection needs only transcript events and compaction markers (and,
+                // for stateful agents, run statuses, where their adapters keep the agent's
+                // handles): a long session's deltas and teed traffic stay in the database.
+                let keeps_handles = !self.upstream.protocol().sends_history();
                 let query = EventQuery {
                     event_types: Some(
                         EventType::ALL
                             .into_iter()
                             .filter(|t| {
                                 t.is_transcript()
-                                    || matches!(t, EventType::Compaction | EventType::RunStatus)
+                                    || *t == EventType::Compaction
+                                    || (*t == EventType::RunStatus && keeps_handles)
                             })
                             .collect(),
                     ),
@@ -691,7 +693,6 @@ impl Runs {
         mut stop: oneshot::Receiver<Stop>,
         permit: policies::RunPermit,
     ) {
-        let cancel_with = self.upstream.protocol();
         let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn.clone()));
         let outcome = tokio::select! {
             joined = &mut driver => joined.unwrap_or_else(|e| Outcome::failed("internal_error", format!("the run task failed: {e}"))),
@@ -702,7 +703,7 @@ impl Runs {
                 let cancel = agent_ref.and_then(|r| self.upstream.cancel(&turn, &r));
                 let mut ended = false;
                 if let (Stop::Cancel, Some(request)) = (why, cancel) {
-                    tracing::debug!(protocol = cancel_with.as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");
+                    tracing::debug!(protocol = self.upstream.protocol().as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");
                     let told = Box::pin(self.agent.exchange(&request, &run.account_id, AGENT_ANSWER_CAP));
                     if let Ok(Err(e)) = tokio::time::timeout(CANCEL_GRACE, told).await {
                         tracing::warn!(error = %e, invocation_id = %run.invocation_id, "the agent did not take the cancel");
