@@ -2,7 +2,7 @@
 //! gateway.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, Sqlite};
 
@@ -22,6 +22,14 @@ use crate::store::{Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store
 
 /// Readers run beside the writer (WAL lets them); a few connections are plenty.
 const POOL_SIZE: u32 = 4;
+/// Page cache of the write connection, in KiB (SQLite's default is 2 MiB): the index pages
+/// every append walks stay in memory.
+const WRITER_CACHE_KIB: i64 = 16 * 1024;
+/// The live invocations of a session are found through the partial index of open ones,
+/// named in the queries: without statistics (the store never runs ANALYZE) SQLite picks
+/// the primary key's account prefix instead and reads every invocation of the account, a
+/// cost that grows with the log.
+const OPEN_BY_SESSION: &str = "INDEXED BY invocations_open_by_session";
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -33,7 +41,12 @@ const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, upd
 
 /// A session log in one SQLite database file.
 pub struct SqliteStore {
+    /// Reads.
     pool: SqlitePool,
+    /// The one connection every write goes through. A connection's page cache is emptied
+    /// whenever another connection commits, so a writer that is alone keeps the pages its
+    /// appends walk warm.
+    writer: SqlitePool,
     /// SQLite has one writer at a time. Queueing appends here, first come first served,
     /// is cheaper and fairer than letting them spin in SQLite's busy handler.
     write_lock: tokio::sync::Mutex<()>,
@@ -63,48 +76,466 @@ impl SqliteStore {
     /// Opens the database at `path` (creating the file and its directories if needed) and
     /// applies pending migrations. `:memory:` gives a private in-memory database.
     pub async fn open(path: &str) -> Result<Self, StoreError> {
-        let in_memory = path == ":memory:";
-        let (options, pool) = if in_memory {
-            // Every connection to `:memory:` is a different database, so the pool holds
-            // exactly one, forever.
-            let options = SqliteConnectOptions::from_str("sqlite::memory:")?;
+        if path == ":memory:" {
+            // Every connection to `:memory:` is a different database, so one connection,
+            // kept forever, does everything.
             let pool = SqlitePoolOptions::new()
                 .max_connections(1)
                 .min_connections(1)
                 .idle_timeout(None)
-                .max_lifetime(None);
-            (options, pool)
-        } else {
-            if let Some(dir) = Path::new(path).parent() {
-                if !dir.as_os_str().is_empty() {
-                    tokio::fs::create_dir_all(dir)
-                        .await
-                        .map_err(sqlx::Error::Io)?;
-                }
+                .max_lifetime(None)
+                .connect_with(
+                    SqliteConnectOptions::from_str("sqlite::memory:")?
+                        .busy_timeout(BUSY_TIMEOUT)
+                        .foreign_keys(true),
+                )
+                .await?;
+            sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+            return Ok(Self::with_pools(pool.clone(), pool));
+        }
+        if let Some(dir) = Path::new(path).parent() {
+            if !dir.as_os_str().is_empty() {
+                tokio::fs::create_dir_all(dir)
+                    .await
+                    .map_err(sqlx::Error::Io)?;
             }
-            let options = SqliteConnectOptions::new()
-                .filename(path)
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                // In WAL mode NORMAL loses at most the last commits on power loss, never
-                // consistency; FULL would fsync every group commit.
-                .synchronous(SqliteSynchronous::Normal);
-            (options, SqlitePoolOptions::new().max_connections(POOL_SIZE))
-        };
-        let options = options.busy_timeout(BUSY_TIMEOUT).foreign_keys(true);
-        let pool = pool.connect_with(options).await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        Ok(SqliteStore {
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // In WAL mode NORMAL loses at most the last commits on power loss, never
+            // consistency; FULL would fsync every group commit.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(
+                options
+                    .clone()
+                    .pragma("cache_size", (-WRITER_CACHE_KIB).to_string()),
+            )
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .connect_with(options)
+            .await?;
+        Ok(Self::with_pools(pool, writer))
+    }
+
+    fn with_pools(pool: SqlitePool, writer: SqlitePool) -> Self {
+        SqliteStore {
             pool,
+            writer,
             write_lock: tokio::sync::Mutex::new(()),
             pending: std::sync::Mutex::new(HashMap::new()),
-        })
+        }
+    }
+
+    /// Closes every connection (after a last checkpoint, so the file stands alone).
+    pub async fn close(&self) {
+        let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.writer)
+            .await;
+        self.writer.close().await;
+        self.pool.close().await;
     }
 
     /// The connection pool, for operator queries (such as the `session_events_readable`
     /// view) that the `Store` trait does not cover.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// One append, in one transaction on the write connection. A batch of deltas (no run
+    /// starts or ends) costs one round trip to SQLite's thread: BEGIN, the sessions'
+    /// upsert, the events' insert and COMMIT go as one multi-statement query, each event
+    /// taking its seq from the upserted `last_seq` inside SQLite. Run starts and ends are
+    /// settled first, in a round trip or a few of their own, because which terminal
+    /// statuses are kept decides the seqs.
+    async fn append_on<'b>(
+        &self,
+        conn: &mut SqliteConnection,
+        batch: &'b [NewEvent],
+        settled: &mut Vec<(&'b str, &'b str, bool)>,
+    ) -> Result<Vec<Option<Event>>, StoreError> {
+        let now = sql::commit_time();
+        let mut keep = vec![true; batch.len()];
+        let ops = sql::invocation_ops(batch);
+        // IMMEDIATE takes the write lock up front: a deferred transaction that reads
+        // first could not upgrade if another connection wrote in between.
+        let mut tail = QueryBuilder::<Sqlite>::new("");
+        if ops.is_empty() {
+            tail.push("BEGIN IMMEDIATE; ");
+        } else {
+            sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+            if self.settles_in_bulk(&ops) {
+                self.settle_in_bulk(conn, &ops, now, &mut keep, settled)
+                    .await?;
+            } else {
+                self.settle_one_by_one(conn, &ops, now, &mut keep, settled)
+                    .await?;
+            }
+            // A refused claim drops every event of its invocation in the batch: the run
+            // never started, and its caller learns so from the missing `in_progress`.
+            for (account_id, invocation_id, _) in settled.iter().filter(|s| !s.2) {
+                for (event, keep) in batch.iter().zip(keep.iter_mut()) {
+                    if event.account_id == *account_id
+                        && event.invocation_id.as_deref() == Some(*invocation_id)
+                    {
+                        *keep = false;
+                    }
+                }
+            }
+        }
+
+        let counts = sql::session_counts(batch, &keep);
+        for chunk in counts.chunks(INSERT_CHUNK) {
+            tail.push(
+                "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) ",
+            );
+            tail.push_values(chunk, |mut row, ((account_id, session_id), n)| {
+                row.push_bind(*account_id)
+                    .push_bind(*session_id)
+                    .push_bind(*n)
+                    .push_bind(now)
+                    .push_bind(now);
+            });
+            tail.push(
+                " ON CONFLICT (account_id, session_id) DO UPDATE SET \
+                 last_seq = sessions.last_seq + excluded.last_seq, \
+                 updated_at = excluded.updated_at \
+                 RETURNING account_id, session_id, last_seq; ",
+            );
+        }
+        // Each kept event with how far below its session's new `last_seq` its seq is. The
+        // insert order is free (seqs are fixed): session by session, each index takes its
+        // entries at one spot at a time instead of hopping between pages.
+        let mut rows: Vec<(&NewEvent, i64, String, String)> = Vec::new();
+        let mut left: Vec<i64> = counts.iter().map(|(_, n)| *n).collect();
+        for (event, _) in batch.iter().zip(&keep).filter(|(_, keep)| **keep) {
+            let i = sql::session_index(&counts, (&event.account_id, &event.session_id))
+                .ok_or_else(|| StoreError::Corrupt("event of an uncounted session".into()))?;
+            left[i] -= 1;
+            let (content, metadata) = (event.content.to_string(), event.metadata.to_string());
+            rows.push((event, left[i], content, metadata));
+        }
+        rows.sort_by(|(a, a_below, ..), (b, b_below, ..)| {
+            (&a.account_id, &a.session_id, b_below).cmp(&(&b.account_id, &b.session_id, a_below))
+        });
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            tail.push("INSERT INTO events (").push(EVENT_COLUMNS).push(
+                ") SELECT v.column1, v.column2, s.last_seq - v.column3, v.column4, v.column5, \
+                 v.column6, v.column7, v.column8, v.column9, v.column10 FROM (",
+            );
+            tail.push_values(chunk, |mut row, (event, below, content, metadata)| {
+                row.push_bind(event.account_id.as_str())
+                    .push_bind(event.session_id.as_str())
+                    .push_bind(*below)
+                    .push_bind(event.run_id.as_deref())
+                    .push_bind(event.invocation_id.as_deref())
+                    .push_bind(event.event_type.as_str())
+                    .push_bind(event.role.as_deref())
+                    .push_bind(content.as_str())
+                    .push_bind(metadata.as_str())
+                    .push_bind(now);
+            });
+            tail.push(
+                ") AS v JOIN sessions AS s \
+                 ON s.account_id = v.column1 AND s.session_id = v.column2; ",
+            );
+        }
+        tail.push("COMMIT");
+
+        let mut last_seqs: Vec<Option<Seq>> = vec![None; counts.len()];
+        for row in tail.build().fetch_all(&mut *conn).await? {
+            let account_id: &str = row.try_get(0)?;
+            let session_id: &str = row.try_get(1)?;
+            let i = sql::session_index(&counts, (account_id, session_id)).ok_or_else(|| {
+                StoreError::Corrupt("upsert returned a session not in the batch".into())
+            })?;
+            last_seqs[i] = Some(row.try_get(2)?);
+        }
+        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        Ok(sql::committed(batch, &seqs, now))
+    }
+
+    /// Whether the batch's invocation operations can be settled with one statement of
+    /// each kind: every invocation appears once and no two claims open the same session
+    /// (then no operation depends on another's outcome). Batches of many runs starting
+    /// and ending are like that; the rest are settled one by one.
+    fn settles_in_bulk(&self, ops: &[(usize, InvocationOp<'_>)]) -> bool {
+        let pending = self.pending();
+        let mut invocations = HashSet::new();
+        let mut claimed_sessions = HashSet::new();
+        ops.iter().all(|(_, op)| match *op {
+            InvocationOp::Open {
+                account_id,
+                invocation_id,
+                session_id,
+                ..
+            } => {
+                invocations.insert((account_id, invocation_id))
+                    && (!pending.contains_key(&(account_id.to_owned(), invocation_id.to_owned()))
+                        || claimed_sessions.insert((account_id, session_id)))
+            }
+            InvocationOp::Close {
+                account_id,
+                invocation_id,
+                ..
+            } => invocations.insert((account_id, invocation_id)),
+            InvocationOp::Drop => true,
+        })
+    }
+
+    /// Settles independent invocation operations (see [`Self::settles_in_bulk`]) with at
+    /// most three statements: close, check claimed sessions, insert. Closes go first, so
+    /// a claim in a session whose run this batch ends is granted.
+    async fn settle_in_bulk<'b>(
+        &self,
+        conn: &mut SqliteConnection,
+        ops: &[(usize, InvocationOp<'b>)],
+        now: DateTime<Utc>,
+        keep: &mut [bool],
+        settled: &mut Vec<(&'b str, &'b str, bool)>,
+    ) -> Result<(), StoreError> {
+        let mut closes = Vec::new();
+        let mut opens = Vec::new();
+        for &(i, op) in ops {
+            match op {
+                InvocationOp::Close {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    status,
+                } => closes.push((i, account_id, invocation_id, session_id, status)),
+                InvocationOp::Open {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    run_id,
+                } => {
+                    let claim = self
+                        .pending()
+                        .get(&(account_id.to_owned(), invocation_id.to_owned()))
+                        .filter(|p| p.session_id == session_id && p.run_id == run_id)
+                        .cloned();
+                    opens.push((i, account_id, invocation_id, session_id, run_id, claim));
+                }
+                InvocationOp::Drop => keep[i] = false,
+            }
+        }
+
+        let mut closed = HashSet::new();
+        for chunk in closes.chunks(INSERT_CHUNK) {
+            let mut update = QueryBuilder::<Sqlite>::new(
+                "UPDATE invocations SET status = v.column3, ended_at = ",
+            );
+            update.push_bind(now).push(" FROM (");
+            update.push_values(
+                chunk,
+                |mut row, (_, account_id, invocation_id, session_id, status)| {
+                    row.push_bind(*account_id)
+                        .push_bind(*invocation_id)
+                        .push_bind(status.as_str())
+                        .push_bind(*session_id);
+                },
+            );
+            update.push(
+                ") AS v WHERE invocations.account_id = v.column1 \
+                 AND invocations.invocation_id = v.column2 AND invocations.session_id = v.column4 \
+                 AND invocations.status = 'in_progress' RETURNING account_id, invocation_id",
+            );
+            for row in update.build().fetch_all(&mut *conn).await? {
+                closed.insert((row.try_get::<String, _>(0)?, row.try_get::<String, _>(1)?));
+            }
+        }
+        for (i, account_id, invocation_id, ..) in &closes {
+            keep[*i] = closed.contains(&((*account_id).to_owned(), (*invocation_id).to_owned()));
+        }
+
+        // The claims' check, in this transaction: another process sharing the file may
+        // have opened a live run in one of these sessions since `claim`.
+        let claimed: Vec<_> = opens.iter().filter(|o| o.5.is_some()).collect();
+        let mut busy: HashMap<(String, String), String> = HashMap::new();
+        for chunk in claimed.chunks(INSERT_CHUNK) {
+            let mut select = QueryBuilder::<Sqlite>::new(
+                "SELECT i.account_id, i.session_id, i.invocation_id FROM (",
+            );
+            select.push_values(chunk, |mut row, (_, account_id, _, session_id, ..)| {
+                row.push_bind(*account_id).push_bind(*session_id);
+            });
+            select
+                .push(") AS v JOIN invocations AS i ")
+                .push(OPEN_BY_SESSION)
+                .push(
+                    " ON i.account_id = v.column1 AND i.session_id = v.column2 \
+                     WHERE i.status = 'in_progress' AND i.owner IS NOT NULL \
+                     AND i.lease_expires_ms > ",
+                )
+                .push_bind(now_ms());
+            for row in select.build().fetch_all(&mut *conn).await? {
+                busy.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
+            }
+        }
+        let mut inserts = Vec::with_capacity(opens.len());
+        for (i, account_id, invocation_id, session_id, run_id, claim) in &opens {
+            let Some(claim) = claim else {
+                inserts.push((*account_id, *invocation_id, *session_id, *run_id, None));
+                continue;
+            };
+            let other = busy
+                .get(&((*account_id).to_owned(), (*session_id).to_owned()))
+                .filter(|other| other.as_str() != *invocation_id);
+            if let Some(other) = other {
+                tracing::info!(account_id, session_id, invocation_id, busy_invocation_id = %other,
+                    "claim refused at append: the session has another live run");
+                keep[*i] = false;
+            } else {
+                inserts.push((
+                    *account_id,
+                    *invocation_id,
+                    *session_id,
+                    *run_id,
+                    Some(claim),
+                ));
+            }
+            settled.push((account_id, invocation_id, other.is_none()));
+        }
+        let now_ms = now_ms();
+        for chunk in inserts.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
+                 started_at, owner, lease_expires_ms, agent_ref) ",
+            );
+            insert.push_values(
+                chunk,
+                |mut row, (account_id, invocation_id, session_id, run_id, claim)| {
+                    row.push_bind(*account_id)
+                        .push_bind(*invocation_id)
+                        .push_bind(*session_id)
+                        .push_bind(*run_id)
+                        .push_bind("in_progress")
+                        .push_bind(now)
+                        .push_bind(claim.map(|c| c.owner.as_str()))
+                        .push_bind(claim.map(|c| now_ms + millis(c.lease)))
+                        .push_bind(claim.and_then(|c| c.agent_ref.as_deref()));
+                },
+            );
+            insert.push(" ON CONFLICT (account_id, invocation_id) DO NOTHING");
+            insert.build().execute(&mut *conn).await?;
+        }
+        Ok(())
+    }
+
+    /// Settles invocation operations in order, one statement each (see
+    /// [`sql::invocation_ops`] for what each does to the events it comes from).
+    async fn settle_one_by_one<'b>(
+        &self,
+        conn: &mut SqliteConnection,
+        ops: &[(usize, InvocationOp<'b>)],
+        now: DateTime<Utc>,
+        keep: &mut [bool],
+        settled: &mut Vec<(&'b str, &'b str, bool)>,
+    ) -> Result<(), StoreError> {
+        for &(i, op) in ops {
+            keep[i] = match op {
+                InvocationOp::Open {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    run_id,
+                } => {
+                    let claimed = self
+                        .pending()
+                        .get(&(account_id.to_owned(), invocation_id.to_owned()))
+                        .filter(|p| p.session_id == session_id && p.run_id == run_id)
+                        .cloned();
+                    if let Some(claim) = claimed {
+                        // The claim's check and insert, in this transaction: another
+                        // process sharing the file may have opened one since `claim`.
+                        let now_ms = now_ms();
+                        let busy: Option<String> = sqlx::query_scalar(&format!(
+                            "SELECT invocation_id FROM invocations {OPEN_BY_SESSION} \
+                             WHERE account_id = ? AND session_id = ? AND status = 'in_progress' \
+                             AND owner IS NOT NULL AND lease_expires_ms > ? \
+                             AND invocation_id <> ? LIMIT 1",
+                        ))
+                        .bind(account_id)
+                        .bind(session_id)
+                        .bind(now_ms)
+                        .bind(invocation_id)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                        if let Some(other) = &busy {
+                            tracing::info!(account_id, session_id, invocation_id, busy_invocation_id = %other,
+                                    "claim refused at append: the session has another live run");
+                        } else {
+                            sqlx::query(
+                                    "INSERT INTO invocations (account_id, invocation_id, session_id, \
+                                     run_id, status, started_at, owner, lease_expires_ms, agent_ref) \
+                                     VALUES (?, ?, ?, ?, 'in_progress', ?, ?, ?, ?) \
+                                     ON CONFLICT (account_id, invocation_id) DO NOTHING",
+                                )
+                                .bind(account_id)
+                                .bind(invocation_id)
+                                .bind(session_id)
+                                .bind(run_id)
+                                .bind(now)
+                                .bind(&claim.owner)
+                                .bind(now_ms + millis(claim.lease))
+                                .bind(&claim.agent_ref)
+                                .execute(&mut *conn)
+                                .await?;
+                        }
+                        settled.push((account_id, invocation_id, busy.is_none()));
+                        busy.is_none()
+                    } else {
+                        sqlx::query(
+                            "INSERT INTO invocations \
+                             (account_id, invocation_id, session_id, run_id, status, started_at) \
+                             VALUES (?, ?, ?, ?, 'in_progress', ?) \
+                             ON CONFLICT (account_id, invocation_id) DO NOTHING",
+                        )
+                        .bind(account_id)
+                        .bind(invocation_id)
+                        .bind(session_id)
+                        .bind(run_id)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?;
+                        true
+                    }
+                }
+                InvocationOp::Close {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    status,
+                } => {
+                    let closed = sqlx::query(
+                        "UPDATE invocations SET status = ?, ended_at = ? \
+                             WHERE account_id = ? AND invocation_id = ? AND session_id = ? \
+                             AND status = 'in_progress'",
+                    )
+                    .bind(status.as_str())
+                    .bind(now)
+                    .bind(account_id)
+                    .bind(invocation_id)
+                    .bind(session_id)
+                    .execute(&mut *conn)
+                    .await?;
+                    closed.rows_affected() == 1
+                }
+                InvocationOp::Drop => false,
+            };
+        }
+        Ok(())
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingClaim>> {
@@ -128,176 +559,25 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         }
         let _writer = self.write_lock.lock().await;
-        let now = sql::commit_time();
-        // IMMEDIATE takes the write lock up front: a deferred transaction that reads
-        // first could not upgrade if another connection wrote in between.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-
-        let mut keep = vec![true; batch.len()];
-        // Claimed invocations this batch opens: (account, invocation, granted).
-        let mut settled: Vec<(&str, &str, bool)> = Vec::new();
-        for (i, op) in sql::invocation_ops(batch) {
-            keep[i] = match op {
-                InvocationOp::Open {
-                    account_id,
-                    invocation_id,
-                    session_id,
-                    run_id,
-                } => {
-                    let claimed = self
-                        .pending()
-                        .get(&(account_id.to_owned(), invocation_id.to_owned()))
-                        .filter(|p| p.session_id == session_id && p.run_id == run_id)
-                        .cloned();
-                    if let Some(claim) = claimed {
-                        // The claim's check and insert, in this transaction: another
-                        // process sharing the file may have opened one since `claim`.
-                        let now_ms = now_ms();
-                        let busy: Option<String> = sqlx::query_scalar(
-                            "SELECT invocation_id FROM invocations \
-                             WHERE account_id = ? AND session_id = ? AND status = 'in_progress' \
-                             AND owner IS NOT NULL AND lease_expires_ms > ? \
-                             AND invocation_id <> ? LIMIT 1",
-                        )
-                        .bind(account_id)
-                        .bind(session_id)
-                        .bind(now_ms)
-                        .bind(invocation_id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                        if let Some(other) = &busy {
-                            tracing::info!(account_id, session_id, invocation_id, busy_invocation_id = %other,
-                                "claim refused at append: the session has another live run");
-                        } else {
-                            sqlx::query(
-                                "INSERT INTO invocations (account_id, invocation_id, session_id, \
-                                 run_id, status, started_at, owner, lease_expires_ms, agent_ref) \
-                                 VALUES (?, ?, ?, ?, 'in_progress', ?, ?, ?, ?) \
-                                 ON CONFLICT (account_id, invocation_id) DO NOTHING",
-                            )
-                            .bind(account_id)
-                            .bind(invocation_id)
-                            .bind(session_id)
-                            .bind(run_id)
-                            .bind(now)
-                            .bind(&claim.owner)
-                            .bind(now_ms + millis(claim.lease))
-                            .bind(&claim.agent_ref)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        settled.push((account_id, invocation_id, busy.is_none()));
-                        busy.is_none()
-                    } else {
-                        sqlx::query(
-                            "INSERT INTO invocations \
-                         (account_id, invocation_id, session_id, run_id, status, started_at) \
-                         VALUES (?, ?, ?, ?, 'in_progress', ?) \
-                         ON CONFLICT (account_id, invocation_id) DO NOTHING",
-                        )
-                        .bind(account_id)
-                        .bind(invocation_id)
-                        .bind(session_id)
-                        .bind(run_id)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
-                        true
-                    }
-                }
-                InvocationOp::Close {
-                    account_id,
-                    invocation_id,
-                    session_id,
-                    status,
-                } => {
-                    let closed = sqlx::query(
-                        "UPDATE invocations SET status = ?, ended_at = ? \
-                         WHERE account_id = ? AND invocation_id = ? AND session_id = ? \
-                         AND status = 'in_progress'",
-                    )
-                    .bind(status.as_str())
-                    .bind(now)
-                    .bind(account_id)
-                    .bind(invocation_id)
-                    .bind(session_id)
-                    .execute(&mut *tx)
-                    .await?;
-                    closed.rows_affected() == 1
-                }
-                InvocationOp::Drop => false,
-            };
-        }
-        // A refused claim drops every event of its invocation in the batch: the run never
-        // started, and its caller learns so from the missing `in_progress`.
-        for (account_id, invocation_id, _) in settled.iter().filter(|s| !s.2) {
-            for (event, keep) in batch.iter().zip(keep.iter_mut()) {
-                if event.account_id == *account_id
-                    && event.invocation_id.as_deref() == Some(*invocation_id)
-                {
-                    *keep = false;
+        let mut conn = self.writer.acquire().await?;
+        let mut settled = Vec::new();
+        let appended = self.append_on(&mut conn, batch, &mut settled).await;
+        match &appended {
+            Ok(_) if !settled.is_empty() => {
+                // Only once committed: a failed transaction is retried with its claims intact.
+                let mut pending = self.pending();
+                for (account_id, invocation_id, _) in settled {
+                    pending.remove(&(account_id.to_owned(), invocation_id.to_owned()));
                 }
             }
-        }
-
-        let counts = sql::session_counts(batch, &keep);
-        let mut last_seqs: Vec<Option<Seq>> = vec![None; counts.len()];
-        for chunk in counts.chunks(INSERT_CHUNK) {
-            let mut upsert = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) ",
-            );
-            upsert.push_values(chunk, |mut row, ((account_id, session_id), n)| {
-                row.push_bind(*account_id)
-                    .push_bind(*session_id)
-                    .push_bind(*n)
-                    .push_bind(now)
-                    .push_bind(now);
-            });
-            upsert.push(
-                " ON CONFLICT (account_id, session_id) DO UPDATE SET \
-                 last_seq = sessions.last_seq + excluded.last_seq, \
-                 updated_at = excluded.updated_at \
-                 RETURNING account_id, session_id, last_seq",
-            );
-            for row in upsert.build().fetch_all(&mut *tx).await? {
-                let account_id: &str = row.try_get(0)?;
-                let session_id: &str = row.try_get(1)?;
-                let i = sql::session_index(&counts, (account_id, session_id)).ok_or_else(|| {
-                    StoreError::Corrupt("upsert returned a session not in the batch".into())
-                })?;
-                last_seqs[i] = Some(row.try_get(2)?);
+            Ok(_) => {}
+            // The transaction is ours, not sqlx's (see `append_on`), so is its rollback. An
+            // error here means the connection is gone, and the transaction with it.
+            Err(_) => {
+                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
             }
         }
-        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
-
-        let mut rows: Vec<(&NewEvent, Seq, String, String)> = batch
-            .iter()
-            .zip(&seqs)
-            .filter_map(|(event, seq)| {
-                let seq = (*seq)?;
-                Some((
-                    event,
-                    seq,
-                    event.content.to_string(),
-                    event.metadata.to_string(),
-                ))
-            })
-            .collect();
-        // Seqs are assigned already, so the insert order is free: session by session, each
-        // index takes its entries at one spot at a time instead of hopping between pages.
-        rows.sort_by(|(a, a_seq, ..), (b, b_seq, ..)| {
-            (&a.account_id, &a.session_id, a_seq).cmp(&(&b.account_id, &b.session_id, b_seq))
-        });
-        insert_event_rows(&mut tx, "events", &rows, now).await?;
-        tx.commit().await?;
-        if !settled.is_empty() {
-            // Only once committed: a failed transaction is retried with its claims intact.
-            let mut pending = self.pending();
-            for (account_id, invocation_id, _) in settled {
-                pending.remove(&(account_id.to_owned(), invocation_id.to_owned()));
-            }
-        }
-        Ok(sql::committed(batch, &seqs, now))
+        appended
     }
 
     async fn session(
@@ -444,7 +724,7 @@ impl Store for SqliteStore {
         .bind(agent_ref)
         .bind(account_id)
         .bind(invocation_id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
             // A claim whose `in_progress` is still queued has no row yet: the append that
@@ -492,11 +772,11 @@ impl Store for SqliteStore {
         // another process sharing the file opened a live run meanwhile). Here, a read
         // beside the writer and the claims of this process answer early.
         let now = now_ms();
-        let busy = sqlx::query(
-            "SELECT run_id, invocation_id FROM invocations \
+        let busy = sqlx::query(&format!(
+            "SELECT run_id, invocation_id FROM invocations {OPEN_BY_SESSION} \
              WHERE account_id = ? AND session_id = ? AND status = 'in_progress' \
              AND owner IS NOT NULL AND lease_expires_ms > ? LIMIT 1",
-        )
+        ))
         .bind(claim.account_id)
         .bind(claim.session_id)
         .bind(now)
@@ -559,7 +839,7 @@ impl Store for SqliteStore {
             ids.push_bind(id);
         }
         update.push(") RETURNING invocation_id, cancel_requested");
-        let rows = update.build().fetch_all(&self.pool).await?;
+        let rows = update.build().fetch_all(&self.writer).await?;
         let mut renewed = rows
             .iter()
             .map(|r| {
@@ -638,7 +918,7 @@ impl Store for SqliteStore {
         )
         .bind(account_id)
         .bind(invocation_id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -657,7 +937,7 @@ impl Store for SqliteStore {
         .bind(a.content.len() as i64)
         .bind(&a.content)
         .bind(chrono::Utc::now())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }

@@ -164,6 +164,7 @@ store_suite!(
     accounts_are_isolated_under_the_same_session_id,
     events_after_a_cursor_and_filtered_by_run_and_invocation,
     exactly_one_terminal_status_per_invocation,
+    many_runs_start_and_end_in_one_batch,
     racing_terminal_statuses_close_once,
     open_invocations_lists_only_unfinished_ones,
     run_returns_the_latest_invocation,
@@ -596,6 +597,72 @@ async fn exactly_one_terminal_status_per_invocation(b: Backend) {
             .unwrap()
             .last_seq,
         6
+    );
+}
+
+/// A batch of a busy gateway: runs of different sessions starting and ending together,
+/// with deltas between, each invocation named once. Each terminal is judged on its own.
+async fn many_runs_start_and_end_in_one_batch(b: Backend) {
+    let account = unique("acct");
+    let run = unique("run");
+    let (ending, closed, starting, other) = (unique("s"), unique("s"), unique("s"), unique("s"));
+    let (a, c, x) = (unique("inv"), unique("inv"), unique("inv"));
+    b.store
+        .append(&[
+            status(&account, &ending, &run, &a, RunStatus::InProgress),
+            status(&account, &closed, &run, &c, RunStatus::InProgress),
+            status(&account, &other, &run, &x, RunStatus::InProgress),
+        ])
+        .await
+        .unwrap();
+    b.store
+        .append(&[status(&account, &closed, &run, &c, RunStatus::Completed)])
+        .await
+        .unwrap();
+
+    let (new, never) = (unique("inv"), unique("inv"));
+    let batch = b
+        .store
+        .append(&[
+            delta(&account, &ending, "last").in_run(&run, &a),
+            status(&account, &ending, &run, &a, RunStatus::Completed),
+            status(&account, &starting, &run, &new, RunStatus::InProgress),
+            delta(&account, &starting, "first").in_run(&run, &new),
+            // Already closed, never opened, and open but in another session: all dropped.
+            status(&account, &closed, &run, &c, RunStatus::Failed),
+            status(&account, &ending, &run, &never, RunStatus::Failed),
+            status(&account, &ending, &run, &x, RunStatus::Cancelled),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs(&batch),
+        vec![Some(2), Some(3), Some(1), Some(2), None, None, None]
+    );
+    let state = |inv: String| {
+        let store = b.store.clone();
+        let account = account.clone();
+        async move {
+            store
+                .invocation(&account, &inv)
+                .await
+                .unwrap()
+                .map(|i| i.status)
+        }
+    };
+    assert_eq!(state(a.clone()).await, Some(RunStatus::Completed));
+    assert_eq!(state(c.clone()).await, Some(RunStatus::Completed));
+    assert_eq!(state(new.clone()).await, Some(RunStatus::InProgress));
+    assert_eq!(state(x.clone()).await, Some(RunStatus::InProgress));
+    assert_eq!(state(never.clone()).await, None);
+    let texts: Vec<(i64, String)> = all_events(&*b.store, &account, &starting)
+        .await
+        .iter()
+        .map(|e| (e.seq, e.event_type.as_str().to_owned()))
+        .collect();
+    assert_eq!(
+        texts,
+        vec![(1, "run_status".to_owned()), (2, "text_delta".to_owned())]
     );
 }
 
@@ -1040,7 +1107,7 @@ async fn sqlite_survives_reopen() {
     {
         let store = SqliteStore::open(path).await.unwrap();
         store.append(&[delta(&account, "s", "1")]).await.unwrap();
-        store.pool().close().await;
+        store.close().await;
     }
     let store = SqliteStore::open(path).await.unwrap();
     let next = store.append(&[delta(&account, "s", "2")]).await.unwrap();
