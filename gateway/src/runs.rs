@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runtime_adapter::{
-    project, AgentRequest, Item, Output, Probe, StreamParser, TurnCall, TurnRequest, Upstream,
+    project, AgentRequest, Item, Output, Probe, SessionRef, StreamParser, TurnCall, TurnRequest,
+    Upstream,
 };
 use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase, RESUMED_FROM};
@@ -177,8 +178,11 @@ pub struct History {
 /// How long a new run waits for the session's previous run to finish committing its end.
 const FINISHING_WAIT: Duration = Duration::from_secs(10);
 
+/// A new session, run, invocation or checkpoint id. Time-ordered (UUIDv7: milliseconds,
+/// then 74 random bits), so the log's indexes, which lead with these ids, take new entries
+/// at one edge instead of at random pages all over a large file.
 pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
 impl Runs {
@@ -432,6 +436,11 @@ impl Runs {
                     events: Vec::new(),
                 }
             }
+            // A session Tether just named has no history to read.
+            None if turn.session == SessionRef::New => History {
+                items: Vec::new(),
+                events: Vec::new(),
+            },
             None => {
                 // The projection needs only transcript events and compaction markers (and,
                 // for stateful agents, run statuses, where their adapters keep the agent's
