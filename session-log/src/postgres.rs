@@ -6,8 +6,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder, Row};
 
@@ -84,51 +85,11 @@ impl Store for PgStore {
         // `status` after it commits, finds it no longer open and updates nothing, so
         // racing closers (across gateways too) end an invocation once.
         let mut keep = vec![true; batch.len()];
-        for (i, op) in sql::invocation_ops(batch) {
-            keep[i] = match op {
-                InvocationOp::Open {
-                    account_id,
-                    invocation_id,
-                    session_id,
-                    run_id,
-                } => {
-                    sqlx::query(
-                        "INSERT INTO invocations \
-                         (account_id, invocation_id, session_id, run_id, status, started_at) \
-                         VALUES ($1, $2, $3, $4, 'in_progress', $5) \
-                         ON CONFLICT (account_id, invocation_id) DO NOTHING",
-                    )
-                    .bind(account_id)
-                    .bind(invocation_id)
-                    .bind(session_id)
-                    .bind(run_id)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    true
-                }
-                InvocationOp::Close {
-                    account_id,
-                    invocation_id,
-                    session_id,
-                    status,
-                } => {
-                    let closed = sqlx::query(
-                        "UPDATE invocations SET status = $1, ended_at = $2 \
-                         WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
-                         AND status = 'in_progress'",
-                    )
-                    .bind(status.as_str())
-                    .bind(now)
-                    .bind(account_id)
-                    .bind(invocation_id)
-                    .bind(session_id)
-                    .execute(&mut *tx)
-                    .await?;
-                    closed.rows_affected() == 1
-                }
-                InvocationOp::Drop => false,
-            };
+        let ops = sql::invocation_ops(batch);
+        if sql::one_op_per_invocation(&ops) {
+            settle_in_bulk(&mut tx, &ops, now, &mut keep).await?;
+        } else {
+            settle_one_by_one(&mut tx, &ops, now, &mut keep).await?;
         }
 
         // One statement creates or bumps every session of the batch. The row lock each
@@ -370,46 +331,28 @@ impl Store for PgStore {
     }
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        // Serialises claims of one session across replicas until commit; a hash collision
-        // only makes two sessions' claims wait for each other.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\\n' || $2, 0))")
-            .bind(claim.account_id)
-            .bind(claim.session_id)
-            .execute(&mut *tx)
-            .await?;
+        // Serialised per session across replicas by an advisory lock, inside the function
+        // (migration 0005): one round trip.
         let busy = sqlx::query(
-            "SELECT run_id, invocation_id FROM invocations \
-             WHERE account_id = $1 AND session_id = $2 AND status = 'in_progress' \
-             AND owner IS NOT NULL AND lease_expires_at > now() LIMIT 1",
+            "SELECT busy_run_id, busy_invocation_id \
+             FROM tether_claim($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(claim.account_id)
-        .bind(claim.session_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(row) = busy {
-            return Ok(Claimed::Busy {
-                run_id: row.try_get(0)?,
-                invocation_id: row.try_get(1)?,
-            });
-        }
-        sqlx::query(
-            "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
-             started_at, owner, lease_expires_at) \
-             VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, now() + make_interval(secs => $7)) \
-             ON CONFLICT (account_id, invocation_id) DO NOTHING",
-        )
-        .bind(claim.account_id)
-        .bind(claim.invocation_id)
         .bind(claim.session_id)
         .bind(claim.run_id)
-        .bind(sql::commit_time())
+        .bind(claim.invocation_id)
         .bind(claim.owner)
         .bind(claim.lease.as_secs_f64())
-        .execute(&mut *tx)
+        .bind(sql::commit_time())
+        .fetch_optional(&self.pool)
         .await?;
-        tx.commit().await?;
-        Ok(Claimed::Granted)
+        Ok(match busy {
+            Some(row) => Claimed::Busy {
+                run_id: row.try_get(0)?,
+                invocation_id: row.try_get(1)?,
+            },
+            None => Claimed::Granted,
+        })
     }
 
     async fn renew_leases(
@@ -701,6 +644,165 @@ fn invocation_from_row(row: &PgRow) -> Result<Invocation, StoreError> {
         ended_at: row.try_get("ended_at")?,
         agent_ref: row.try_get("agent_ref")?,
     })
+}
+
+/// Settles invocation operations in order, one statement each (see
+/// [`sql::invocation_ops`]); each keeps or drops the event it comes from.
+async fn settle_one_by_one(
+    conn: &mut PgConnection,
+    ops: &[(usize, InvocationOp<'_>)],
+    now: DateTime<Utc>,
+    keep: &mut [bool],
+) -> Result<(), StoreError> {
+    for &(i, op) in ops {
+        keep[i] = match op {
+            InvocationOp::Open {
+                account_id,
+                invocation_id,
+                session_id,
+                run_id,
+            } => {
+                sqlx::query(
+                    "INSERT INTO invocations \
+                     (account_id, invocation_id, session_id, run_id, status, started_at) \
+                     VALUES ($1, $2, $3, $4, 'in_progress', $5) \
+                     ON CONFLICT (account_id, invocation_id) DO NOTHING",
+                )
+                .bind(account_id)
+                .bind(invocation_id)
+                .bind(session_id)
+                .bind(run_id)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+                true
+            }
+            InvocationOp::Close {
+                account_id,
+                invocation_id,
+                session_id,
+                status,
+            } => {
+                let closed = sqlx::query(
+                    "UPDATE invocations SET status = $1, ended_at = $2 \
+                     WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
+                     AND status = 'in_progress'",
+                )
+                .bind(status.as_str())
+                .bind(now)
+                .bind(account_id)
+                .bind(invocation_id)
+                .bind(session_id)
+                .execute(&mut *conn)
+                .await?;
+                closed.rows_affected() == 1
+            }
+            InvocationOp::Drop => false,
+        };
+    }
+    Ok(())
+}
+
+/// Settles operations on distinct invocations (see [`sql::one_op_per_invocation`]) with
+/// one statement for every close and one for every open.
+async fn settle_in_bulk(
+    conn: &mut PgConnection,
+    ops: &[(usize, InvocationOp<'_>)],
+    now: DateTime<Utc>,
+    keep: &mut [bool],
+) -> Result<(), StoreError> {
+    let mut closes: [Vec<&str>; 4] = Default::default();
+    let mut opens: [Vec<&str>; 4] = Default::default();
+    for &(i, op) in ops {
+        match op {
+            InvocationOp::Close {
+                account_id,
+                invocation_id,
+                session_id,
+                status,
+            } => {
+                for (column, value) in
+                    closes
+                        .iter_mut()
+                        .zip([account_id, invocation_id, session_id, status.as_str()])
+                {
+                    column.push(value);
+                }
+            }
+            InvocationOp::Open {
+                account_id,
+                invocation_id,
+                session_id,
+                run_id,
+            } => {
+                for (column, value) in
+                    opens
+                        .iter_mut()
+                        .zip([account_id, invocation_id, session_id, run_id])
+                {
+                    column.push(value);
+                }
+            }
+            InvocationOp::Drop => keep[i] = false,
+        }
+    }
+    if !closes[0].is_empty() {
+        // Rows are locked in key order (the ORDER BY before FOR UPDATE), as one by one, so
+        // two writers closing the same invocations cannot wait on each other in a cycle.
+        // A row another transaction closed meanwhile fails the re-checked `status` and is
+        // left out: racing closers still end an invocation once.
+        let rows = sqlx::query(
+            "WITH open AS (\
+                SELECT i.account_id, i.invocation_id, t.status FROM invocations AS i \
+                JOIN UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) \
+                AS t(account_id, invocation_id, session_id, status) \
+                ON i.account_id = t.account_id AND i.invocation_id = t.invocation_id \
+                AND i.session_id = t.session_id \
+                WHERE i.status = 'in_progress' \
+                ORDER BY i.account_id, i.invocation_id FOR UPDATE OF i) \
+             UPDATE invocations AS i SET status = open.status, ended_at = $5 FROM open \
+             WHERE i.account_id = open.account_id AND i.invocation_id = open.invocation_id \
+             RETURNING i.account_id, i.invocation_id",
+        )
+        .bind(&closes[0])
+        .bind(&closes[1])
+        .bind(&closes[2])
+        .bind(&closes[3])
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut closed = std::collections::HashSet::new();
+        for row in &rows {
+            closed.insert((row.try_get::<String, _>(0)?, row.try_get::<String, _>(1)?));
+        }
+        for &(i, op) in ops {
+            if let InvocationOp::Close {
+                account_id,
+                invocation_id,
+                ..
+            } = op
+            {
+                keep[i] = closed.contains(&(account_id.to_owned(), invocation_id.to_owned()));
+            }
+        }
+    }
+    if !opens[0].is_empty() {
+        sqlx::query(
+            "INSERT INTO invocations \
+             (account_id, invocation_id, session_id, run_id, status, started_at) \
+             SELECT a, i, s, r, 'in_progress', $5 \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS t(a, i, s, r) \
+             ON CONFLICT (account_id, invocation_id) DO NOTHING",
+        )
+        .bind(&opens[0])
+        .bind(&opens[1])
+        .bind(&opens[2])
+        .bind(&opens[3])
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -94,6 +94,34 @@ pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>
     ops
 }
 
+/// Whether no invocation appears twice among `ops`. Then no operation's outcome depends on
+/// another's, and a backend may settle them with one statement per kind (busy gateways
+/// write batches like that: many runs starting and ending, each once).
+pub(crate) fn one_op_per_invocation(ops: &[(usize, InvocationOp<'_>)]) -> bool {
+    // `invocation_ops` sorts by invocation, so repeats are neighbours.
+    let ids = ops.iter().filter_map(|(_, op)| match op {
+        InvocationOp::Open {
+            account_id,
+            invocation_id,
+            ..
+        }
+        | InvocationOp::Close {
+            account_id,
+            invocation_id,
+            ..
+        } => Some((*account_id, *invocation_id)),
+        InvocationOp::Drop => None,
+    });
+    let mut last = None;
+    for id in ids {
+        if last == Some(id) {
+            return false;
+        }
+        last = Some(id);
+    }
+    true
+}
+
 /// The sessions the kept events of `batch` go to, each with its number of kept events,
 /// sorted by key so that writers lock session rows in one order.
 pub(crate) fn session_counts<'a>(

@@ -267,11 +267,12 @@ impl SqliteStore {
 
     /// Whether the batch's invocation operations can be settled with one statement of
     /// each kind: every invocation appears once and no two claims open the same session
-    /// (then no operation depends on another's outcome). Batches of many runs starting
-    /// and ending are like that; the rest are settled one by one.
+    /// (then no operation depends on another's outcome). The rest are settled one by one.
     fn settles_in_bulk(&self, ops: &[(usize, InvocationOp<'_>)]) -> bool {
+        if !sql::one_op_per_invocation(ops) {
+            return false;
+        }
         let pending = self.pending();
-        let mut invocations = HashSet::new();
         let mut claimed_sessions = HashSet::new();
         ops.iter().all(|(_, op)| match *op {
             InvocationOp::Open {
@@ -280,16 +281,10 @@ impl SqliteStore {
                 session_id,
                 ..
             } => {
-                invocations.insert((account_id, invocation_id))
-                    && (!pending.contains_key(&(account_id.to_owned(), invocation_id.to_owned()))
-                        || claimed_sessions.insert((account_id, session_id)))
+                !pending.contains_key(&(account_id.to_owned(), invocation_id.to_owned()))
+                    || claimed_sessions.insert((account_id, session_id))
             }
-            InvocationOp::Close {
-                account_id,
-                invocation_id,
-                ..
-            } => invocations.insert((account_id, invocation_id)),
-            InvocationOp::Drop => true,
+            _ => true,
         })
     }
 
