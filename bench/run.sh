@@ -23,6 +23,7 @@ PG_URL=${PG_ADMIN_URL%/*}/tether_bench
 OUT=${OUT:-$ROOT/BENCHMARKS.md}
 BASE_PORT=${BASE_PORT:-19100}
 AGENT_PORT=$BASE_PORT NGINX_PORT=$((BASE_PORT + 1)) TS_PORT=$((BASE_PORT + 2)) TP_PORT=$((BASE_PORT + 3))
+TA_PORT=$((BASE_PORT + 4))
 OPEN_SECONDS=5 SAT_SECONDS=3 SSE_ROUNDS1=3
 if [ "$QUICK" = 1 ]; then RUNS=1 OPEN_SECONDS=2 SAT_SECONDS=2 SSE_ROUNDS1=1 IDLE_STREAMS=2000; fi
 
@@ -132,9 +133,9 @@ EOF
 }
 nginx_pids() { echo "$NGINX_PID$(pgrep -P "$NGINX_PID" | sed 's/^/,/' | tr -d '\n')"; }
 
-start_tether() { # name port store
+start_tether() { # name port store [tether serve flags...]
   TETHER_LOG=warn "$BIN/tether" serve --listen 127.0.0.1:$2 --upstream http://127.0.0.1:$AGENT_PORT \
-    --protocol openai-chat --store "$3" --threads 2 >"$WORK/$1.log" 2>&1 &
+    --protocol openai-chat --store "$3" --threads 2 "${@:4}" >"$WORK/$1.log" 2>&1 &
   local pid=$!; PIDS+=("$pid")
   eval "${1}_PID=$pid"
   wait_http http://127.0.0.1:$2/healthz
@@ -149,8 +150,25 @@ start_agent
 start_nginx
 start_tether tsqlite $TS_PORT "$WORK/sessions.sqlite"
 [ $PG_OK = 1 ] && start_tether tpg $TP_PORT "$PG_URL"
+# The same Tether with every policy on: an API key (checked per request) and rate limits
+# high enough never to refuse, so the rows show what checking costs.
+BENCH_KEY=bench-key-0123456789abcdef
+cat >"$WORK/auth.toml" <<EOF
+[[auth.api_keys]]
+id = "bench"
+account_id = "bench"
+sha256 = "$(printf %s "$BENCH_KEY" | sha256sum | cut -d' ' -f1)"
 
-declare -A ADDR=([direct]=127.0.0.1:$AGENT_PORT [nginx]=127.0.0.1:$NGINX_PORT [tether]=127.0.0.1:$TS_PORT [tether-pg]=127.0.0.1:$TP_PORT)
+[rate_limits]
+requests_per_second = 1000000.0
+burst = 1000000
+per_credential_requests_per_second = 1000000.0
+per_credential_burst = 1000000
+EOF
+start_tether tauth $TA_PORT "$WORK/auth.sqlite" --conf "$WORK/auth.toml"
+AUTH=(--header "Authorization: Bearer $BENCH_KEY")
+
+declare -A ADDR=([direct]=127.0.0.1:$AGENT_PORT [nginx]=127.0.0.1:$NGINX_PORT [tether]=127.0.0.1:$TS_PORT [tether-pg]=127.0.0.1:$TP_PORT [tether-auth]=127.0.0.1:$TA_PORT)
 SSE_TARGETS=(direct nginx tether); [ $PG_OK = 1 ] && SSE_TARGETS+=(tether-pg)
 
 record() { # scenario target run json
@@ -188,14 +206,16 @@ load() { # never leaves a cell without a JSON object
 # ---------------------------------------------------------------- 1. pass-through
 log "1. pass-through: saturation and fixed-rate latency"
 for run in $(seq 1 "$RUNS"); do
-  for t in direct nginx tether; do
-    cmdlog "bench-load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS"
-    record pass-sat $t $run "$(load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS)"
+  for t in direct nginx tether tether-auth; do
+    f=(); k=; [ "$t" = tether-auth ] && f=("${AUTH[@]}") && k=" --header 'Authorization: Bearer <key>'"
+    cmdlog "bench-load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS$k"
+    record pass-sat $t $run "$(load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS "${f[@]}")"
   done
   for rate in 1000 2000; do
-    for t in direct nginx tether; do
-      cmdlog "bench-load open --addr ${ADDR[$t]} --path /json --rate $rate --seconds $OPEN_SECONDS --conns 64"
-      record pass-open-$rate $t $run "$(load open --addr ${ADDR[$t]} --path /json --rate $rate --seconds $OPEN_SECONDS --conns 64)"
+    for t in direct nginx tether tether-auth; do
+      f=(); k=; [ "$t" = tether-auth ] && f=("${AUTH[@]}") && k=" --header 'Authorization: Bearer <key>'"
+      cmdlog "bench-load open --addr ${ADDR[$t]} --path /json --rate $rate --seconds $OPEN_SECONDS --conns 64$k"
+      record pass-open-$rate $t $run "$(load open --addr ${ADDR[$t]} --path /json --rate $rate --seconds $OPEN_SECONDS --conns 64 "${f[@]}")"
     done
   done
 done

@@ -277,8 +277,9 @@ impl Conn {
 }
 
 /// A GET request with keep-alive.
-pub fn get_request(host: &str, path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n\r\n").into_bytes()
+pub fn get_request(host: &str, path: &str, headers: &[String]) -> Vec<u8> {
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n{extra}\r\n").into_bytes()
 }
 
 /// A streaming model request for `surface` ("chat" or "responses") asking the fake

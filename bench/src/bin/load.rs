@@ -24,6 +24,10 @@ struct Cli {
     /// Runtime worker threads (1 = current-thread runtime).
     #[arg(long, default_value_t = 1, global = true)]
     threads: usize,
+    /// Extra request header for `open` and `sat` ("Name: value"; repeatable), such as the
+    /// API key of a Tether that authenticates.
+    #[arg(long = "header", global = true)]
+    headers: Vec<String>,
     #[command(subcommand)]
     mode: Mode,
 }
@@ -110,6 +114,7 @@ fn main() {
             .build()
     }
     .expect("runtime");
+    let headers = cli.headers;
     let out = rt.block_on(async move {
         match cli.mode {
             Mode::Open {
@@ -118,13 +123,13 @@ fn main() {
                 rate,
                 seconds,
                 conns,
-            } => open(addr, path, rate, seconds, conns).await,
+            } => open(addr, path, &headers, rate, seconds, conns).await,
             Mode::Sat {
                 addr,
                 path,
                 conns,
                 seconds,
-            } => sat(addr, path, conns, seconds).await,
+            } => sat(addr, path, &headers, conns, seconds).await,
             Mode::Sse {
                 addr,
                 surface,
@@ -166,6 +171,7 @@ async fn get_once(conn: &mut Conn, req: &[u8]) -> std::io::Result<u16> {
 async fn open(
     addr: String,
     path: String,
+    headers: &[String],
     rate: u64,
     seconds: f64,
     conns: usize,
@@ -174,7 +180,7 @@ async fn open(
     let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let req = Arc::new(get_request(&addr, &path));
+    let req = Arc::new(get_request(&addr, &path, headers));
     let errors = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..conns {
@@ -242,8 +248,14 @@ async fn open(
     })
 }
 
-async fn sat(addr: String, path: String, conns: usize, seconds: f64) -> serde_json::Value {
-    let req = Arc::new(get_request(&addr, &path));
+async fn sat(
+    addr: String,
+    path: String,
+    headers: &[String],
+    conns: usize,
+    seconds: f64,
+) -> serde_json::Value {
+    let req = Arc::new(get_request(&addr, &path, headers));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let mut conns_v = Vec::new();
@@ -527,7 +539,7 @@ async fn replay(addr: String, events: u64, repeats: usize, timeout: f64) -> serd
     let path = format!(
         "/agentengine/api/v1/SubscribeRunEvents?SessionId={sid}&InvocationId={inv}&AfterSeqId=0"
     );
-    let req = get_request(&addr, &path);
+    let req = get_request(&addr, &path, &[]);
     let (mut ttfb, mut rates, mut counts) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeats {
         let one = async {
