@@ -23,6 +23,8 @@ use tokio::time::{timeout_at, Instant};
 /// Header bytes read here at most; Pingora refuses larger headers itself, so past this
 /// the connection is handed over and Pingora answers.
 const MAX_SCAN: usize = 64 << 10;
+/// Room for each read of header bytes; most header blocks fit in one.
+const HEADER_READ: usize = 2048;
 
 pub struct HeaderDeadline<A> {
     inner: Arc<A>,
@@ -49,18 +51,19 @@ fn header_complete(buf: &[u8]) -> bool {
 impl<A> HeaderDeadline<A> {
     /// Reads the header block under the deadline; `None`: close the connection.
     async fn read_header(&self, stream: &mut Stream) -> Option<Vec<u8>> {
-        let mut buf = Vec::with_capacity(4096);
-        let mut chunk = [0u8; 4096];
+        // Read straight into `buf`: a scratch array here would live in the connection's
+        // future (and its memory) for as long as the connection does.
+        let mut buf = Vec::with_capacity(HEADER_READ);
         // Waiting for the first byte is keep-alive idleness, not a slow client.
-        let n = match timeout_at(Instant::now() + self.idle, stream.read(&mut chunk)).await {
-            Ok(Ok(n)) if n > 0 => n,
+        match timeout_at(Instant::now() + self.idle, stream.read_buf(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
             _ => return None,
-        };
-        buf.extend_from_slice(&chunk[..n]);
+        }
         let deadline = Instant::now() + self.deadline;
         while !header_complete(&buf) && buf.len() < MAX_SCAN {
-            match timeout_at(deadline, stream.read(&mut chunk)).await {
-                Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            buf.reserve(HEADER_READ);
+            match timeout_at(deadline, stream.read_buf(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
                 Ok(_) => return None,
                 Err(_) => {
                     tracing::info!(
@@ -94,6 +97,7 @@ where
         let header = self.read_header(&mut stream).await?;
         let mut l4 = stream.into_any().downcast::<L4Stream>().ok()?;
         l4.rewind(&header);
+        drop(header); // not kept for the connection's life
         self.inner.process_new(l4, shutdown).await
     }
 
