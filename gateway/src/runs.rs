@@ -812,13 +812,19 @@ pub async fn close_as_interrupted(
 async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnRequest) -> Outcome {
     // The log holds upload URIs; the agent gets the content (it cannot read our store).
     let History { items, events } = history;
-    let (items, turn) =
-        match crate::attachments::resolve_for_agent(&*runs.store, &run.account_id, items, turn)
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => return Outcome::failed("attachment_unavailable", e),
-        };
+    // This future lives as long as the run streams, and is as large as its largest
+    // state: the one-off steps (attachments, releasing the connection) are boxed.
+    let (items, turn) = match Box::pin(crate::attachments::resolve_for_agent(
+        &*runs.store,
+        &run.account_id,
+        items,
+        turn,
+    ))
+    .await
+    {
+        Ok(v) => v,
+        Err(e) => return Outcome::failed("attachment_unavailable", e),
+    };
     let call = TurnCall {
         account_id: &run.account_id,
         session_id: &run.session_id,
@@ -865,7 +871,7 @@ async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnReq
     recorder.record(parser.finish()).await;
     let status = response.status;
     if broken.is_none() {
-        runs.agent.release(*response).await;
+        Box::pin(runs.agent.release(*response)).await;
     }
     recorder.outcome(status, broken)
 }
