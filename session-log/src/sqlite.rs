@@ -357,7 +357,7 @@ impl SqliteStore {
         // The claims' check, in this transaction: another process sharing the file may
         // have opened a live run in one of these sessions since `claim`.
         let claimed: Vec<_> = opens.iter().filter(|o| o.5.is_some()).collect();
-        let mut busy: HashMap<(String, String), String> = HashMap::new();
+        let mut busy: HashMap<(String, String), Vec<String>> = HashMap::new();
         for chunk in claimed.chunks(INSERT_CHUNK) {
             let mut select = QueryBuilder::<Sqlite>::new(
                 "SELECT i.account_id, i.session_id, i.invocation_id FROM (",
@@ -375,7 +375,9 @@ impl SqliteStore {
                 )
                 .push_bind(now_ms());
             for row in select.build().fetch_all(&mut *conn).await? {
-                busy.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
+                busy.entry((row.try_get(0)?, row.try_get(1)?))
+                    .or_default()
+                    .push(row.try_get(2)?);
             }
         }
         let mut inserts = Vec::with_capacity(opens.len());
@@ -386,7 +388,7 @@ impl SqliteStore {
             };
             let other = busy
                 .get(&((*account_id).to_owned(), (*session_id).to_owned()))
-                .filter(|other| other.as_str() != *invocation_id);
+                .and_then(|live| live.iter().find(|other| other.as_str() != *invocation_id));
             if let Some(other) = other {
                 tracing::info!(account_id, session_id, invocation_id, busy_invocation_id = %other,
                     "claim refused at append: the session has another live run");
