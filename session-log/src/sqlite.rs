@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
@@ -233,17 +234,8 @@ impl SqliteStore {
                 ") SELECT v.column1, v.column2, s.last_seq - v.column3, v.column4, v.column5, \
                  v.column6, v.column7, v.column8, v.column9, v.column10 FROM (",
             );
-            tail.push_values(chunk, |mut row, (event, below, content, metadata)| {
-                row.push_bind(event.account_id.as_str())
-                    .push_bind(event.session_id.as_str())
-                    .push_bind(*below)
-                    .push_bind(event.run_id.as_deref())
-                    .push_bind(event.invocation_id.as_deref())
-                    .push_bind(event.event_type.as_str())
-                    .push_bind(event.role.as_deref())
-                    .push_bind(content.as_str())
-                    .push_bind(metadata.as_str())
-                    .push_bind(now);
+            tail.push_values(chunk, |row, (event, below, content, metadata)| {
+                push_event_row(row, event, *below, content, metadata, now)
             });
             tail.push(
                 ") AS v JOIN sessions AS s \
@@ -1084,19 +1076,32 @@ pub(crate) async fn insert_event_rows(
     for chunk in rows.chunks(INSERT_CHUNK) {
         let mut insert = QueryBuilder::<Sqlite>::new(format!("INSERT INTO {table} ("));
         insert.push(EVENT_COLUMNS).push(") ");
-        insert.push_values(chunk, |mut row, (event, seq, content, metadata)| {
-            row.push_bind(event.account_id.as_str())
-                .push_bind(event.session_id.as_str())
-                .push_bind(*seq)
-                .push_bind(event.run_id.as_deref())
-                .push_bind(event.invocation_id.as_deref())
-                .push_bind(event.event_type.as_str())
-                .push_bind(event.role.as_deref())
-                .push_bind(content.as_str())
-                .push_bind(metadata.as_str())
-                .push_bind(now);
+        insert.push_values(chunk, |row, (event, seq, content, metadata)| {
+            push_event_row(row, event, *seq, content, metadata, now)
         });
         insert.build().execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+/// Binds one event row in `EVENT_COLUMNS` order. `seq` is the seq itself, or, in the
+/// store's append, how far below its session's new `last_seq` it is.
+fn push_event_row<'a>(
+    mut row: Separated<'_, 'a, Sqlite, &'static str>,
+    event: &'a NewEvent,
+    seq: Seq,
+    content: &'a str,
+    metadata: &'a str,
+    now: DateTime<Utc>,
+) {
+    row.push_bind(event.account_id.as_str())
+        .push_bind(event.session_id.as_str())
+        .push_bind(seq)
+        .push_bind(event.run_id.as_deref())
+        .push_bind(event.invocation_id.as_deref())
+        .push_bind(event.event_type.as_str())
+        .push_bind(event.role.as_deref())
+        .push_bind(content)
+        .push_bind(metadata)
+        .push_bind(now);
 }
