@@ -44,6 +44,25 @@ pub(crate) enum InvocationOp<'a> {
     Drop,
 }
 
+impl<'a> InvocationOp<'a> {
+    /// `(account_id, invocation_id)` of the invocation it changes, if any.
+    fn invocation(&self) -> Option<(&'a str, &'a str)> {
+        match *self {
+            InvocationOp::Open {
+                account_id,
+                invocation_id,
+                ..
+            }
+            | InvocationOp::Close {
+                account_id,
+                invocation_id,
+                ..
+            } => Some((account_id, invocation_id)),
+            InvocationOp::Drop => None,
+        }
+    }
+}
+
 /// The invocation operations of `batch`, with the index of the event each comes from.
 ///
 /// Ordered by invocation (stable, so one invocation's operations keep their input order):
@@ -78,19 +97,7 @@ pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>
             Some((i, op))
         })
         .collect();
-    ops.sort_by_key(|(_, op)| match op {
-        InvocationOp::Open {
-            account_id,
-            invocation_id,
-            ..
-        }
-        | InvocationOp::Close {
-            account_id,
-            invocation_id,
-            ..
-        } => Some((*account_id, *invocation_id)),
-        InvocationOp::Drop => None,
-    });
+    ops.sort_by_key(|(_, op)| op.invocation());
     ops
 }
 
@@ -99,19 +106,7 @@ pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>
 /// write batches like that: many runs starting and ending, each once).
 pub(crate) fn one_op_per_invocation(ops: &[(usize, InvocationOp<'_>)]) -> bool {
     // `invocation_ops` sorts by invocation, so repeats are neighbours.
-    let ids = ops.iter().filter_map(|(_, op)| match op {
-        InvocationOp::Open {
-            account_id,
-            invocation_id,
-            ..
-        }
-        | InvocationOp::Close {
-            account_id,
-            invocation_id,
-            ..
-        } => Some((*account_id, *invocation_id)),
-        InvocationOp::Drop => None,
-    });
+    let ids = ops.iter().filter_map(|(_, op)| op.invocation());
     let mut last = None;
     for id in ids {
         if last == Some(id) {

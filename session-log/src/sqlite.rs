@@ -307,11 +307,7 @@ impl SqliteStore {
                     session_id,
                     run_id,
                 } => {
-                    let claim = self
-                        .pending()
-                        .get(&(account_id.to_owned(), invocation_id.to_owned()))
-                        .filter(|p| p.session_id == session_id && p.run_id == run_id)
-                        .cloned();
+                    let claim = self.claim_for(account_id, invocation_id, session_id, run_id);
                     opens.push((i, account_id, invocation_id, session_id, run_id, claim));
                 }
                 InvocationOp::Drop => keep[i] = false,
@@ -440,12 +436,9 @@ impl SqliteStore {
                     session_id,
                     run_id,
                 } => {
-                    let claimed = self
-                        .pending()
-                        .get(&(account_id.to_owned(), invocation_id.to_owned()))
-                        .filter(|p| p.session_id == session_id && p.run_id == run_id)
-                        .cloned();
-                    if let Some(claim) = claimed {
+                    if let Some(claim) =
+                        self.claim_for(account_id, invocation_id, session_id, run_id)
+                    {
                         // The claim's check and insert, in this transaction: another
                         // process sharing the file may have opened one since `claim`.
                         let now_ms = now_ms();
@@ -525,6 +518,21 @@ impl SqliteStore {
             };
         }
         Ok(())
+    }
+
+    /// The pending claim an `in_progress` of this invocation opens, if it was claimed for
+    /// the same session and run.
+    fn claim_for(
+        &self,
+        account_id: &str,
+        invocation_id: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> Option<PendingClaim> {
+        self.pending()
+            .get(&(account_id.to_owned(), invocation_id.to_owned()))
+            .filter(|p| p.session_id == session_id && p.run_id == run_id)
+            .cloned()
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingClaim>> {
