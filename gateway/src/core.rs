@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use session_log::{Event, EventQuery, Invocation, NewEvent, Session, Store, StoreError};
+use session_log::{Appended, Event, EventQuery, Invocation, NewEvent, Session, Store, StoreError};
 use tokio::runtime::Handle;
 
 /// Runs `fut` on the core runtime and waits for it from whichever runtime calls.
@@ -55,6 +55,19 @@ impl Store for CoreStore {
     async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
         let batch = batch.to_vec();
         delegate!(self, |s| s.append(&batch))
+    }
+
+    async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
+        let mut owned = batch.to_vec();
+        let (appended, owned) = delegate!(self, |s| async move {
+            let appended = s.append_seqs(&mut owned).await;
+            (appended, owned)
+        });
+        // The store may have rewritten what it could not keep as given.
+        for (event, stored) in batch.iter_mut().zip(owned) {
+            *event = stored;
+        }
+        appended
     }
 
     async fn session(

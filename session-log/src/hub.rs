@@ -19,8 +19,6 @@ const CHANNEL_CAPACITY: usize = 128;
 /// Replay reads the log in pages of this many events.
 const REPLAY_PAGE: i64 = 1000;
 
-type SessionKey = (String, String);
-
 /// A replay page being read.
 type PageRead = Pin<Box<dyn Future<Output = Result<Vec<Event>, StoreError>> + Send>>;
 
@@ -30,7 +28,9 @@ type PageRead = Pin<Box<dyn Future<Output = Result<Vec<Event>, StoreError>> + Se
 /// both (seqs are dense per session) and re-read the store over a gap.
 #[derive(Clone, Default)]
 pub struct Hub {
-    sessions: Arc<Mutex<HashMap<SessionKey, Channel>>>,
+    /// Channels by account, then session: looked up by `&str` for every committed event,
+    /// so publishing allocates nothing for sessions nobody follows.
+    accounts: Arc<Mutex<HashMap<String, HashMap<String, Channel>>>>,
 }
 
 struct Channel {
@@ -39,25 +39,44 @@ struct Channel {
     through: Seq,
 }
 
+type Accounts = HashMap<String, HashMap<String, Channel>>;
+
 impl Hub {
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, Channel>> {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Accounts> {
+        self.accounts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn channels(accounts: &Accounts) -> impl Iterator<Item = (&str, &str, &Channel)> {
+        accounts.iter().flat_map(|(a, sessions)| {
+            sessions
+                .iter()
+                .map(move |(s, c)| (a.as_str(), s.as_str(), c))
+        })
     }
 
     /// Hands committed events to current subscribers, in order.
-    pub fn publish(&self, events: &[Event]) {
-        let mut sessions = self.lock();
+    pub fn publish<'a>(&self, events: impl IntoIterator<Item = &'a Event>) {
+        let mut accounts = self.lock();
+        if accounts.is_empty() {
+            return;
+        }
         for event in events {
-            let key = (event.account_id.clone(), event.session_id.clone());
-            if let Some(channel) = sessions.get_mut(&key) {
-                channel.through = channel.through.max(event.seq);
-                if channel.tx.send(Arc::new(event.clone())).is_err() {
-                    // Nobody listens any more: forget the channel.
-                    sessions.remove(&key);
+            let Some(sessions) = accounts.get_mut(&event.account_id) else {
+                continue;
+            };
+            let Some(channel) = sessions.get_mut(&event.session_id) else {
+                continue;
+            };
+            channel.through = channel.through.max(event.seq);
+            if channel.tx.send(Arc::new(event.clone())).is_err() {
+                // Nobody listens any more: forget the channel.
+                sessions.remove(&event.session_id);
+                if sessions.is_empty() {
+                    accounts.remove(&event.account_id);
                 }
             }
         }
@@ -65,7 +84,9 @@ impl Hub {
 
     fn receiver(&self, account_id: &str, session_id: &str) -> broadcast::Receiver<Arc<Event>> {
         self.lock()
-            .entry((account_id.to_owned(), session_id.to_owned()))
+            .entry(account_id.to_owned())
+            .or_default()
+            .entry(session_id.to_owned())
             .or_insert_with(|| Channel {
                 tx: broadcast::channel(CHANNEL_CAPACITY).0,
                 through: 0,
@@ -77,31 +98,31 @@ impl Hub {
     /// For a session with live subscribers here: the highest seq published to them (0 if
     /// none yet). `None` when nobody here follows the session.
     pub fn followed_through(&self, account_id: &str, session_id: &str) -> Option<Seq> {
-        let sessions = self.lock();
-        let channel = sessions.get(&(account_id.to_owned(), session_id.to_owned()))?;
+        let accounts = self.lock();
+        let channel = accounts.get(account_id)?.get(session_id)?;
         (channel.tx.receiver_count() > 0).then_some(channel.through)
     }
 
     /// Every session with live subscribers here, with its `followed_through`.
     pub fn followed_sessions(&self) -> Vec<(String, String, Seq)> {
-        self.lock()
-            .iter()
-            .filter(|(_, c)| c.tx.receiver_count() > 0)
-            .map(|((a, s), c)| (a.clone(), s.clone(), c.through))
+        Self::channels(&self.lock())
+            .filter(|(_, _, c)| c.tx.receiver_count() > 0)
+            .map(|(a, s, c)| (a.to_owned(), s.to_owned(), c.through))
             .collect()
     }
 
     /// Number of sessions with live subscribers.
     pub fn active_sessions(&self) -> usize {
-        self.lock()
-            .values()
-            .filter(|c| c.tx.receiver_count() > 0)
+        Self::channels(&self.lock())
+            .filter(|(_, _, c)| c.tx.receiver_count() > 0)
             .count()
     }
 
     /// Number of live subscribers, over all sessions.
     pub fn subscribers(&self) -> usize {
-        self.lock().values().map(|c| c.tx.receiver_count()).sum()
+        Self::channels(&self.lock())
+            .map(|(_, _, c)| c.tx.receiver_count())
+            .sum()
     }
 }
 

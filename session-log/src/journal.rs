@@ -45,7 +45,7 @@ use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
 use crate::postgres::PgStore;
 use crate::sql::{self, InvocationOp};
 use crate::store::{
-    Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Rows backfilled per PostgreSQL transaction.
@@ -400,12 +400,23 @@ impl Inner {
         }
     }
 
-    fn learn_closed(&self, committed: &[Option<Event>]) {
+    /// Remembers what `appended` says about `batch`: each session's last seq, and which
+    /// invocations it closed.
+    fn learn_appended(&self, batch: &[NewEvent], appended: &Appended) {
+        let committed = || {
+            batch
+                .iter()
+                .zip(&appended.seqs)
+                .filter_map(|(e, s)| Some((e, (*s)?)))
+        };
+        for (e, seq) in committed() {
+            self.learn(&e.account_id, &e.session_id, seq);
+        }
         let Ok(mut closed) = self.closed.lock() else {
             return;
         };
-        for e in committed.iter().flatten() {
-            if e.is_terminal() {
+        for (e, _) in committed() {
+            if e.run_status().is_some_and(RunStatus::is_terminal) {
                 if let Some(inv) = &e.invocation_id {
                     if closed.len() >= KNOWN_SESSIONS_MAX {
                         closed.clear();
@@ -740,7 +751,7 @@ impl Inner {
     }
 
     /// Commits `batch` to the journal (the caller holds `route`).
-    async fn journal_append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+    async fn journal_append(&self, batch: &[NewEvent]) -> Result<Appended, StoreError> {
         let now = sql::commit_time();
         let mut tx = self.journal.begin().await?;
         let mut keep = vec![true; batch.len()];
@@ -804,7 +815,10 @@ impl Inner {
         for (((a, s), _), last) in counts.iter().zip(&last_seqs) {
             self.learn(a, s, last.unwrap_or(0));
         }
-        Ok(sql::committed(batch, &seqs, now))
+        Ok(Appended {
+            seqs,
+            created_at: now,
+        })
     }
 
     /// The claims the journal holds for a session.
@@ -1290,14 +1304,16 @@ impl Store for JournaledStore {
         self.inner.pg.ping().await
     }
 
-    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+    async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Appended {
+                seqs: Vec::new(),
+                created_at: sql::commit_time(),
+            });
         }
         let inner = &*self.inner;
         // What PostgreSQL would store, so the journal's copy equals it.
-        let batch = crate::postgres::without_nul(batch);
-        let batch = &batch[..];
+        crate::postgres::replace_nuls(batch);
         let _route = inner.route.lock().await;
         // A batch touching a session that still has journaled rows goes to the journal
         // whole: its seqs must follow the journal's, and one batch stays one commit.
@@ -1307,14 +1323,12 @@ impl Store for JournaledStore {
                 .any(|e| p.contains(&(e.account_id.clone(), e.session_id.clone())))
         });
         if !inner.degraded.load(Ordering::Relaxed) && !any_pending {
-            match tokio::time::timeout(inner.config.append_timeout, inner.pg.append(batch)).await {
-                Ok(Ok(committed)) => {
-                    for e in committed.iter().flatten() {
-                        inner.learn(&e.account_id, &e.session_id, e.seq);
-                    }
-                    inner.learn_closed(&committed);
+            let to_pg = inner.pg.append_seqs(batch);
+            match tokio::time::timeout(inner.config.append_timeout, to_pg).await {
+                Ok(Ok(appended)) => {
+                    inner.learn_appended(batch, &appended);
                     inner.note_ended(batch);
-                    return Ok(committed);
+                    return Ok(appended);
                 }
                 Ok(Err(error)) if !error.is_transient() => return Err(error),
                 Ok(Err(error)) => inner.enter_degraded(&error),
@@ -1324,9 +1338,9 @@ impl Store for JournaledStore {
                 )),
             }
         }
-        let committed = inner.journal_append(batch).await?;
+        let appended = inner.journal_append(batch).await?;
         inner.note_ended(batch);
-        Ok(committed)
+        Ok(appended)
     }
 
     async fn session(

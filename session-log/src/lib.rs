@@ -17,6 +17,7 @@ pub mod writer;
 pub use event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
 pub use hub::{Hub, Subscription};
 pub use store::{
-    open, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    open, Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store,
+    StoreError,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

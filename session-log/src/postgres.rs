@@ -1,7 +1,6 @@
 //! The PostgreSQL backend of the session log, for deployments where several gateways
 //! share one log.
 
-use std::borrow::Cow;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -14,7 +13,9 @@ use sqlx::{Postgres, QueryBuilder, Row};
 
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::sql::{self, InvocationOp};
-use crate::store::{Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError};
+use crate::store::{
+    Appended, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+};
 
 const POOL_SIZE: u32 = 10;
 /// Bounds both connecting and waiting for a free pooled connection.
@@ -71,13 +72,16 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        let batch = without_nul(batch);
-        let batch = &batch[..];
+    async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
+        replace_nuls(batch);
+        let batch: &[NewEvent] = batch;
         let now = sql::commit_time();
+        if batch.is_empty() {
+            return Ok(Appended {
+                seqs: Vec::new(),
+                created_at: now,
+            });
+        }
         let mut tx = self.pool.begin().await?;
 
         // Invocations first: which terminal events survive decides the seqs. Under READ
@@ -166,7 +170,10 @@ impl Store for PgStore {
             .await?;
         }
         tx.commit().await?;
-        Ok(sql::committed(batch, &seqs, now))
+        Ok(Appended {
+            seqs,
+            created_at: now,
+        })
     }
 
     async fn session(
@@ -540,26 +547,17 @@ impl<'a> EventColumns<'a> {
 }
 
 /// `jsonb` cannot hold U+0000, and one such character (in a tool's output, say) would
-/// fail the whole batch again on every retry. It becomes U+FFFD instead; the events
-/// `append` returns carry the replaced text, so they still equal what is stored.
-pub(crate) fn without_nul(batch: &[NewEvent]) -> Cow<'_, [NewEvent]> {
-    if !batch
-        .iter()
-        .any(|e| has_nul(&e.content) || has_nul(&e.metadata))
-    {
-        return Cow::Borrowed(batch);
+/// fail the whole batch again on every retry. It becomes U+FFFD instead, in the caller's
+/// events, so they still equal what is stored.
+pub(crate) fn replace_nuls(batch: &mut [NewEvent]) {
+    for event in batch {
+        if has_nul(&event.content) {
+            replace_nul(&mut event.content);
+        }
+        if has_nul(&event.metadata) {
+            replace_nul(&mut event.metadata);
+        }
     }
-    Cow::Owned(
-        batch
-            .iter()
-            .cloned()
-            .map(|mut event| {
-                replace_nul(&mut event.content);
-                replace_nul(&mut event.metadata);
-                event
-            })
-            .collect(),
-    )
 }
 
 fn has_nul(value: &Value) -> bool {
@@ -830,14 +828,16 @@ mod tests {
             EventType::Message,
             json!({"text": "ok"}),
         )];
-        assert!(matches!(without_nul(&clean), Cow::Borrowed(_)));
-        let dirty = vec![NewEvent::new(
+        let mut fixed = clean.clone();
+        replace_nuls(&mut fixed);
+        assert_eq!(fixed, clean);
+        let mut fixed = vec![NewEvent::new(
             "a",
             "s",
             EventType::ToolResult,
             json!({"output": "a\u{0}b", "k\u{0}": [1, "\u{0}"]}),
         )];
-        let fixed = without_nul(&dirty);
+        replace_nuls(&mut fixed);
         assert_eq!(
             fixed[0].content,
             json!({"output": "a\u{FFFD}b", "k\u{FFFD}": [1, "\u{FFFD}"]})

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
 
-use crate::event::{Event, EventType, NewEvent, RunStatus, Seq};
+use crate::event::{EventType, NewEvent, RunStatus, Seq};
 use crate::store::StoreError;
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -175,19 +175,6 @@ pub(crate) fn session_index(
     key: SessionKey<'_>,
 ) -> Option<usize> {
     counts.binary_search_by(|(k, _)| k.cmp(&key)).ok()
-}
-
-/// The result of `append`: one entry per input event, in input order.
-pub(crate) fn committed(
-    batch: &[NewEvent],
-    seqs: &[Option<Seq>],
-    created_at: DateTime<Utc>,
-) -> Vec<Option<Event>> {
-    batch
-        .iter()
-        .zip(seqs)
-        .map(|(event, seq)| seq.map(|seq| Event::committed(event.clone(), seq, created_at)))
-        .collect()
 }
 
 pub(crate) fn parse_event_type(s: &str) -> Result<EventType, StoreError> {

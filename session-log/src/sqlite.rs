@@ -19,7 +19,9 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::sql::{self, InvocationOp, INSERT_CHUNK};
-use crate::store::{Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError};
+use crate::store::{
+    Appended, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+};
 
 /// Readers run beside the writer (WAL lets them); a few connections are plenty.
 const POOL_SIZE: u32 = 4;
@@ -164,7 +166,7 @@ impl SqliteStore {
         conn: &mut SqliteConnection,
         batch: &'b [NewEvent],
         settled: &mut Vec<(&'b str, &'b str, bool)>,
-    ) -> Result<Vec<Option<Event>>, StoreError> {
+    ) -> Result<Appended, StoreError> {
         let now = sql::commit_time();
         let mut keep = vec![true; batch.len()];
         let ops = sql::invocation_ops(batch);
@@ -254,7 +256,10 @@ impl SqliteStore {
             last_seqs[i] = Some(row.try_get(2)?);
         }
         let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
-        Ok(sql::committed(batch, &seqs, now))
+        Ok(Appended {
+            seqs,
+            created_at: now,
+        })
     }
 
     /// Whether the batch's invocation operations can be settled with one statement of
@@ -551,9 +556,13 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+    async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
+        let batch: &[NewEvent] = batch;
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Appended {
+                seqs: Vec::new(),
+                created_at: sql::commit_time(),
+            });
         }
         let _writer = self.write_lock.lock().await;
         let mut conn = self.writer.acquire().await?;

@@ -148,6 +148,25 @@ pub struct Attachment {
     pub content: Vec<u8>,
 }
 
+/// Where `Store::append_seqs` put each event of a batch.
+#[derive(Debug)]
+pub struct Appended {
+    /// One entry per input event, in input order; `None` for an event the store dropped.
+    pub seqs: Vec<Option<Seq>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Appended {
+    /// The committed events, made from the batch `append_seqs` was given.
+    pub fn events(&self, batch: impl IntoIterator<Item = NewEvent>) -> Vec<Option<Event>> {
+        batch
+            .into_iter()
+            .zip(&self.seqs)
+            .map(|(event, seq)| seq.map(|seq| Event::committed(event, seq, self.created_at)))
+            .collect()
+    }
+}
+
 /// A durable session log. Every read is scoped to one account: an id that belongs to
 /// another account is indistinguishable from one that does not exist.
 #[async_trait]
@@ -167,7 +186,17 @@ pub trait Store: Send + Sync + 'static {
     /// and a terminal status for an invocation that is not open (already closed, or never
     /// opened) is dropped, so every invocation ends exactly once even when two parties
     /// race to close it. Dropped events get no seq.
-    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError>;
+    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
+        let mut batch = batch.to_vec();
+        let appended = self.append_seqs(&mut batch).await?;
+        Ok(appended.events(batch))
+    }
+
+    /// `append` for a caller that owns the batch (the writer): returns only where each
+    /// event went, so the events become committed ones without being copied. A store that
+    /// cannot keep some content as given (PostgreSQL and U+0000) rewrites it in `batch`,
+    /// which therefore always holds what is stored.
+    async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError>;
 
     async fn session(
         &self,

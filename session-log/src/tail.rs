@@ -27,7 +27,7 @@ const MAX_PAYLOAD: usize = 7900;
 const PAGE: i64 = 1000;
 
 /// One pointer per session of a committed batch: `[account, session, first, last]`.
-pub fn commit_pointers(events: &[Event]) -> Vec<String> {
+pub fn commit_pointers<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<String> {
     let mut spans: Vec<(&str, &str, Seq, Seq)> = Vec::new();
     for e in events {
         match spans

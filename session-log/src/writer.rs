@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::event::{Event, NewEvent};
 use crate::histogram::Histogram;
 use crate::hub::Hub;
-use crate::store::Store;
+use crate::store::{Appended, Store};
 
 #[derive(Clone, Debug)]
 pub struct WriterConfig {
@@ -88,28 +88,29 @@ type Reply = oneshot::Sender<Vec<Event>>;
 /// split to find the event it refuses.
 const REFUSALS_BEFORE_SPLIT: u32 = 3;
 
-/// Commits `events`, retrying until the store takes them. Unreachable databases are
-/// retried for as long as they stay down (senders are held back by the bounded queue
-/// meanwhile). A batch the database keeps refusing is split in halves, so one bad event
-/// costs only itself — dropped, logged and counted — instead of stalling every session.
+/// Commits `events`, retrying until the store takes them, and returns where each went.
+/// Unreachable databases are retried for as long as they stay down (senders are held back
+/// by the bounded queue meanwhile). A batch the database keeps refusing is split in
+/// halves, so one bad event costs only itself — dropped, logged and counted — instead of
+/// stalling every session.
 fn append_with_retry<'a>(
     store: &'a dyn Store,
-    events: &'a [NewEvent],
+    events: &'a mut [NewEvent],
     stats: &'a WriterStats,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Option<Event>>> + Send + 'a>> {
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Appended> + Send + 'a>> {
     Box::pin(async move {
         let mut backoff = Duration::from_millis(50);
         let mut refusals = 0;
         loop {
             let started = Instant::now();
-            match store.append(events).await {
-                Ok(committed) => {
+            match store.append_seqs(events).await {
+                Ok(appended) => {
                     let us = started.elapsed().as_micros() as u64;
                     stats.last_commit_us.store(us, Ordering::Relaxed);
                     stats.commit_latency_us.observe(us);
                     stats.batch_size.observe(events.len() as u64);
                     stats.failing.store(false, Ordering::Relaxed);
-                    return committed;
+                    return appended;
                 }
                 Err(error) => {
                     stats.failing.store(true, Ordering::Relaxed);
@@ -118,18 +119,22 @@ fn append_with_retry<'a>(
                     if !error.is_transient() {
                         refusals += 1;
                         if refusals >= REFUSALS_BEFORE_SPLIT {
-                            if let [event] = events {
+                            if let [event] = &*events {
                                 stats.rejected.fetch_add(1, Ordering::Relaxed);
                                 tracing::error!(
                                     account_id = %event.account_id, session_id = %event.session_id,
                                     event_type = event.event_type.as_str(), "the store refuses this event; dropping it"
                                 );
-                                return vec![None];
+                                return Appended {
+                                    seqs: vec![None],
+                                    created_at: chrono::Utc::now(),
+                                };
                             }
-                            let (left, right) = events.split_at(events.len() / 2);
-                            let mut committed = append_with_retry(store, left, stats).await;
-                            committed.extend(append_with_retry(store, right, stats).await);
-                            return committed;
+                            let (left, right) = events.split_at_mut(events.len() / 2);
+                            let mut appended = append_with_retry(store, left, stats).await;
+                            let right = append_with_retry(store, right, stats).await;
+                            appended.seqs.extend(right.seqs);
+                            return appended;
                         }
                     }
                     tokio::time::sleep(backoff).await;
@@ -277,18 +282,22 @@ impl Batch {
             }
             return;
         }
-        let committed = append_with_retry(&**store, &self.events, stats).await;
-        let published: Vec<Event> = committed.iter().flatten().cloned().collect();
+        let appended = append_with_retry(&**store, &mut self.events, stats).await;
+        // The events move into their committed form: nothing is copied unless a
+        // subscriber is listening.
+        let committed = appended.events(self.events.drain(..));
+        let published = || committed.iter().flatten();
+        let n = published().count();
         stats
             .events_committed
-            .fetch_add(published.len() as u64, Ordering::Relaxed);
+            .fetch_add(n as u64, Ordering::Relaxed);
         stats.batches_committed.fetch_add(1, Ordering::Relaxed);
-        hub.publish(&published);
-        if store.backend() == "postgres" && !published.is_empty() {
+        hub.publish(published());
+        if store.backend() == "postgres" && n > 0 {
             // Other replicas' subscribers learn of the commit from a pointer sent after it,
             // from a task of its own: the next batch does not wait for the round trip, and
             // a lost notification only delays them until their listener reconnects.
-            let pointers = crate::tail::commit_pointers(&published);
+            let pointers = crate::tail::commit_pointers(published());
             let store = store.clone();
             tokio::spawn(async move {
                 if let Err(error) = store.notify(crate::tail::EVENTS_CHANNEL, &pointers).await {
@@ -304,6 +313,5 @@ impl Batch {
                 let _ = reply.send(mine);
             }
         }
-        self.events.clear();
     }
 }
