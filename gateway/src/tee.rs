@@ -1,6 +1,7 @@
 //! The pass-through tee: records each proxied exchange in the log — request and response
 //! metadata, bodies up to a cap, and every SSE event of a streamed response — without
-//! ever making the stream wait for the database.
+//! ever making the stream wait for the database. An exchange's events reach the writer in
+//! as few hand-offs as order allows: one for a response of declared length, at its end.
 
 use std::time::Instant;
 
@@ -35,6 +36,8 @@ pub struct Tee {
     response_body: Body,
     sse: Option<SseParser>,
     sse_events: u64,
+    /// Events not yet handed to the writer, in order.
+    queued: Vec<NewEvent>,
 }
 
 #[derive(Default)]
@@ -106,6 +109,7 @@ impl Tee {
             response_body: Body::default(),
             sse: None,
             sse_events: 0,
+            queued: Vec::new(),
         }
     }
 
@@ -123,11 +127,17 @@ impl Tee {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.contains("text/event-stream"));
+        self.response =
+            Some(json!({ "status": resp.status.as_u16(), "headers": headers_json(&resp.headers) }));
         if is_sse {
             self.sse = Some(SseParser::new());
         }
-        self.response =
-            Some(json!({ "status": resp.status.as_u16(), "headers": headers_json(&resp.headers) }));
+        // A body of declared length is already whole at the agent and follows at once:
+        // its request goes to the writer with its response. Anything else (a stream, a
+        // chunked body) may run for long, and its request is recorded now.
+        if is_sse || !resp.headers.contains_key(http::header::CONTENT_LENGTH) {
+            self.hand_off();
+        }
     }
 
     pub fn response_body(&mut self, chunk: Option<&Bytes>) {
@@ -136,6 +146,7 @@ impl Tee {
             Some(parser) => {
                 let frames = parser.feed(chunk);
                 self.sse_frames(frames);
+                self.hand_off();
             }
             None => self.response_body.push(chunk, self.cap),
         }
@@ -158,6 +169,7 @@ impl Tee {
             response["error"] = error.into();
         }
         self.emit(EventType::HttpResponse, response);
+        self.hand_off();
     }
 
     fn record_request(&mut self) {
@@ -177,12 +189,19 @@ impl Tee {
         }
     }
 
-    fn emit(&self, event_type: EventType, content: Value) {
+    fn emit(&mut self, event_type: EventType, content: Value) {
         let event = NewEvent::new(&self.account_id, &self.session_id, event_type, content)
             .with_metadata(json!({ "exchange_id": self.exchange_id }));
-        // Never wait here: a full queue costs a log entry (counted), not the stream.
-        if let Err(e) = self.writer.try_submit(vec![event]) {
-            tracing::warn!(error = %e, exchange_id = %self.exchange_id, "pass-through event not recorded");
+        self.queued.push(event);
+    }
+
+    fn hand_off(&mut self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        // Never wait here: a full queue costs log entries (counted), not the stream.
+        if let Err(e) = self.writer.try_submit(std::mem::take(&mut self.queued)) {
+            tracing::warn!(error = %e, exchange_id = %self.exchange_id, "pass-through events not recorded");
         }
     }
 }
