@@ -11,7 +11,9 @@ use serde_json::json;
 use session_log::event::run_status_content;
 use session_log::postgres::PgStore;
 use session_log::sqlite::SqliteStore;
-use session_log::{EventQuery, EventType, NewEvent, RunStatus, Store};
+use session_log::{
+    EventQuery, EventType, Hub, NewEvent, RunStatus, Store, Subscription, Writer, WriterConfig,
+};
 use sqlx::Row;
 
 /// A store under test, with raw access for what the trait does not expose (the view).
@@ -1070,6 +1072,37 @@ async fn nul_characters_do_not_fail_a_batch(b: Backend) {
     assert_eq!(stored, committed);
     let output = stored[0].content["output"].as_str().unwrap();
     assert!(output.starts_with("binary") && output.ends_with("ish"));
+
+    // Through the writer, which hands its own batch on: a live subscriber and the caller
+    // get what is stored too, not what was submitted.
+    let hub = Hub::new();
+    let writer = Writer::spawn(b.store.clone(), hub.clone(), WriterConfig::default());
+    let mut live = Subscription::open(
+        b.store.clone(),
+        &hub,
+        EventQuery {
+            after_seq: 1,
+            ..EventQuery::session(&account, &session)
+        },
+    );
+    let returned = writer
+        .append(vec![NewEvent::new(
+            &account,
+            &session,
+            EventType::ToolResult,
+            json!({"call_id": "d", "output": "more\u{0}"}),
+        )])
+        .await
+        .unwrap();
+    let published = tokio::time::timeout(std::time::Duration::from_secs(10), live.next())
+        .await
+        .expect("the live event")
+        .unwrap()
+        .unwrap();
+    let stored = all_events(&*b.store, &account, &session).await;
+    assert_eq!(stored.len(), 2);
+    assert_eq!(returned, stored[1..]);
+    assert_eq!(*published, stored[1]);
 }
 
 /// `open` picks the backend from the URL.
