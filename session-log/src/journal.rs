@@ -406,8 +406,8 @@ impl Inner {
         let committed = || {
             batch
                 .iter()
-                .zip(&appended.seqs)
-                .filter_map(|(e, s)| Some((e, (*s)?)))
+                .zip(&appended.placed)
+                .filter_map(|(e, placed)| Some((e, placed.as_ref()?.0)))
         };
         for (e, seq) in committed() {
             self.learn(&e.account_id, &e.session_id, seq);
@@ -815,10 +815,7 @@ impl Inner {
         for (((a, s), _), last) in counts.iter().zip(&last_seqs) {
             self.learn(a, s, last.unwrap_or(0));
         }
-        Ok(Appended {
-            seqs,
-            created_at: now,
-        })
+        Ok(Appended::at(seqs, now))
     }
 
     /// The claims the journal holds for a session.
@@ -1306,10 +1303,7 @@ impl Store for JournaledStore {
 
     async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
         if batch.is_empty() {
-            return Ok(Appended {
-                seqs: Vec::new(),
-                created_at: sql::commit_time(),
-            });
+            return Ok(Appended::default());
         }
         let inner = &*self.inner;
         // What PostgreSQL would store, so the journal's copy equals it.

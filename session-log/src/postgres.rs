@@ -75,13 +75,10 @@ impl Store for PgStore {
     async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
         replace_nuls(batch);
         let batch: &[NewEvent] = batch;
-        let now = sql::commit_time();
         if batch.is_empty() {
-            return Ok(Appended {
-                seqs: Vec::new(),
-                created_at: now,
-            });
+            return Ok(Appended::default());
         }
+        let now = sql::commit_time();
         let mut tx = self.pool.begin().await?;
 
         // Invocations first: which terminal events survive decides the seqs. Under READ
@@ -170,10 +167,7 @@ impl Store for PgStore {
             .await?;
         }
         tx.commit().await?;
-        Ok(Appended {
-            seqs,
-            created_at: now,
-        })
+        Ok(Appended::at(seqs, now))
     }
 
     async fn session(

@@ -256,10 +256,7 @@ impl SqliteStore {
             last_seqs[i] = Some(row.try_get(2)?);
         }
         let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
-        Ok(Appended {
-            seqs,
-            created_at: now,
-        })
+        Ok(Appended::at(seqs, now))
     }
 
     /// Whether the batch's invocation operations can be settled with one statement of
@@ -559,10 +556,7 @@ impl Store for SqliteStore {
     async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
         let batch: &[NewEvent] = batch;
         if batch.is_empty() {
-            return Ok(Appended {
-                seqs: Vec::new(),
-                created_at: sql::commit_time(),
-            });
+            return Ok(Appended::default());
         }
         let _writer = self.write_lock.lock().await;
         let mut conn = self.writer.acquire().await?;

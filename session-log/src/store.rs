@@ -149,20 +149,29 @@ pub struct Attachment {
 }
 
 /// Where `Store::append_seqs` put each event of a batch.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Appended {
-    /// One entry per input event, in input order; `None` for an event the store dropped.
-    pub seqs: Vec<Option<Seq>>,
-    pub created_at: DateTime<Utc>,
+    /// One entry per input event, in input order: its seq and commit time, or `None` for
+    /// an event the store dropped.
+    pub placed: Vec<Option<(Seq, DateTime<Utc>)>>,
 }
 
 impl Appended {
+    /// A batch committed at `created_at`, with these seqs.
+    pub fn at(seqs: Vec<Option<Seq>>, created_at: DateTime<Utc>) -> Self {
+        let placed = seqs
+            .into_iter()
+            .map(|s| s.map(|s| (s, created_at)))
+            .collect();
+        Appended { placed }
+    }
+
     /// The committed events, made from the batch `append_seqs` was given.
     pub fn events(&self, batch: impl IntoIterator<Item = NewEvent>) -> Vec<Option<Event>> {
         batch
             .into_iter()
-            .zip(&self.seqs)
-            .map(|(event, seq)| seq.map(|seq| Event::committed(event, seq, self.created_at)))
+            .zip(&self.placed)
+            .map(|(event, placed)| placed.map(|(seq, at)| Event::committed(event, seq, at)))
             .collect()
     }
 }

@@ -125,15 +125,12 @@ fn append_with_retry<'a>(
                                     account_id = %event.account_id, session_id = %event.session_id,
                                     event_type = event.event_type.as_str(), "the store refuses this event; dropping it"
                                 );
-                                return Appended {
-                                    seqs: vec![None],
-                                    created_at: chrono::Utc::now(),
-                                };
+                                return Appended { placed: vec![None] };
                             }
                             let (left, right) = events.split_at_mut(events.len() / 2);
                             let mut appended = append_with_retry(store, left, stats).await;
                             let right = append_with_retry(store, right, stats).await;
-                            appended.seqs.extend(right.seqs);
+                            appended.placed.extend(right.placed);
                             return appended;
                         }
                     }
