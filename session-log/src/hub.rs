@@ -30,16 +30,16 @@ type PageRead = Pin<Box<dyn Future<Output = Result<Vec<Event>, StoreError>> + Se
 pub struct Hub {
     /// Channels by account, then session: looked up by `&str` for every committed event,
     /// so publishing allocates nothing for sessions nobody follows.
-    accounts: Arc<Mutex<HashMap<String, HashMap<String, Channel>>>>,
+    accounts: Arc<Mutex<Accounts>>,
 }
+
+type Accounts = HashMap<String, HashMap<String, Channel>>;
 
 struct Channel {
     tx: broadcast::Sender<Arc<Event>>,
     /// Highest seq published to this channel (0: none yet).
     through: Seq,
 }
-
-type Accounts = HashMap<String, HashMap<String, Channel>>;
 
 impl Hub {
     pub fn new() -> Self {
