@@ -245,6 +245,11 @@ impl NewEvent {
     pub fn run_status(&self) -> Option<RunStatus> {
         run_status_of(self.event_type, &self.content)
     }
+
+    /// Whether this event ends its invocation (as [`Event::is_terminal`]).
+    pub fn is_terminal(&self) -> bool {
+        self.run_status().is_some_and(RunStatus::is_terminal)
+    }
 }
 
 fn run_status_of(event_type: EventType, content: &Value) -> Option<RunStatus> {

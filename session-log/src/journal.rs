@@ -416,7 +416,7 @@ impl Inner {
             return;
         };
         for (e, _) in committed() {
-            if e.run_status().is_some_and(RunStatus::is_terminal) {
+            if e.is_terminal() {
                 if let Some(inv) = &e.invocation_id {
                     if closed.len() >= KNOWN_SESSIONS_MAX {
                         closed.clear();
