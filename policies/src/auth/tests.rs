@@ -18,7 +18,10 @@ const ISS: &str = "https://idp.test";
 const AUD: &str = "tether";
 
 fn key_path(name: &str) -> String {
-    format!("{}/tests/keys/{name}", env!("CARGO_MANIFEST_DIR"))
+    // At run time, not build time: a shared target directory may hold a binary built in
+    // another checkout.
+    let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test");
+    format!("{crate_dir}/tests/keys/{name}")
 }
 
 fn key_bytes(name: &str) -> Vec<u8> {
