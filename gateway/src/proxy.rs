@@ -448,18 +448,16 @@ impl Gateway {
         path: &str,
     ) -> Result<bool> {
         let area = Area::of(&self.state, &method, path);
-        let identity: Identity = match self
-            .state
-            .auth
-            .authenticate(&session.req_header().headers)
-            .await
-        {
-            Ok(identity) => identity,
-            Err(e) => {
-                refuse_unauthenticated(session, area, path, &e).await?;
-                return Ok(true);
-            }
-        };
+        // Boxed, like each handler below: a stream lives for minutes inside this future,
+        // which would otherwise be as large as its largest step, for every open stream.
+        let identity: Identity =
+            match Box::pin(self.state.auth.authenticate(&session.req_header().headers)).await {
+                Ok(identity) => identity,
+                Err(e) => {
+                    refuse_unauthenticated(session, area, path, &e).await?;
+                    return Ok(true);
+                }
+            };
         if let Err(limited) = self.state.limits.check(&identity) {
             tracing::info!(account_id = %identity.account_id, credential = %identity.credential_id, "rate limited");
             crate::metrics::METRICS.rate_limited(crate::metrics::Limit::Requests);
@@ -471,16 +469,21 @@ impl Gateway {
         // 60 s per read: a silent client is cut off after the grace time.
         session.set_read_timeout(Some(self.state.input.body_grace));
         if let Area::Protocol(surface) = area {
-            crate::protocol_api::serve(&self.state, session, &ctx.account_id, surface).await?;
+            Box::pin(crate::protocol_api::serve(
+                &self.state,
+                session,
+                &ctx.account_id,
+                surface,
+            ))
+            .await?;
             return Ok(true);
         }
         match (method, path) {
             (Method::POST, "/v1/responses") if self.state.protocol_surface.is_none() => {
-                self.serve_run(session, ctx, Protocol::OpenAiResponses)
-                    .await
+                Box::pin(self.serve_run(session, ctx, Protocol::OpenAiResponses)).await
             }
             (Method::POST, "/v1/chat/completions") if self.state.protocol_surface.is_none() => {
-                self.serve_run(session, ctx, Protocol::OpenAiChat).await
+                Box::pin(self.serve_run(session, ctx, Protocol::OpenAiChat)).await
             }
             (method, path) if path.starts_with(control::PREFIX) => {
                 let action = &path[control::PREFIX.len()..];
@@ -496,15 +499,31 @@ impl Gateway {
                 }
                 match action {
                     "AttachmentContent" => {
-                        attachments::content(&self.state, session, &ctx.account_id).await?
+                        Box::pin(attachments::content(&self.state, session, &ctx.account_id))
+                            .await?
                     }
-                    _ => control::handle(&self.state, session, &ctx.account_id, action).await?,
+                    _ => {
+                        Box::pin(control::handle(
+                            &self.state,
+                            session,
+                            &ctx.account_id,
+                            action,
+                        ))
+                        .await?
+                    }
                 }
                 Ok(true)
             }
             (method, path) if path.starts_with("/v1/responses/") => {
                 let rest = &path["/v1/responses/".len()..];
-                responses_api::handle(&self.state, session, &ctx.account_id, method, rest).await?;
+                Box::pin(responses_api::handle(
+                    &self.state,
+                    session,
+                    &ctx.account_id,
+                    method,
+                    rest,
+                ))
+                .await?;
                 Ok(true)
             }
             _ => {
@@ -638,7 +657,9 @@ impl Gateway {
             .get("x-session-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        match surface.parse_request(&body, header.as_deref()) {
+        let parsed = surface.parse_request(&body, header.as_deref());
+        drop(body); // not kept while the run streams
+        match parsed {
             Ok(turn) => run_turn(&self.state, session, &ctx.account_id, surface, turn).await?,
             Err(e) => {
                 let mut err = ApiError::new(400, "invalid_request_error", e.code, e.message);
@@ -659,24 +680,29 @@ pub async fn run_turn(
     surface: &'static dyn Surface,
     turn: TurnRequest,
 ) -> Result<()> {
-    let (started, turn) = match prepare_run(state, account_id, surface, turn).await {
-        Ok(v) => v,
-        Err((e, session_id)) => {
-            let headers: Vec<(&str, &str)> = session_id
-                .as_deref()
-                .map(|s| ("x-session-id", s))
-                .into_iter()
-                .collect();
-            return e.send(session, surface, &headers).await;
-        }
-    };
-    let info = RunInfo {
-        run_id: started.run_id.clone(),
-        session_id: started.session_id.clone(),
-        model: started.model.clone(),
-        created_at: chrono::Utc::now().timestamp(),
-        client: turn.extra.get("client").cloned().unwrap_or(Value::Null),
-    };
+    // The turn is scoped to the match: once the run has started it is not kept (as
+    // bytes in this future, or its tools and input on the heap) while the run streams.
+    let (started, info, stream) =
+        match Box::pin(prepare_run(state, account_id, surface, turn)).await {
+            Ok((started, turn)) => {
+                let info = RunInfo {
+                    run_id: started.run_id.clone(),
+                    session_id: started.session_id.clone(),
+                    model: started.model.clone(),
+                    created_at: chrono::Utc::now().timestamp(),
+                    client: turn.extra.get("client").cloned().unwrap_or(Value::Null),
+                };
+                (started, info, turn.stream)
+            }
+            Err((e, session_id)) => {
+                let headers: Vec<(&str, &str)> = session_id
+                    .as_deref()
+                    .map(|s| ("x-session-id", s))
+                    .into_iter()
+                    .collect();
+                return e.send(session, surface, &headers).await;
+            }
+        };
     let query = EventQuery {
         after_seq: started.first_seq - 1,
         invocation_id: Some(started.invocation_id.clone()),
@@ -690,11 +716,18 @@ pub async fn run_turn(
         ("x-response-id", response_id.as_str()),
         ("x-invocation-id", started.invocation_id.as_str()),
     ];
-    if turn.stream {
+    if stream {
         stream_run(session, surface, &info, &mut events, &headers).await;
         Ok(())
     } else {
-        respond_when_done(session, surface, &info, &mut events, &headers).await
+        Box::pin(respond_when_done(
+            session,
+            surface,
+            &info,
+            &mut events,
+            &headers,
+        ))
+        .await
     }
 }
 
@@ -955,8 +988,10 @@ async fn stream_run(
     headers: &[(&str, &str)],
 ) {
     let mut renderer = surface.stream_renderer(info);
-    let mut held = Vec::new();
     let mut watch_client = true;
+    // What came before the first frame, for the plain response of a run that fails
+    // first. Dropped when the stream starts: it would otherwise stay for the stream's life.
+    let mut held = Vec::new();
     let first = loop {
         let event = match stream::next_event(session, events, &mut watch_client, None).await {
             Ok(event) => event,
@@ -974,6 +1009,7 @@ async fn stream_run(
             break Some(step);
         }
     };
+    drop(held);
     if respond::sse_start(session, headers).await.is_err() {
         return;
     }

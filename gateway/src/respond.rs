@@ -7,7 +7,19 @@ use pingora::Result;
 use serde_json::Value;
 
 /// A complete JSON response. Extra headers are (name, value) pairs.
+///
+/// Boxed, because its future is large (about 1 KB) and is part of the futures of the
+/// handlers that may answer with it, which include ones that wait for a whole run.
 pub async fn json(
+    session: &mut Session,
+    status: u16,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Result<()> {
+    Box::pin(write_json(session, status, body, headers)).await
+}
+
+async fn write_json(
     session: &mut Session,
     status: u16,
     body: &Value,

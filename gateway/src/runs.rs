@@ -703,34 +703,58 @@ impl Runs {
         permit: policies::RunPermit,
     ) {
         let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn.clone()));
+        // This future waits for as long as the run streams: the steps after the wait are
+        // boxed, so it stays small (idle streams are counted in KiB each).
         let outcome = tokio::select! {
             joined = &mut driver => joined.unwrap_or_else(|e| Outcome::failed("internal_error", format!("the run task failed: {e}"))),
-            Ok(why) = &mut stop => {
-                // A stateful agent is told to stop its own work (A2A tasks/cancel), and
-                // gets a moment to end its stream so its last words are recorded too.
-                let agent_ref = self.agent_ref(&run.invocation_id);
-                let cancel = agent_ref.and_then(|r| self.upstream.cancel(&turn, &r));
-                let mut ended = false;
-                if let (Stop::Cancel, Some(request)) = (why, cancel) {
-                    tracing::debug!(protocol = self.upstream.protocol().as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");
-                    let told = Box::pin(self.agent.exchange(&request, &run.account_id, AGENT_ANSWER_CAP));
-                    if let Ok(Err(e)) = tokio::time::timeout(CANCEL_GRACE, told).await {
-                        tracing::warn!(error = %e, invocation_id = %run.invocation_id, "the agent did not take the cancel");
-                    }
-                    ended = tokio::time::timeout(CANCEL_GRACE, &mut driver).await.is_ok();
-                }
-                if !ended {
-                    // Dropping the driver closes the agent connection; wait for it so none
-                    // of its events can land after the terminal status.
-                    driver.abort();
-                    let _ = (&mut driver).await;
-                }
-                Outcome::stopped(why)
-            }
+            Ok(why) = &mut stop => Box::pin(self.stop_driver(&run, &turn, why, &mut driver)).await,
         };
+        drop(turn);
+        Box::pin(self.record_end(&run, outcome)).await;
+        self.forget(&run.invocation_id);
+        drop(permit);
+    }
+
+    /// Stops a run's driver. A stateful agent is told to stop its own work first (A2A
+    /// `tasks/cancel`) and gets a moment to end its stream, so its last words are
+    /// recorded too.
+    async fn stop_driver(
+        &self,
+        run: &StartedRun,
+        turn: &TurnRequest,
+        why: Stop,
+        driver: &mut tokio::task::JoinHandle<Outcome>,
+    ) -> Outcome {
+        let agent_ref = self.agent_ref(&run.invocation_id);
+        let cancel = agent_ref.and_then(|r| self.upstream.cancel(turn, &r));
+        let mut ended = false;
+        if let (Stop::Cancel, Some(request)) = (why, cancel) {
+            tracing::debug!(protocol = self.upstream.protocol().as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");
+            let told = Box::pin(
+                self.agent
+                    .exchange(&request, &run.account_id, AGENT_ANSWER_CAP),
+            );
+            if let Ok(Err(e)) = tokio::time::timeout(CANCEL_GRACE, told).await {
+                tracing::warn!(error = %e, invocation_id = %run.invocation_id, "the agent did not take the cancel");
+            }
+            ended = tokio::time::timeout(CANCEL_GRACE, &mut *driver)
+                .await
+                .is_ok();
+        }
+        if !ended {
+            // Dropping the driver closes the agent connection; wait for it so none
+            // of its events can land after the terminal status.
+            driver.abort();
+            let _ = (&mut *driver).await;
+        }
+        Outcome::stopped(why)
+    }
+
+    /// Writes how a run ended: its checkpoint, error and terminal status, in one batch.
+    async fn record_end(&self, run: &StartedRun, outcome: Outcome) {
         let mut batch = Vec::with_capacity(3);
         if outcome.status == RunStatus::Completed {
-            batch.push(self.checkpoint_event(&run, Phase::TurnCompleted, &[]));
+            batch.push(self.checkpoint_event(run, Phase::TurnCompleted, &[]));
         }
         let event = |t: EventType, content: Value| {
             NewEvent::new(&run.account_id, &run.session_id, t, content)
@@ -768,8 +792,6 @@ impl Runs {
             invocation_id = %run.invocation_id, status = outcome.status.as_str(), "run ended"
         );
         METRICS.run_ended(outcome.status);
-        self.forget(&run.invocation_id);
-        drop(permit);
     }
 }
 
