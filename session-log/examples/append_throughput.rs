@@ -2,12 +2,19 @@
 //! `TEST_DATABASE_URL` is set, PostgreSQL, at several batch sizes; each row also prints
 //! its ratio to one-event batches measured in the same run.
 //!
+//! It measures what Tether's writer does: `Store::append_seqs` on a batch it owns (no
+//! copy), under the gateway's allocator.
+//!
 //! `cargo run --release -p session-log --example append_throughput [events-per-case]`
 
 use std::time::Instant;
 
 use serde_json::json;
 use session_log::{EventType, NewEvent, Store};
+
+/// The gateway's allocator (see `gateway/src/main.rs`): the writer runs under it.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// (batch size, sessions each batch spreads over)
 const CASES: [(usize, usize); 5] = [(1, 1), (100, 1), (1000, 1), (1000, 16), (5000, 1)];
@@ -44,7 +51,7 @@ async fn measure(store: &dyn Store, events: usize) -> Result<(), session_log::St
         let session_ids: Vec<String> = (0..sessions)
             .map(|_| uuid::Uuid::new_v4().to_string())
             .collect();
-        let prepared: Vec<Vec<NewEvent>> = (0..batches)
+        let mut prepared: Vec<Vec<NewEvent>> = (0..batches)
             .map(|b| {
                 (0..batch_size)
                     .map(|i| {
@@ -61,8 +68,8 @@ async fn measure(store: &dyn Store, events: usize) -> Result<(), session_log::St
             })
             .collect();
         let started = Instant::now();
-        for batch in &prepared {
-            store.append(batch).await?;
+        for batch in &mut prepared {
+            store.append_seqs(batch).await?;
         }
         let elapsed = started.elapsed().as_secs_f64();
         let rate = (batches * batch_size) as f64 / elapsed;
