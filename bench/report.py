@@ -161,7 +161,7 @@ for surface in ("chat", "responses"):
         w("")
 
 # ---- 3. writer
-w("## 3. Session log writer (`Store::append`)")
+w("## 3. Session log writer (`Store::append_seqs`, as the writer calls it)")
 w("")
 w("From `session-log/examples/append_throughput.rs` (one transaction per batch; the gateway's "
   "writer uses batches of up to `writer_max_batch` = 1024):")
