@@ -680,8 +680,8 @@ pub async fn run_turn(
     surface: &'static dyn Surface,
     turn: TurnRequest,
 ) -> Result<()> {
-    // The turn is scoped to the match: once the run has started it is not kept (as
-    // bytes in this future, or its tools and input on the heap) while the run streams.
+    // The run's start is boxed and the turn scoped to the match: neither is kept (as
+    // bytes in this future, or the turn's tools and input on the heap) while it streams.
     let (started, info, stream) =
         match Box::pin(prepare_run(state, account_id, surface, turn)).await {
             Ok((started, turn)) => {
@@ -720,6 +720,7 @@ pub async fn run_turn(
         stream_run(session, surface, &info, &mut events, &headers).await;
         Ok(())
     } else {
+        // Boxed too: the streaming path would otherwise carry its larger future.
         Box::pin(respond_when_done(
             session,
             surface,

@@ -14,9 +14,10 @@ use crate::event::{Event, Seq};
 use crate::store::{EventQuery, Store, StoreError};
 
 /// Live events of a session are buffered this deep per subscriber; a subscriber that
-/// falls further behind re-reads the gap from the store. A run's driver waits for each
-/// commit, so a run adds a few events per commit and only a stalled subscriber lags;
-/// each open session pays for the ring (32 bytes a slot).
+/// falls further behind re-reads the gap from the store. A commit carries what a run's
+/// agent sent while the previous commit was written, a few events at the rates
+/// benchmarked; a larger burst costs its subscribers one store read. Every followed
+/// session pays for the ring (32 bytes a slot; idle streams are counted in KiB).
 const CHANNEL_CAPACITY: usize = 32;
 /// Replay reads the log in pages of this many events.
 const REPLAY_PAGE: i64 = 1000;
