@@ -24,6 +24,21 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// depend on the chunk; the chunk only bounds one message's size.
 const INSERT_CHUNK: usize = 5000;
 
+/// Creates or bumps every session of a batch (`$1` accounts, `$2` sessions, `$3` event
+/// counts, `$4` the commit time) and returns each one's new `last_seq`. A macro, so that
+/// `append_plain` can embed it in its statement at compile time.
+macro_rules! upsert_sessions {
+    () => {
+        "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
+         SELECT a, s, n, $4, $4 FROM UNNEST($1::text[], $2::text[], $3::bigint[]) \
+         AS t(a, s, n) \
+         ON CONFLICT (account_id, session_id) DO UPDATE SET \
+         last_seq = sessions.last_seq + excluded.last_seq, \
+         updated_at = excluded.updated_at \
+         RETURNING account_id, session_id, last_seq"
+    };
+}
+
 const EVENT_COLUMNS: &str = "account_id, session_id, seq, run_id, invocation_id, event_type, \
                              role, content_json, metadata_json, created_at";
 const INVOCATION_COLUMNS: &str =
@@ -54,6 +69,55 @@ impl PgStore {
         Ok(PgStore { pool })
     }
 
+    /// A batch that starts or ends no run, as one statement: the sessions' upsert in a
+    /// `WITH` clause, and the events taking their seqs from the `last_seq`s it returns.
+    /// PostgreSQL runs a lone statement as its own transaction, so this is one round trip
+    /// where BEGIN, two statements and COMMIT are four. The upsert's row locks serialise
+    /// writers of a session as in `append_seqs` (taken in key order: `counts` is sorted).
+    async fn append_plain(
+        &self,
+        batch: &[NewEvent],
+        now: DateTime<Utc>,
+    ) -> Result<Appended, StoreError> {
+        let keep = vec![true; batch.len()];
+        let counts = sql::session_counts(batch, &keep);
+        let (accounts, sessions, ns) = session_columns(&counts);
+        let mut columns = EventColumns::with_capacity(batch.len());
+        for (event, below) in sql::rows_below(batch, &keep, &counts)? {
+            columns.push(event, below);
+        }
+        let rows = sqlx::query(concat!(
+            "WITH s AS (",
+            upsert_sessions!(),
+            "), e AS (INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
+             event_type, role, content_json, metadata_json, created_at) \
+             SELECT u.a, u.s, s.last_seq - u.below, u.r, u.i, u.t, u.ro, u.c::jsonb, \
+             u.m::jsonb, $4 FROM UNNEST($5::text[], $6::text[], $7::bigint[], $8::text[], \
+             $9::text[], $10::text[], $11::text[], $12::text[], $13::text[]) \
+             AS u(a, s, below, r, i, t, ro, c, m) \
+             JOIN s ON s.account_id = u.a AND s.session_id = u.s) \
+             SELECT account_id, session_id, last_seq FROM s"
+        ))
+        .bind(&accounts)
+        .bind(&sessions)
+        .bind(&ns)
+        .bind(now)
+        .bind(&columns.account_id)
+        .bind(&columns.session_id)
+        .bind(&columns.seq)
+        .bind(&columns.run_id)
+        .bind(&columns.invocation_id)
+        .bind(&columns.event_type)
+        .bind(&columns.role)
+        .bind(&columns.content)
+        .bind(&columns.metadata)
+        .fetch_all(&self.pool)
+        .await?;
+        let last_seqs = returned_last_seqs(&rows, &counts)?;
+        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        Ok(Appended::at(seqs, now))
+    }
+
     /// The connection pool, for operator queries (such as the `session_events_readable`
     /// view) that the `Store` trait does not cover.
     pub fn pool(&self) -> &PgPool {
@@ -79,6 +143,10 @@ impl Store for PgStore {
             return Ok(Appended::default());
         }
         let now = sql::commit_time();
+        let ops = sql::invocation_ops(batch);
+        if ops.is_empty() && batch.len() <= INSERT_CHUNK {
+            return self.append_plain(batch, now).await;
+        }
         let mut tx = self.pool.begin().await?;
 
         // Invocations first: which terminal events survive decides the seqs. Under READ
@@ -86,7 +154,6 @@ impl Store for PgStore {
         // `status` after it commits, finds it no longer open and updates nothing, so
         // racing closers (across gateways too) end an invocation once.
         let mut keep = vec![true; batch.len()];
-        let ops = sql::invocation_ops(batch);
         if sql::one_op_per_invocation(&ops) {
             settle_in_bulk(&mut tx, &ops, now, &mut keep).await?;
         } else {
@@ -98,34 +165,17 @@ impl Store for PgStore {
         // process) get disjoint seq ranges; rows are locked in key order (`counts` is
         // sorted) so two writers never wait on each other in a cycle.
         let counts = sql::session_counts(batch, &keep);
-        let mut last_seqs: Vec<Option<Seq>> = vec![None; counts.len()];
+        let mut last_seqs = vec![None; counts.len()];
         if !counts.is_empty() {
-            let accounts: Vec<&str> = counts.iter().map(|((a, _), _)| *a).collect();
-            let sessions: Vec<&str> = counts.iter().map(|((_, s), _)| *s).collect();
-            let ns: Vec<i64> = counts.iter().map(|(_, n)| *n).collect();
-            let rows = sqlx::query(
-                "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
-                 SELECT a, s, n, $4, $4 FROM UNNEST($1::text[], $2::text[], $3::bigint[]) \
-                 AS t(a, s, n) \
-                 ON CONFLICT (account_id, session_id) DO UPDATE SET \
-                 last_seq = sessions.last_seq + excluded.last_seq, \
-                 updated_at = excluded.updated_at \
-                 RETURNING account_id, session_id, last_seq",
-            )
-            .bind(&accounts)
-            .bind(&sessions)
-            .bind(&ns)
-            .bind(now)
-            .fetch_all(&mut *tx)
-            .await?;
-            for row in rows {
-                let account_id: &str = row.try_get(0)?;
-                let session_id: &str = row.try_get(1)?;
-                let i = sql::session_index(&counts, (account_id, session_id)).ok_or_else(|| {
-                    StoreError::Corrupt("upsert returned a session not in the batch".into())
-                })?;
-                last_seqs[i] = Some(row.try_get(2)?);
-            }
+            let (accounts, sessions, ns) = session_columns(&counts);
+            let rows = sqlx::query(upsert_sessions!())
+                .bind(&accounts)
+                .bind(&sessions)
+                .bind(&ns)
+                .bind(now)
+                .fetch_all(&mut *tx)
+                .await?;
+            last_seqs = returned_last_seqs(&rows, &counts)?;
         }
         let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
 
@@ -502,6 +552,7 @@ impl Store for PgStore {
 struct EventColumns<'a> {
     account_id: Vec<&'a str>,
     session_id: Vec<&'a str>,
+    /// The seq, or (in `append_plain`) its distance below the session's new `last_seq`.
     seq: Vec<i64>,
     run_id: Vec<Option<&'a str>>,
     invocation_id: Vec<Option<&'a str>>,
@@ -538,6 +589,33 @@ impl<'a> EventColumns<'a> {
         self.content.push(event.content.to_string());
         self.metadata.push(event.metadata.to_string());
     }
+}
+
+/// `counts` as the upsert's three column arrays: accounts, sessions, event counts.
+fn session_columns<'a>(
+    counts: &[(sql::SessionKey<'a>, i64)],
+) -> (Vec<&'a str>, Vec<&'a str>, Vec<i64>) {
+    let accounts = counts.iter().map(|((a, _), _)| *a).collect();
+    let sessions = counts.iter().map(|((_, s), _)| *s).collect();
+    let ns = counts.iter().map(|(_, n)| *n).collect();
+    (accounts, sessions, ns)
+}
+
+/// Each session's `last_seq` from the rows an upsert returned, parallel to `counts`.
+fn returned_last_seqs(
+    rows: &[PgRow],
+    counts: &[(sql::SessionKey<'_>, i64)],
+) -> Result<Vec<Option<Seq>>, StoreError> {
+    let mut last_seqs = vec![None; counts.len()];
+    for row in rows {
+        let account_id: &str = row.try_get(0)?;
+        let session_id: &str = row.try_get(1)?;
+        let i = sql::session_index(counts, (account_id, session_id)).ok_or_else(|| {
+            StoreError::Corrupt("upsert returned a session not in the batch".into())
+        })?;
+        last_seqs[i] = Some(row.try_get(2)?);
+    }
+    Ok(last_seqs)
 }
 
 /// `jsonb` cannot hold U+0000, and one such character (in a tool's output, say) would

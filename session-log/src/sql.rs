@@ -169,6 +169,30 @@ pub(crate) fn assign_seqs(
         .collect()
 }
 
+/// The kept events of `batch`, each with how far below its session's new `last_seq` its
+/// seq is (the database computes the seq from the `last_seq` its upsert returns), in
+/// insert order: session by session, seqs ascending, so each index takes its entries at
+/// one spot at a time instead of hopping between pages. Below-distances agree with
+/// [`assign_seqs`]: events take their session's top seqs in input order.
+pub(crate) fn rows_below<'a>(
+    batch: &'a [NewEvent],
+    keep: &[bool],
+    counts: &[(SessionKey<'_>, i64)],
+) -> Result<Vec<(&'a NewEvent, i64)>, StoreError> {
+    let mut left: Vec<i64> = counts.iter().map(|(_, n)| *n).collect();
+    let mut rows = Vec::with_capacity(batch.len());
+    for (event, _) in batch.iter().zip(keep).filter(|(_, keep)| **keep) {
+        let i = session_index(counts, (&event.account_id, &event.session_id))
+            .ok_or_else(|| StoreError::Corrupt("event of an uncounted session".into()))?;
+        left[i] -= 1;
+        rows.push((event, left[i]));
+    }
+    rows.sort_by(|(a, a_below), (b, b_below)| {
+        (&a.account_id, &a.session_id, b_below).cmp(&(&b.account_id, &b.session_id, a_below))
+    });
+    Ok(rows)
+}
+
 /// Index of `key` in `counts` (sorted by key), for mapping rows a statement returned.
 pub(crate) fn session_index(
     counts: &[(SessionKey<'_>, i64)],

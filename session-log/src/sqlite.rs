@@ -216,21 +216,13 @@ impl SqliteStore {
                  RETURNING account_id, session_id, last_seq; ",
             );
         }
-        // Each kept event with how far below its session's new `last_seq` its seq is. The
-        // insert order is free (seqs are fixed): session by session, each index takes its
-        // entries at one spot at a time instead of hopping between pages.
-        let mut rows: Vec<(&NewEvent, i64, String, String)> = Vec::new();
-        let mut left: Vec<i64> = counts.iter().map(|(_, n)| *n).collect();
-        for (event, _) in batch.iter().zip(&keep).filter(|(_, keep)| **keep) {
-            let i = sql::session_index(&counts, (&event.account_id, &event.session_id))
-                .ok_or_else(|| StoreError::Corrupt("event of an uncounted session".into()))?;
-            left[i] -= 1;
-            let (content, metadata) = (event.content.to_string(), event.metadata.to_string());
-            rows.push((event, left[i], content, metadata));
-        }
-        rows.sort_by(|(a, a_below, ..), (b, b_below, ..)| {
-            (&a.account_id, &a.session_id, b_below).cmp(&(&b.account_id, &b.session_id, a_below))
-        });
+        let rows: Vec<(&NewEvent, i64, String, String)> = sql::rows_below(batch, &keep, &counts)?
+            .into_iter()
+            .map(|(event, below)| {
+                let (content, metadata) = (event.content.to_string(), event.metadata.to_string());
+                (event, below, content, metadata)
+            })
+            .collect();
         for chunk in rows.chunks(INSERT_CHUNK) {
             tail.push("INSERT INTO events (").push(EVENT_COLUMNS).push(
                 ") SELECT v.column1, v.column2, s.last_seq - v.column3, v.column4, v.column5, \

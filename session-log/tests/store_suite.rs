@@ -845,6 +845,16 @@ async fn concurrent_appends_never_duplicate_or_skip_seqs(b: Backend) {
     let mut returned_seqs: Vec<i64> = returned.iter().map(|e| e.seq).collect();
     returned_seqs.sort_unstable();
     assert_eq!(returned_seqs, expected);
+    // Each append returned the seq its event is stored under (seqs the database computes
+    // in one statement must agree with the ones the store hands back).
+    for event in &returned {
+        assert_eq!(
+            stored[event.seq as usize - 1].text(),
+            event.text(),
+            "seq {}",
+            event.seq
+        );
+    }
     // Each task's events keep their submission order.
     for task in 0..TASKS {
         let prefix = format!("{task}:");
