@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::Query;
 use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder, Row};
 
@@ -86,7 +87,7 @@ impl PgStore {
         for (event, below) in sql::rows_below(batch, &keep, &counts)? {
             columns.push(event, below);
         }
-        let rows = sqlx::query(concat!(
+        let query = sqlx::query(concat!(
             "WITH s AS (",
             upsert_sessions!(),
             "), e AS (INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
@@ -101,18 +102,8 @@ impl PgStore {
         .bind(&accounts)
         .bind(&sessions)
         .bind(&ns)
-        .bind(now)
-        .bind(&columns.account_id)
-        .bind(&columns.session_id)
-        .bind(&columns.seq)
-        .bind(&columns.run_id)
-        .bind(&columns.invocation_id)
-        .bind(&columns.event_type)
-        .bind(&columns.role)
-        .bind(&columns.content)
-        .bind(&columns.metadata)
-        .fetch_all(&self.pool)
-        .await?;
+        .bind(now);
+        let rows = columns.bind(query).fetch_all(&self.pool).await?;
         let last_seqs = returned_last_seqs(&rows, &counts)?;
         let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
         Ok(Appended::at(seqs, now))
@@ -196,25 +187,14 @@ impl Store for PgStore {
             for (event, seq) in chunk {
                 columns.push(event, *seq);
             }
-            sqlx::query(
+            let query = sqlx::query(
                 "INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
                  event_type, role, content_json, metadata_json, created_at) \
                  SELECT a, s, q, r, i, t, ro, c::jsonb, m::jsonb, $10 FROM UNNEST(\
                  $1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], \
                  $7::text[], $8::text[], $9::text[]) AS u(a, s, q, r, i, t, ro, c, m)",
-            )
-            .bind(&columns.account_id)
-            .bind(&columns.session_id)
-            .bind(&columns.seq)
-            .bind(&columns.run_id)
-            .bind(&columns.invocation_id)
-            .bind(&columns.event_type)
-            .bind(&columns.role)
-            .bind(&columns.content)
-            .bind(&columns.metadata)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+            );
+            columns.bind(query).bind(now).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(Appended::at(seqs, now))
@@ -576,6 +556,23 @@ impl<'a> EventColumns<'a> {
             content: Vec::with_capacity(n),
             metadata: Vec::with_capacity(n),
         }
+    }
+
+    /// Binds the nine arrays, in this order, as the query's next parameters.
+    fn bind<'q>(
+        &'q self,
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> Query<'q, Postgres, PgArguments> {
+        query
+            .bind(&self.account_id)
+            .bind(&self.session_id)
+            .bind(&self.seq)
+            .bind(&self.run_id)
+            .bind(&self.invocation_id)
+            .bind(&self.event_type)
+            .bind(&self.role)
+            .bind(&self.content)
+            .bind(&self.metadata)
     }
 
     fn push(&mut self, event: &'a NewEvent, seq: Seq) {
