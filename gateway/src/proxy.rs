@@ -680,29 +680,28 @@ pub async fn run_turn(
     surface: &'static dyn Surface,
     turn: TurnRequest,
 ) -> Result<()> {
-    // The run's start is boxed and the turn scoped to the match: neither is kept (as
-    // bytes in this future, or the turn's tools and input on the heap) while it streams.
-    let (started, info, stream) =
-        match Box::pin(prepare_run(state, account_id, surface, turn)).await {
-            Ok((started, turn)) => {
-                let info = RunInfo {
-                    run_id: started.run_id.clone(),
-                    session_id: started.session_id.clone(),
-                    model: started.model.clone(),
-                    created_at: chrono::Utc::now().timestamp(),
-                    client: turn.extra.get("client").cloned().unwrap_or(Value::Null),
-                };
-                (started, info, turn.stream)
-            }
-            Err((e, session_id)) => {
-                let headers: Vec<(&str, &str)> = session_id
-                    .as_deref()
-                    .map(|s| ("x-session-id", s))
-                    .into_iter()
-                    .collect();
-                return e.send(session, surface, &headers).await;
-            }
-        };
+    // What the answer needs of the turn; the run's start takes the rest. The start is
+    // boxed so that its future is not kept in this one while the run streams.
+    let stream = turn.stream;
+    let client = turn.extra.get("client").cloned().unwrap_or(Value::Null);
+    let started = match Box::pin(prepare_run(state, account_id, surface, turn)).await {
+        Ok(started) => started,
+        Err((e, session_id)) => {
+            let headers: Vec<(&str, &str)> = session_id
+                .as_deref()
+                .map(|s| ("x-session-id", s))
+                .into_iter()
+                .collect();
+            return e.send(session, surface, &headers).await;
+        }
+    };
+    let info = RunInfo {
+        run_id: started.run_id.clone(),
+        session_id: started.session_id.clone(),
+        model: started.model.clone(),
+        created_at: chrono::Utc::now().timestamp(),
+        client,
+    };
     let query = EventQuery {
         after_seq: started.first_seq - 1,
         invocation_id: Some(started.invocation_id.clone()),
@@ -739,7 +738,7 @@ async fn prepare_run(
     account_id: &str,
     surface: &'static dyn Surface,
     turn: TurnRequest,
-) -> std::result::Result<(StartedRun, TurnRequest), (ApiError, Option<String>)> {
+) -> std::result::Result<StartedRun, (ApiError, Option<String>)> {
     let session_id = resolve_session(state, account_id, surface, &turn.session)
         .await
         .map_err(|e| (e, None))?;
@@ -749,13 +748,12 @@ async fn prepare_run(
         .await
         .map_err(|e| (e, None))?;
     let runs = state.runs.clone();
-    let (account, sid, t) = (account_id.to_owned(), session_id.clone(), turn.clone());
-    let started = on_core(
-        &state.core,
-        async move { runs.start(&account, &sid, t).await },
-    )
-    .await;
-    let started = started.map_err(|e| {
+    let (account, sid) = (account_id.to_owned(), session_id.clone());
+    on_core(&state.core, async move {
+        runs.start(&account, &sid, turn).await
+    })
+    .await
+    .map_err(|e| {
         let err = match e {
             StartError::SessionBusy(_) => ApiError::new(
                 409,
@@ -774,9 +772,8 @@ async fn prepare_run(
                 ApiError::store_unavailable(&e, "cannot start a run")
             }
         };
-        (err, Some(session_id.clone()))
-    })?;
-    Ok((started, turn))
+        (err, Some(session_id))
+    })
 }
 
 async fn resolve_session(

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runtime_adapter::{
-    project, AgentRequest, Item, Output, Probe, SessionRef, StreamParser, TurnCall, TurnRequest,
-    Upstream,
+    project, AgentRequest, Cancel, Item, Output, Probe, SessionRef, StreamParser, TurnCall,
+    TurnRequest, Upstream,
 };
 use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase, RESUMED_FROM};
@@ -702,14 +702,15 @@ impl Runs {
         mut stop: oneshot::Receiver<Stop>,
         permit: policies::RunPermit,
     ) {
-        let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn.clone()));
+        // All a cancel needs of the turn, so the driver can own the rest of it.
+        let cancel = self.upstream.cancel(&turn);
+        let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn));
         // This future waits for as long as the run streams: the steps after the wait are
         // boxed, so it stays small (idle streams are counted in KiB each).
         let outcome = tokio::select! {
             joined = &mut driver => joined.unwrap_or_else(|e| Outcome::failed("internal_error", format!("the run task failed: {e}"))),
-            Ok(why) = &mut stop => Box::pin(self.stop_driver(&run, &turn, why, &mut driver)).await,
+            Ok(why) = &mut stop => Box::pin(self.stop_driver(&run, cancel.as_ref(), why, &mut driver)).await,
         };
-        drop(turn);
         Box::pin(self.record_end(&run, outcome)).await;
         self.forget(&run.invocation_id);
         drop(permit);
@@ -721,12 +722,12 @@ impl Runs {
     async fn stop_driver(
         &self,
         run: &StartedRun,
-        turn: &TurnRequest,
+        cancel: Option<&Cancel>,
         why: Stop,
         driver: &mut tokio::task::JoinHandle<Outcome>,
     ) -> Outcome {
         let agent_ref = self.agent_ref(&run.invocation_id);
-        let cancel = agent_ref.and_then(|r| self.upstream.cancel(turn, &r));
+        let cancel = cancel.zip(agent_ref).map(|(cancel, r)| cancel(&r));
         let mut ended = false;
         if let (Stop::Cancel, Some(request)) = (why, cancel) {
             tracing::debug!(protocol = self.upstream.protocol().as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");

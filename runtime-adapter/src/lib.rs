@@ -22,7 +22,7 @@ pub use projection::project;
 pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, SessionRef, Tool, TurnRequest};
 pub use upstream::{
-    AgentRequest, Output, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
+    AgentRequest, Cancel, Output, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
 };
 
 /// The surface a client speaks (its request and response wire format).

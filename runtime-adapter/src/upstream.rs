@@ -197,8 +197,14 @@ pub trait Upstream: Send + Sync {
         None
     }
 
-    /// The request that tells the agent to stop the run it knows as `agent_ref`.
-    fn cancel(&self, _turn: &TurnRequest, _agent_ref: &str) -> Option<AgentRequest> {
+    /// How to tell the agent to stop this turn's run, taken from the turn when the run
+    /// starts so that nothing else of the turn is kept while it streams; `None` when the
+    /// protocol has no cancel.
+    fn cancel(&self, _turn: &TurnRequest) -> Option<Cancel> {
         None
     }
 }
+
+/// Builds the request that tells the agent to stop the run it knows as the given
+/// handle (the run's `agent_ref`).
+pub type Cancel = Box<dyn Fn(&str) -> AgentRequest + Send + Sync>;

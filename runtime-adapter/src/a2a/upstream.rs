@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 
 use crate::item::{Block, Item};
 use crate::turn::TurnRequest;
-use crate::upstream::{AgentRequest, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream};
+use crate::upstream::{
+    AgentRequest, Cancel, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
+};
 
 use super::client::{method_name, Client, Op, Transport, Version, TASK_NOT_FOUND};
 use super::message::message_key;
@@ -86,9 +88,16 @@ impl Upstream for A2aUpstream {
         })
     }
 
-    fn cancel(&self, turn: &TurnRequest, agent_ref: &str) -> Option<AgentRequest> {
-        let id = format!("tether-cancel-{}", uuid::Uuid::new_v4().simple());
-        Some(Sent::of(turn, "cancel").cancel_task(agent_ref, &id))
+    fn cancel(&self, turn: &TurnRequest) -> Option<Cancel> {
+        // A cancel names only the task: keep the addressing, not the message.
+        let sent = Sent {
+            params: Value::Null,
+            ..Sent::of(turn, "cancel")
+        };
+        Some(Box::new(move |agent_ref| {
+            let id = format!("tether-cancel-{}", uuid::Uuid::new_v4().simple());
+            sent.cancel_task(agent_ref, &id)
+        }))
     }
 }
 

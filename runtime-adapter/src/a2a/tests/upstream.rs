@@ -245,7 +245,7 @@ fn cancel_names_the_task_in_the_turns_protocol() {
             json!({ "message": v03_message(json!({})) }),
         ),
     );
-    let request = A2aUpstream.cancel(&turn, "t1").unwrap();
+    let request = A2aUpstream.cancel(&turn).unwrap()("t1");
     assert_eq!(
         request,
         AgentRequest::post(
@@ -262,7 +262,7 @@ fn cancel_names_the_task_in_the_turns_protocol() {
             json!({ "message": v10_message(json!({})) }),
         ),
     );
-    let request = A2aUpstream.cancel(&turn, "t1").unwrap();
+    let request = A2aUpstream.cancel(&turn).unwrap()("t1");
     assert_eq!(request.body.as_ref().unwrap()["method"], "CancelTask");
     assert_eq!(
         request.headers,
@@ -275,7 +275,7 @@ fn cancel_names_the_task_in_the_turns_protocol() {
         json!({ "message": v10_message(json!({})) }),
     );
     assert_eq!(
-        A2aUpstream.cancel(&turn, "a/b").unwrap(),
+        A2aUpstream.cancel(&turn).unwrap()("a/b"),
         AgentRequest::post("/rest/tasks/a%2Fb:cancel", json!({})).with_header("A2A-Version", "1.0")
     );
 }
