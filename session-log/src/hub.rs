@@ -138,10 +138,10 @@ pub struct Subscription {
     pending: VecDeque<Arc<Event>>,
     replaying: bool,
     /// Every event of the session up to this seq, matching or not, has been handed out or
-    /// skipped; `None` until the first live event is checked against the store. Live
-    /// events must continue it exactly: anything else is a duplicate (skipped) or a gap
-    /// (re-read from the store, which holds every seq below a committed one).
-    session_seen: Option<Seq>,
+    /// skipped, as has every event up to the cursor. Live events must continue the higher
+    /// of the two exactly: anything else is a duplicate (skipped) or a gap (re-read from
+    /// the store, which holds every seq below a committed one).
+    session_seen: Seq,
     /// While replaying over a gap: the live event that revealed it. Once the replay is
     /// done, everything up to it is covered.
     covers: Option<Seq>,
@@ -161,7 +161,7 @@ impl Subscription {
             query,
             pending: VecDeque::new(),
             replaying: true,
-            session_seen: None,
+            session_seen: 0,
             covers: None,
             next_page: None,
         }
@@ -186,11 +186,14 @@ impl Subscription {
             }
             match self.live.recv().await {
                 Ok(event) => {
-                    match self.session_seen {
-                        Some(seen) if event.seq <= seen => continue, // published twice
-                        Some(seen) if event.seq == seen + 1 => self.session_seen = Some(event.seq),
-                        // The first live event, or one after a gap: the store has
-                        // everything up to it, read from the cursor there.
+                    // A live event right after the cursor needs no store read either: a
+                    // run's stream reads the store once, when it opens.
+                    let seen = self.session_seen.max(self.query.after_seq);
+                    match event.seq {
+                        s if s <= seen => continue, // published twice, or before the cursor
+                        s if s == seen + 1 => self.session_seen = s,
+                        // After a gap: the store has everything up to this event, read
+                        // from the cursor there.
                         _ => {
                             self.covers = Some(event.seq);
                             self.replaying = true;
@@ -204,7 +207,7 @@ impl Subscription {
                 }
                 // Fell behind the broadcast: the gap is in the store.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    self.session_seen = None;
+                    self.session_seen = 0;
                     self.replaying = true;
                 }
                 Err(broadcast::error::RecvError::Closed) => return Ok(None),
@@ -241,7 +244,7 @@ impl Subscription {
         if (page.len() as i64) < REPLAY_PAGE {
             self.replaying = false;
             if let Some(covers) = self.covers.take() {
-                self.session_seen = Some(self.session_seen.unwrap_or(0).max(covers));
+                self.session_seen = self.session_seen.max(covers);
             }
         } else if let Some(last) = page.last() {
             // More is likely: start reading it now, so the store works on the next page

@@ -217,6 +217,54 @@ async fn subscription_replays_after_the_cursor_then_follows_live() {
         .is_err());
 }
 
+/// A run's stream reads the store once, when it opens: live events that continue what it
+/// has seen (its own or, when it follows one invocation, anyone's) need no read, so they
+/// are handed out even when the store cannot be read. A gap still is read.
+#[tokio::test]
+async fn live_events_that_continue_the_cursor_are_not_read_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(
+        SqliteStore::open(dir.path().join("log.sqlite").to_str().unwrap())
+            .await
+            .expect("open store"),
+    );
+    let hub = Hub::new();
+    let mine = |text: &str| delta("s", text).in_run("run", "inv-a");
+    let other = |text: &str| delta("s", text).in_run("run", "inv-b");
+    let committed = |events: Vec<NewEvent>| {
+        let store = store.clone();
+        async move {
+            let events = store.append(&events).await.expect("append");
+            events.into_iter().flatten().collect::<Vec<Event>>()
+        }
+    };
+    committed(vec![other("1"), mine("2")]).await;
+    let mut sub = Subscription::open(
+        store.clone(),
+        &hub,
+        EventQuery {
+            invocation_id: Some("inv-a".into()),
+            ..EventQuery::session("acct", "s")
+        },
+    );
+    assert_eq!(next(&mut sub).await.seq, 2, "replayed from the store");
+    let live = committed(vec![mine("3"), other("4"), mine("5")]).await;
+    store.close().await;
+
+    hub.publish(&live);
+    assert_eq!(next(&mut sub).await.seq, 3);
+    assert_eq!(next(&mut sub).await.seq, 5, "4 is another invocation's");
+    let after_a_gap = Event::committed(mine("7"), 7, chrono::Utc::now());
+    hub.publish([&after_a_gap]);
+    let read = tokio::time::timeout(PATIENCE, sub.next())
+        .await
+        .expect("an answer");
+    assert!(
+        read.is_err(),
+        "a gap is read from the store, which is closed: {read:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_are_gapless_while_events_are_written() {
     const PRODUCERS: usize = 4;
