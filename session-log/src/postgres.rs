@@ -40,8 +40,10 @@ macro_rules! upsert_sessions {
     };
 }
 
-const EVENT_COLUMNS: &str = "account_id, session_id, seq, run_id, invocation_id, event_type, \
-                             role, content_json, metadata_json, created_at";
+/// What a read selects of each event, in `event_from_row`'s order: the account and
+/// session are the query's own, so they are neither sent nor decoded per row.
+const EVENT_COLUMNS: &str =
+    "seq, run_id, invocation_id, event_type, role, content_json, metadata_json, created_at";
 const INVOCATION_COLUMNS: &str =
     "account_id, invocation_id, session_id, run_id, status, started_at, ended_at, agent_ref";
 const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, updated_at";
@@ -276,7 +278,9 @@ impl Store for PgStore {
             .push(" ORDER BY seq LIMIT ")
             .push_bind(sql::non_negative(query.limit));
         let rows = select.build().fetch_all(&self.pool).await?;
-        rows.iter().map(event_from_row).collect()
+        rows.iter()
+            .map(|row| event_from_row(&query.account_id, &query.session_id, row))
+            .collect()
     }
 
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
@@ -675,18 +679,20 @@ fn redact(url: &str) -> String {
     }
 }
 
-fn event_from_row(row: &PgRow) -> Result<Event, StoreError> {
+/// An event of the given session from a row of `EVENT_COLUMNS`, read by position: by name,
+/// each column costs a hash lookup on every row of a replay.
+fn event_from_row(account_id: &str, session_id: &str, row: &PgRow) -> Result<Event, StoreError> {
     Ok(Event {
-        account_id: row.try_get("account_id")?,
-        session_id: row.try_get("session_id")?,
-        seq: row.try_get("seq")?,
-        run_id: row.try_get("run_id")?,
-        invocation_id: row.try_get("invocation_id")?,
-        event_type: sql::parse_event_type(row.try_get("event_type")?)?,
-        role: row.try_get("role")?,
-        content: row.try_get::<Json<Value>, _>("content_json")?.0,
-        metadata: row.try_get::<Json<Value>, _>("metadata_json")?.0,
-        created_at: row.try_get("created_at")?,
+        account_id: account_id.to_owned(),
+        session_id: session_id.to_owned(),
+        seq: row.try_get(0)?,
+        run_id: row.try_get(1)?,
+        invocation_id: row.try_get(2)?,
+        event_type: sql::parse_event_type(row.try_get(3)?)?,
+        role: row.try_get(4)?,
+        content: row.try_get::<Json<Value>, _>(5)?.0,
+        metadata: row.try_get::<Json<Value>, _>(6)?.0,
+        created_at: row.try_get(7)?,
     })
 }
 
