@@ -70,6 +70,8 @@ w(f"- Load average before / after: {meta['load_before']} / {meta.get('load_after
   f"other `rustc` processes running before / after: {meta['other_rustc_before']} / "
   f"{meta.get('other_rustc_after', '?')} (other engineers build on this machine: treat "
   "differences under ~10 % as noise)")
+if "steal_pct" in meta:
+    w(f"- CPU steal during the run (time the hypervisor gave to other guests): {meta['steal_pct']} %")
 w(f"- Started {meta['started']}; open files limit {meta['nofile']}; PostgreSQL "
   f"{'measured' if meta['pg'] else 'NOT available'}{'; QUICK smoke run' if meta['quick'] else ''}")
 w("- Fake agent: `bench-agent` (Rust, 1 thread). Load tool: `bench-load` (Rust, 1 thread). "

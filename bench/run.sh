@@ -202,6 +202,11 @@ load() { # never leaves a cell without a JSON object
   echo "\"started\": \"$(date -u +%FT%TZ)\""
   echo "}"
 } >"$META"
+# CPU time the hypervisor gave to other guests (the `steal` column of /proc/stat), and
+# all CPU time, both in clock ticks since boot: over the run they say how much of it
+# this machine's neighbours took.
+cpu_steal_total() { awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t}' /proc/stat; }
+read -r STEAL0 TOTAL0 < <(cpu_steal_total)
 
 # ---------------------------------------------------------------- 1. pass-through
 log "1. pass-through: saturation and fixed-rate latency"
@@ -266,6 +271,8 @@ for t in direct nginx tether; do
   record idle $t 1 "$(load idle --addr ${ADDR[$t]} --streams $IDLE_STREAMS --pids "$pids" --hold-ms 120000 --timeout 90)"
 done
 
-sed -i "s/\"started\"/\"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"other_rustc_after\": $(pgrep -c rustc || true), \"started\"/" "$META"
+read -r STEAL1 TOTAL1 < <(cpu_steal_total)
+STEAL_PCT=$(awk -v s=$((STEAL1 - STEAL0)) -v t=$((TOTAL1 - TOTAL0)) 'BEGIN { printf "%.1f", t ? 100 * s / t : 0 }')
+sed -i "s/\"started\"/\"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"other_rustc_after\": $(pgrep -c rustc || true), \"steal_pct\": $STEAL_PCT, \"started\"/" "$META"
 python3 "$ROOT/bench/report.py" "$LAST" "$OUT"
 log "wrote $OUT (raw results in bench/last-run/)"
