@@ -89,11 +89,8 @@ impl Upstream for A2aUpstream {
     }
 
     fn cancel(&self, turn: &TurnRequest) -> Option<Cancel> {
-        // A cancel names only the task: keep the addressing, not the message.
-        let sent = Sent {
-            params: Value::Null,
-            ..Sent::of(turn, "cancel")
-        };
+        // A cancel names only the task: the message is not kept.
+        let sent = Sent::addressed(turn);
         Some(Box::new(move |agent_ref| {
             let id = format!("tether-cancel-{}", uuid::Uuid::new_v4().simple());
             sent.cancel_task(agent_ref, &id)
@@ -114,36 +111,56 @@ impl Sent {
     /// From a turn the A2A surface parsed; a turn from another surface is sent as a v0.3
     /// JSON-RPC message to `/`, which every A2A agent serves.
     fn of(turn: &TurnRequest, run_id: &str) -> Sent {
-        if let (Some(client), Some(kept)) = (turn.extra.get("client"), turn.extra.get("a2a")) {
-            return Sent {
-                client: Client::from_value(client),
-                path: kept["path"].as_str().unwrap_or("/").to_owned(),
-                params: kept["params"].clone(),
-                headers: kept["headers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|h| Some((h[0].as_str()?.to_owned(), h[1].as_str()?.to_owned())))
-                    .collect(),
-            };
-        }
-        let op = if turn.stream { Op::Stream } else { Op::Send };
-        let parts: Vec<Value> = turn
-            .input
-            .iter()
-            .map(|item| json!({ "kind": "text", "text": item.text() }))
-            .collect();
+        let params = match Sent::kept(turn) {
+            Some((_, kept)) => kept["params"].clone(),
+            None => {
+                let parts: Vec<Value> = turn
+                    .input
+                    .iter()
+                    .map(|item| json!({ "kind": "text", "text": item.text() }))
+                    .collect();
+                json!({ "message": {
+                    "kind": "message",
+                    "role": "user",
+                    "messageId": format!("{run_id}-input"),
+                    "parts": parts,
+                }})
+            }
+        };
         Sent {
-            client: Client::new(Transport::JsonRpc, Version::V03, op, Value::Null),
-            path: "/".into(),
-            params: json!({ "message": {
-                "kind": "message",
-                "role": "user",
-                "messageId": format!("{run_id}-input"),
-                "parts": parts,
-            }}),
-            headers: Vec::new(),
+            params,
+            ..Sent::addressed(turn)
         }
+    }
+
+    /// Where and how the turn's requests go, without its message: all a cancel needs.
+    fn addressed(turn: &TurnRequest) -> Sent {
+        let Some((client, kept)) = Sent::kept(turn) else {
+            let op = if turn.stream { Op::Stream } else { Op::Send };
+            return Sent {
+                client: Client::new(Transport::JsonRpc, Version::V03, op, Value::Null),
+                path: "/".into(),
+                params: Value::Null,
+                headers: Vec::new(),
+            };
+        };
+        Sent {
+            client: Client::from_value(client),
+            path: kept["path"].as_str().unwrap_or("/").to_owned(),
+            params: Value::Null,
+            headers: kept["headers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|h| Some((h[0].as_str()?.to_owned(), h[1].as_str()?.to_owned())))
+                .collect(),
+        }
+    }
+
+    /// The client and its request as the A2A surface kept them, when the turn came from
+    /// there.
+    fn kept(turn: &TurnRequest) -> Option<(&Value, &Value)> {
+        Some((turn.extra.get("client")?, turn.extra.get("a2a")?))
     }
 
     /// The REST base path (`/rest/`) the client's send was made below.
