@@ -802,7 +802,7 @@ impl Inner {
             .iter()
             .zip(&seqs)
             .filter_map(|(e, seq)| {
-                Some((e, (*seq)?, e.content.to_string(), e.metadata.to_string()))
+                Some((e, (*seq)?, sql::json_text(&e.content), sql::json_text(&e.metadata)))
             })
             .collect();
         crate::sqlite::insert_event_rows(&mut tx, "journal_events", &rows, now).await?;
@@ -1079,8 +1079,8 @@ async fn backfill(
 
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let contents: Vec<String> = events.iter().map(|e| e.content.to_string()).collect();
-    let metadata: Vec<String> = events.iter().map(|e| e.metadata.to_string()).collect();
+    let contents: Vec<String> = events.iter().map(|e| sql::json_text(&e.content)).collect();
+    let metadata: Vec<String> = events.iter().map(|e| sql::json_text(&e.metadata)).collect();
     let collides: Vec<i64> = sqlx::query_scalar(
         "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
          JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
@@ -1178,8 +1178,8 @@ async fn backfill(
     .bind(col(&|e| e.invocation_id.clone()))
     .bind(col(&|e| Some(e.event_type.as_str().to_owned())))
     .bind(col(&|e| e.role.clone()))
-    .bind(col(&|e| Some(e.content.to_string())))
-    .bind(col(&|e| Some(e.metadata.to_string())))
+    .bind(col(&|e| Some(sql::json_text(&e.content))))
+    .bind(col(&|e| Some(sql::json_text(&e.metadata))))
     .bind(&k_at)
     .execute(&mut *tx)
     .await?;

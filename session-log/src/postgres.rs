@@ -587,8 +587,8 @@ impl<'a> EventColumns<'a> {
         self.invocation_id.push(event.invocation_id.as_deref());
         self.event_type.push(event.event_type.as_str());
         self.role.push(event.role.as_deref());
-        self.content.push(event.content.to_string());
-        self.metadata.push(event.metadata.to_string());
+        self.content.push(sql::json_text(&event.content));
+        self.metadata.push(sql::json_text(&event.metadata));
     }
 }
 
