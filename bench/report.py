@@ -82,16 +82,30 @@ w("")
 # ---- 1. pass-through
 w("## 1. Pass-through, small JSON (`GET /json`, 104-byte body)")
 w("")
-w("Saturation: closed loop, 64 keep-alive connections.")
+w("Saturation: closed loop, 64 keep-alive connections. CPU per request: user + system time "
+  "of the proxy's processes over the cell, divided by the requests it served (for direct, "
+  "the agent's own). Two floor rows place Tether's cost: Pingora with no hooks of its own "
+  "(`bench-bare-proxy`, same Pingora, allocator and thread count), and Tether with its tee "
+  "off.")
 w("")
-w("| target | requests/s | vs direct | vs nginx | errors |")
-w("|---|---:|---:|---:|---:|")
-PASS = ("direct", "nginx", "tether", "tether-auth")
-PASS_NAME = {"tether": "tether (tee on, SQLite)", "tether-auth": "tether + API key + rate limits"}
+w("| target | requests/s | vs direct | vs nginx | CPU µs per request | errors |")
+w("|---|---:|---:|---:|---:|---:|")
+PASS = ("direct", "nginx", "pingora", "tether-notee", "tether", "tether-auth")
+PASS_NAME = {"pingora": "Pingora alone (no hooks, no tee)", "tether-notee": "tether, tee off",
+             "tether": "tether (tee on, SQLite)", "tether-auth": "tether + API key + rate limits"}
 sat = {t: med("pass-sat", t, "rps") for t in PASS}
+
+
+def cpu_per_request(target):
+    vals = [r["cpu_ticks"] / r["clk_tck"] * 1e6 / r["requests"]
+            for r in cells.get(("pass-sat", target), []) if r.get("requests") and "cpu_ticks" in r]
+    return f"{statistics.median(vals):.1f}" if vals else "–"
+
+
 for t in PASS:
     w(f"| {PASS_NAME.get(t, t)} | {sat[t]:,.0f} | {ratio(sat[t], sat['direct'])} | "
-      f"{ratio(sat[t], sat['nginx'])} | {total('pass-sat', t, 'errors')} |" if sat[t] is not None else f"| {PASS_NAME.get(t, t)} | not measured | | | |")
+      f"{ratio(sat[t], sat['nginx'])} | {cpu_per_request(t)} | {total('pass-sat', t, 'errors')} |"
+      if sat[t] is not None else f"| {PASS_NAME.get(t, t)} | not measured | | | | |")
 w("")
 if sat["tether"] is not None and sat["nginx"]:
     verdicts.append(("Pass-through saturation (tee on) ≥ nginx",

@@ -24,6 +24,7 @@ OUT=${OUT:-$ROOT/BENCHMARKS.md}
 BASE_PORT=${BASE_PORT:-19100}
 AGENT_PORT=$BASE_PORT NGINX_PORT=$((BASE_PORT + 1)) TS_PORT=$((BASE_PORT + 2)) TP_PORT=$((BASE_PORT + 3))
 TA_PORT=$((BASE_PORT + 4))
+PB_PORT=$((BASE_PORT + 5)) TN_PORT=$((BASE_PORT + 6))
 OPEN_SECONDS=5 SAT_SECONDS=3 SSE_ROUNDS1=3
 if [ "$QUICK" = 1 ]; then RUNS=1 OPEN_SECONDS=2 SAT_SECONDS=2 SSE_ROUNDS1=1 IDLE_STREAMS=2000; fi
 
@@ -63,7 +64,8 @@ snapshot() {
 }
 log "building tether-bench"
 build_from "$ROOT" tether-bench
-cp "$CARGO_TARGET_DIR/release/bench-agent" "$CARGO_TARGET_DIR/release/bench-load" "$BIN/"
+cp "$CARGO_TARGET_DIR/release/bench-agent" "$CARGO_TARGET_DIR/release/bench-load" \
+  "$CARGO_TARGET_DIR/release/bench-bare-proxy" "$BIN/"
 log "building tether (release)"
 if build_from "$ROOT" tether; then
   TETHER_SOURCE="working tree at $(git -C "$ROOT" rev-parse --short HEAD) (uncommitted changes: $(git -C "$ROOT" status --porcelain | grep -vc ' bench/\|BENCHMARKS.md' || true) paths)"
@@ -167,8 +169,32 @@ per_credential_burst = 1000000
 EOF
 start_tether tauth $TA_PORT "$WORK/auth.sqlite" --conf "$WORK/auth.toml"
 AUTH=(--header "Authorization: Bearer $BENCH_KEY")
+# The floor under the pass-through rows: Pingora with no hooks of its own, and Tether
+# with its tee off (saturation only).
+"$BIN/bench-bare-proxy" --listen 127.0.0.1:$PB_PORT --upstream 127.0.0.1:$AGENT_PORT --threads 2 \
+  >"$WORK/pingora.log" 2>&1 &
+PINGORA_PID=$!; PIDS+=("$PINGORA_PID")
+wait_http http://127.0.0.1:$PB_PORT/healthz
+start_tether tnotee $TN_PORT "$WORK/notee.sqlite" --tee false
 
-declare -A ADDR=([direct]=127.0.0.1:$AGENT_PORT [nginx]=127.0.0.1:$NGINX_PORT [tether]=127.0.0.1:$TS_PORT [tether-pg]=127.0.0.1:$TP_PORT [tether-auth]=127.0.0.1:$TA_PORT)
+declare -A ADDR=([direct]=127.0.0.1:$AGENT_PORT [nginx]=127.0.0.1:$NGINX_PORT [tether]=127.0.0.1:$TS_PORT [tether-pg]=127.0.0.1:$TP_PORT [tether-auth]=127.0.0.1:$TA_PORT [pingora]=127.0.0.1:$PB_PORT [tether-notee]=127.0.0.1:$TN_PORT)
+# The processes whose CPU a pass-through request costs (for direct: the agent's own).
+proxy_pids() { # target
+  case $1 in
+    direct) echo "$AGENT_PID" ;;
+    nginx) nginx_pids ;;
+    pingora) echo "$PINGORA_PID" ;;
+    tether) echo "$tsqlite_PID" ;;
+    tether-notee) echo "$tnotee_PID" ;;
+    tether-auth) echo "$tauth_PID" ;;
+  esac
+}
+cpu_ticks() { # pid,pid,... -> user+system clock ticks so far
+  local sum=0 p
+  for p in ${1//,/ }; do sum=$((sum + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$sum"
+}
+CLK_TCK=$(getconf CLK_TCK)
 SSE_TARGETS=(direct nginx tether); [ $PG_OK = 1 ] && SSE_TARGETS+=(tether-pg)
 
 record() { # scenario target run json
@@ -211,10 +237,14 @@ read -r STEAL0 TOTAL0 < <(cpu_steal_total)
 # ---------------------------------------------------------------- 1. pass-through
 log "1. pass-through: saturation and fixed-rate latency"
 for run in $(seq 1 "$RUNS"); do
-  for t in direct nginx tether tether-auth; do
+  for t in direct nginx pingora tether-notee tether tether-auth; do
     f=(); k=; [ "$t" = tether-auth ] && f=("${AUTH[@]}") && k=" --header 'Authorization: Bearer <key>'"
     cmdlog "bench-load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS$k"
-    record pass-sat $t $run "$(load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS "${f[@]}")"
+    pids=$(proxy_pids $t); ticks=$(cpu_ticks "$pids")
+    out=$(load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS "${f[@]}")
+    ticks=$(( $(cpu_ticks "$pids") - ticks ))
+    # The proxy's CPU (user + system) per request served, in microseconds.
+    record pass-sat $t $run "${out%\}},\"cpu_ticks\":$ticks,\"clk_tck\":$CLK_TCK}"
   done
   for rate in 1000 2000; do
     for t in direct nginx tether tether-auth; do
