@@ -176,28 +176,27 @@ impl SqliteStore {
         let mut keep = vec![true; batch.len()];
         let ops = sql::invocation_ops(batch);
         // IMMEDIATE takes the write lock up front: a deferred transaction that reads
-        // first could not upgrade if another connection wrote in between.
+        // first could not upgrade if another connection wrote in between. The bulk
+        // settlement begins it itself, with its first statement.
         let mut tail = QueryBuilder::<Sqlite>::new("");
         if ops.is_empty() {
             tail.push("BEGIN IMMEDIATE; ");
+        } else if self.settles_in_bulk(&ops) {
+            self.settle_in_bulk(conn, &ops, now, &mut keep, settled, &mut tail)
+                .await?;
         } else {
             sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-            if self.settles_in_bulk(&ops) {
-                self.settle_in_bulk(conn, &ops, now, &mut keep, settled)
-                    .await?;
-            } else {
-                self.settle_one_by_one(conn, &ops, now, &mut keep, settled)
-                    .await?;
-            }
-            // A refused claim drops every event of its invocation in the batch: the run
-            // never started, and its caller learns so from the missing `in_progress`.
-            for (account_id, invocation_id, _) in settled.iter().filter(|s| !s.2) {
-                for (event, keep) in batch.iter().zip(keep.iter_mut()) {
-                    if event.account_id == *account_id
-                        && event.invocation_id.as_deref() == Some(*invocation_id)
-                    {
-                        *keep = false;
-                    }
+            self.settle_one_by_one(conn, &ops, now, &mut keep, settled)
+                .await?;
+        }
+        // A refused claim drops every event of its invocation in the batch: the run
+        // never started, and its caller learns so from the missing `in_progress`.
+        for (account_id, invocation_id, _) in settled.iter().filter(|s| !s.2) {
+            for (event, keep) in batch.iter().zip(keep.iter_mut()) {
+                if event.account_id == *account_id
+                    && event.invocation_id.as_deref() == Some(*invocation_id)
+                {
+                    *keep = false;
                 }
             }
         }
@@ -279,16 +278,19 @@ impl SqliteStore {
         })
     }
 
-    /// Settles independent invocation operations (see [`Self::settles_in_bulk`]) with at
-    /// most three statements: close, check claimed sessions, insert. Closes go first, so
-    /// a claim in a session whose run this batch ends is granted.
-    async fn settle_in_bulk<'b>(
+    /// Settles independent invocation operations (see [`Self::settles_in_bulk`]) in one
+    /// round trip before the batch's own: BEGIN, the closes and the claimed sessions'
+    /// check go as one query (closes first, so a claim in a session whose run this batch
+    /// ends is granted); the new invocations' insert needs no answer and goes first in
+    /// `tail`, in the same transaction. Without closes or claims, `tail` begins it.
+    async fn settle_in_bulk<'b: 't, 't>(
         &self,
         conn: &mut SqliteConnection,
         ops: &[(usize, InvocationOp<'b>)],
         now: DateTime<Utc>,
         keep: &mut [bool],
         settled: &mut Vec<(&'b str, &'b str, bool)>,
+        tail: &mut QueryBuilder<'t, Sqlite>,
     ) -> Result<(), StoreError> {
         let mut closes = Vec::new();
         let mut opens = Vec::new();
@@ -312,92 +314,91 @@ impl SqliteStore {
                 InvocationOp::Drop => keep[i] = false,
             }
         }
+        let claimed: Vec<_> = opens.iter().filter(|o| o.5.is_some()).collect();
 
         let mut closed = HashSet::new();
-        for chunk in closes.chunks(INSERT_CHUNK) {
-            let mut update = QueryBuilder::<Sqlite>::new(
-                "UPDATE invocations SET status = v.column3, ended_at = ",
-            );
-            update.push_bind(now).push(" FROM (");
-            update.push_values(
-                chunk,
-                |mut row, (_, account_id, invocation_id, session_id, status)| {
-                    row.push_bind(*account_id)
-                        .push_bind(*invocation_id)
-                        .push_bind(status.as_str())
-                        .push_bind(*session_id);
-                },
-            );
-            update.push(
-                ") AS v WHERE invocations.account_id = v.column1 \
-                 AND invocations.invocation_id = v.column2 AND invocations.session_id = v.column4 \
-                 AND invocations.status = 'in_progress' RETURNING account_id, invocation_id",
-            );
-            for row in update.build().fetch_all(&mut *conn).await? {
-                closed.insert((row.try_get::<String, _>(0)?, row.try_get::<String, _>(1)?));
+        let mut busy: HashMap<(String, String), Vec<String>> = HashMap::new();
+        if closes.is_empty() && claimed.is_empty() {
+            tail.push("BEGIN IMMEDIATE; ");
+        } else {
+            let mut head = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE; ");
+            for chunk in closes.chunks(INSERT_CHUNK) {
+                head.push("UPDATE invocations SET status = v.column3, ended_at = ")
+                    .push_bind(now)
+                    .push(" FROM (");
+                head.push_values(
+                    chunk,
+                    |mut row, (_, account_id, invocation_id, session_id, status)| {
+                        row.push_bind(*account_id)
+                            .push_bind(*invocation_id)
+                            .push_bind(status.as_str())
+                            .push_bind(*session_id);
+                    },
+                );
+                head.push(
+                    ") AS v WHERE invocations.account_id = v.column1 \
+                     AND invocations.invocation_id = v.column2 \
+                     AND invocations.session_id = v.column4 \
+                     AND invocations.status = 'in_progress' \
+                     RETURNING 'closed', account_id, invocation_id; ",
+                );
+            }
+            // The claims' check, in this transaction: another process sharing the file
+            // may have opened a live run in one of these sessions since `claim`.
+            for chunk in claimed.chunks(INSERT_CHUNK) {
+                head.push("SELECT 'busy', i.account_id, i.session_id, i.invocation_id FROM (");
+                head.push_values(chunk, |mut row, (_, account_id, _, session_id, ..)| {
+                    row.push_bind(*account_id).push_bind(*session_id);
+                });
+                head.push(") AS v JOIN invocations AS i ")
+                    .push(OPEN_BY_SESSION)
+                    .push(
+                        " ON i.account_id = v.column1 AND i.session_id = v.column2 \
+                         WHERE i.status = 'in_progress' AND i.owner IS NOT NULL \
+                         AND i.lease_expires_ms > ",
+                    )
+                    .push_bind(now_ms())
+                    .push("; ");
+            }
+            for row in head.build().fetch_all(&mut *conn).await? {
+                if row.try_get::<&str, _>(0)? == "closed" {
+                    closed.insert((row.try_get::<String, _>(1)?, row.try_get::<String, _>(2)?));
+                } else {
+                    busy.entry((row.try_get(1)?, row.try_get(2)?))
+                        .or_default()
+                        .push(row.try_get(3)?);
+                }
             }
         }
         for (i, account_id, invocation_id, ..) in &closes {
             keep[*i] = closed.contains(&((*account_id).to_owned(), (*invocation_id).to_owned()));
         }
 
-        // The claims' check, in this transaction: another process sharing the file may
-        // have opened a live run in one of these sessions since `claim`.
-        let claimed: Vec<_> = opens.iter().filter(|o| o.5.is_some()).collect();
-        let mut busy: HashMap<(String, String), Vec<String>> = HashMap::new();
-        for chunk in claimed.chunks(INSERT_CHUNK) {
-            let mut select = QueryBuilder::<Sqlite>::new(
-                "SELECT i.account_id, i.session_id, i.invocation_id FROM (",
-            );
-            select.push_values(chunk, |mut row, (_, account_id, _, session_id, ..)| {
-                row.push_bind(*account_id).push_bind(*session_id);
-            });
-            select
-                .push(") AS v JOIN invocations AS i ")
-                .push(OPEN_BY_SESSION)
-                .push(
-                    " ON i.account_id = v.column1 AND i.session_id = v.column2 \
-                     WHERE i.status = 'in_progress' AND i.owner IS NOT NULL \
-                     AND i.lease_expires_ms > ",
-                )
-                .push_bind(now_ms());
-            for row in select.build().fetch_all(&mut *conn).await? {
-                busy.entry((row.try_get(0)?, row.try_get(1)?))
-                    .or_default()
-                    .push(row.try_get(2)?);
-            }
-        }
         let mut inserts = Vec::with_capacity(opens.len());
-        for (i, account_id, invocation_id, session_id, run_id, claim) in &opens {
+        for (i, account_id, invocation_id, session_id, run_id, claim) in opens {
             let Some(claim) = claim else {
-                inserts.push((*account_id, *invocation_id, *session_id, *run_id, None));
+                inserts.push((account_id, invocation_id, session_id, run_id, None));
                 continue;
             };
             let other = busy
-                .get(&((*account_id).to_owned(), (*session_id).to_owned()))
-                .and_then(|live| live.iter().find(|other| other.as_str() != *invocation_id));
+                .get(&(account_id.to_owned(), session_id.to_owned()))
+                .and_then(|live| live.iter().find(|other| other.as_str() != invocation_id));
             if let Some(other) = other {
                 tracing::info!(account_id, session_id, invocation_id, busy_invocation_id = %other,
                     "claim refused at append: the session has another live run");
-                keep[*i] = false;
+                keep[i] = false;
             } else {
-                inserts.push((
-                    *account_id,
-                    *invocation_id,
-                    *session_id,
-                    *run_id,
-                    Some(claim),
-                ));
+                inserts.push((account_id, invocation_id, session_id, run_id, Some(claim)));
             }
             settled.push((account_id, invocation_id, other.is_none()));
         }
         let now_ms = now_ms();
         for chunk in inserts.chunks(INSERT_CHUNK) {
-            let mut insert = QueryBuilder::<Sqlite>::new(
+            tail.push(
                 "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
                  started_at, owner, lease_expires_ms, agent_ref) ",
             );
-            insert.push_values(
+            tail.push_values(
                 chunk,
                 |mut row, (account_id, invocation_id, session_id, run_id, claim)| {
                     row.push_bind(*account_id)
@@ -406,13 +407,12 @@ impl SqliteStore {
                         .push_bind(*run_id)
                         .push_bind("in_progress")
                         .push_bind(now)
-                        .push_bind(claim.map(|c| c.owner.as_str()))
-                        .push_bind(claim.map(|c| now_ms + millis(c.lease)))
-                        .push_bind(claim.and_then(|c| c.agent_ref.as_deref()));
+                        .push_bind(claim.as_ref().map(|c| c.owner.clone()))
+                        .push_bind(claim.as_ref().map(|c| now_ms + millis(c.lease)))
+                        .push_bind(claim.as_ref().and_then(|c| c.agent_ref.clone()));
                 },
             );
-            insert.push(" ON CONFLICT (account_id, invocation_id) DO NOTHING");
-            insert.build().execute(&mut *conn).await?;
+            tail.push(" ON CONFLICT (account_id, invocation_id) DO NOTHING; ");
         }
         Ok(())
     }
