@@ -802,7 +802,12 @@ impl Inner {
             .iter()
             .zip(&seqs)
             .filter_map(|(e, seq)| {
-                Some((e, (*seq)?, sql::json_text(&e.content), sql::json_text(&e.metadata)))
+                Some((
+                    e,
+                    (*seq)?,
+                    sql::json_text(&e.content),
+                    sql::json_text(&e.metadata),
+                ))
             })
             .collect();
         crate::sqlite::insert_event_rows(&mut tx, "journal_events", &rows, now).await?;

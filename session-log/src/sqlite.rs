@@ -223,7 +223,10 @@ impl SqliteStore {
         let rows: Vec<(&NewEvent, i64, String, String)> = sql::rows_below(batch, &keep, &counts)?
             .into_iter()
             .map(|(event, below)| {
-                let (content, metadata) = (sql::json_text(&event.content), sql::json_text(&event.metadata));
+                let (content, metadata) = (
+                    sql::json_text(&event.content),
+                    sql::json_text(&event.metadata),
+                );
                 (event, below, content, metadata)
             })
             .collect();
