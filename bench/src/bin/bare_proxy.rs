@@ -12,7 +12,8 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
 struct Args {
-    #[arg(long, default_value = "127.0.0.1:19103")]
+    /// Where to listen, as host:port.
+    #[arg(long)]
     listen: String,
     /// The agent, as host:port.
     #[arg(long)]
