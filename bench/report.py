@@ -42,6 +42,13 @@ def ms(us):
     return "–" if us is None else f"{us / 1000:.2f}"
 
 
+def cpu_per(scenario, target, count, unit):
+    """Median over runs of the target's CPU per `count(result)` things done, in `unit` s."""
+    vals = [r["cpu_ticks"] / r["clk_tck"] / unit / count(r)
+            for r in cells.get((scenario, target), []) if "cpu_ticks" in r and count(r)]
+    return f"{statistics.median(vals):.1f}" if vals else "–"
+
+
 def ratio(a, b):
     return "–" if a is None or not b else f"{a / b:.2f}×"
 
@@ -96,15 +103,9 @@ PASS_NAME = {"pingora": "Pingora alone (no hooks, no tee)", "tether-notee": "tet
 sat = {t: med("pass-sat", t, "rps") for t in PASS}
 
 
-def cpu_per_request(target):
-    vals = [r["cpu_ticks"] / r["clk_tck"] * 1e6 / r["requests"]
-            for r in cells.get(("pass-sat", target), []) if r.get("requests") and "cpu_ticks" in r]
-    return f"{statistics.median(vals):.1f}" if vals else "–"
-
-
 for t in PASS:
     w(f"| {PASS_NAME.get(t, t)} | {sat[t]:,.0f} | {ratio(sat[t], sat['direct'])} | "
-      f"{ratio(sat[t], sat['nginx'])} | {cpu_per_request(t)} | {total('pass-sat', t, 'errors')} |"
+      f"{ratio(sat[t], sat['nginx'])} | {cpu_per('pass-sat', t, lambda r: r.get('requests'), 1e-6)} | {total('pass-sat', t, 'errors')} |"
       if sat[t] is not None else f"| {PASS_NAME.get(t, t)} | not measured | | | | |")
 w("")
 if sat["tether"] is not None and sat["nginx"]:
@@ -146,7 +147,9 @@ w("Each stream is one streaming run: 20 text deltas 50 ms apart, the first at on
   "delta of every stream. *Worst stream* = the highest per-stream median delivery latency (a "
   "stream held up by another stream's database wait shows here). Tether runs with the agent "
   "speaking Chat Completions; the `responses` rows use Tether's Responses surface in front of it "
-  "(direct and nginx: the fake agent's own Responses stream).")
+  "(direct and nginx: the fake agent's own Responses stream). *CPU ms per run*: user + system "
+  "time of the target's processes over the cell per run (direct: the agent's; nginx: its "
+  "workers'; Tether: its own process, not the PostgreSQL server's).")
 w("")
 for surface in ("chat", "responses"):
     for streams in (1, 100, 1000):
@@ -156,8 +159,8 @@ for surface in ("chat", "responses"):
         path = "/v1/chat/completions" if surface == "chat" else "/v1/responses"
         w(f"**`{path}`, {streams} concurrent stream(s)**")
         w("")
-        w("| target | TTFE p50 | TTFE p99 | delivery p50 | p99 | p99.9 | max | worst stream p50 | added TTFE p50 | added delivery p50 | added p99 | runs ok / failed |")
-        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        w("| target | TTFE p50 | TTFE p99 | delivery p50 | p99 | p99.9 | max | worst stream p50 | added TTFE p50 | added delivery p50 | added p99 | CPU ms per run | runs ok / failed |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         d = {k: med(sc, "direct", k) for k in ("ttfe_p50_us", "lat_p50_us", "lat_p99_us")}
         for t in ("direct", "nginx", "tether", "tether-pg"):
             if n_runs(sc, t) == 0:
@@ -167,6 +170,7 @@ for surface in ("chat", "responses"):
             w(f"| {name} | {ms(v['ttfe_p50_us'])} | {ms(v['ttfe_p99_us'])} | {ms(v['lat_p50_us'])} | {ms(v['lat_p99_us'])} | "
               f"{ms(v['lat_p999_us'])} | {ms(v['lat_max_us'])} | {ms(v['worst_stream_p50_us'])} | {added(v['ttfe_p50_us'], d['ttfe_p50_us'])} | "
               f"{added(v['lat_p50_us'], d['lat_p50_us'])} | {added(v['lat_p99_us'], d['lat_p99_us'])} | "
+              f"{cpu_per(sc, t, lambda r: r.get('runs_ok', 0) + r.get('runs_failed', 0), 1e-3)} | "
               f"{total(sc, t, 'runs_ok')} / {total(sc, t, 'runs_failed')} |")
             if streams == 100 and t.startswith("tether") and v["lat_p50_us"] is not None:
                 store = "SQLite" if t == "tether" else "PostgreSQL"

@@ -187,6 +187,7 @@ proxy_pids() { # target
     tether) echo "$tsqlite_PID" ;;
     tether-notee) echo "$tnotee_PID" ;;
     tether-auth) echo "$tauth_PID" ;;
+    tether-pg) echo "$tpg_PID" ;;
   esac
 }
 cpu_ticks() { # pid,pid,... -> user+system clock ticks so far
@@ -195,6 +196,16 @@ cpu_ticks() { # pid,pid,... -> user+system clock ticks so far
   echo "$sum"
 }
 CLK_TCK=$(getconf CLK_TCK)
+# `load` against a target, with the CPU (user + system ticks) its processes used meanwhile:
+# steadier than latency or requests/s on a shared machine.
+load_cpu() { # target bench-load-args...
+  local pids ticks out
+  pids=$(proxy_pids "$1"); shift
+  ticks=$(cpu_ticks "$pids")
+  out=$(load "$@")
+  ticks=$(( $(cpu_ticks "$pids") - ticks ))
+  echo "${out%\}},\"cpu_ticks\":$ticks,\"clk_tck\":$CLK_TCK}"
+}
 SSE_TARGETS=(direct nginx tether); [ $PG_OK = 1 ] && SSE_TARGETS+=(tether-pg)
 
 record() { # scenario target run json
@@ -240,11 +251,7 @@ for run in $(seq 1 "$RUNS"); do
   for t in direct nginx pingora tether-notee tether tether-auth; do
     f=(); k=; [ "$t" = tether-auth ] && f=("${AUTH[@]}") && k=" --header 'Authorization: Bearer <key>'"
     cmdlog "bench-load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS$k"
-    pids=$(proxy_pids $t); ticks=$(cpu_ticks "$pids")
-    out=$(load sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS "${f[@]}")
-    ticks=$(( $(cpu_ticks "$pids") - ticks ))
-    # The proxy's CPU (user + system) per request served, in microseconds.
-    record pass-sat $t $run "${out%\}},\"cpu_ticks\":$ticks,\"clk_tck\":$CLK_TCK}"
+    record pass-sat $t $run "$(load_cpu $t sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS "${f[@]}")"
   done
   for rate in 1000 2000; do
     for t in direct nginx tether tether-auth; do
@@ -263,7 +270,7 @@ for surface in chat responses; do
     for run in $(seq 1 "$RUNS"); do
       for t in "${SSE_TARGETS[@]}"; do
         cmdlog "bench-load sse --addr ${ADDR[$t]} --surface $surface --streams $streams --events 20 --delay-ms 50 --rounds $rounds --timeout 60"
-        record sse-$surface-$streams $t $run "$(load sse --addr ${ADDR[$t]} --surface $surface --streams $streams --events 20 --delay-ms 50 --rounds $rounds --timeout 60)"
+        record sse-$surface-$streams $t $run "$(load_cpu $t sse --addr ${ADDR[$t]} --surface $surface --streams $streams --events 20 --delay-ms 50 --rounds $rounds --timeout 60)"
       done
     done
   done
