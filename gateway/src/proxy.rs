@@ -1037,7 +1037,7 @@ async fn stream_run(
             None,
             Some("session_store_unavailable"),
         );
-        let _ = stream::write_frames(session, &[SseFrame::data(body.to_string())], true).await;
+        let _ = stream::write_frames(session, &[SseFrame::json(&body)], true).await;
     }
 }
 

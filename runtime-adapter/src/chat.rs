@@ -783,7 +783,7 @@ impl ChatRenderer {
 }
 
 fn frame(body: Value, seq: i64) -> SseFrame {
-    SseFrame::data(body.to_string()).with_id(seq)
+    SseFrame::json(&body).with_id(seq)
 }
 
 impl StreamRenderer for ChatRenderer {

@@ -17,6 +17,13 @@ impl SseFrame {
         }
     }
 
+    /// A frame whose data is `body` as JSON. `serde_json::to_string` writes straight into
+    /// one buffer; `Value`'s `Display` goes through the formatter piece by piece, and this
+    /// runs for every frame a run streams.
+    pub fn json(body: &serde_json::Value) -> Self {
+        Self::data(serde_json::to_string(body).unwrap_or_default())
+    }
+
     pub fn with_id(mut self, id: i64) -> Self {
         self.id = Some(id.to_string());
         self
