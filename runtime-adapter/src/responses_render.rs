@@ -171,9 +171,7 @@ impl Renderer {
         body["sequence_number"] = json!(self.next_sequence);
         self.next_sequence += 1;
         let event = body["type"].as_str().unwrap_or_default().to_owned();
-        SseFrame::json(&body)
-            .with_event(&event)
-            .with_id(seq)
+        SseFrame::json(&body).with_event(&event).with_id(seq)
     }
 
     fn push(&mut self, kind: Kind) -> usize {

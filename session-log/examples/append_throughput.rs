@@ -16,8 +16,9 @@ use session_log::{EventType, NewEvent, Store};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// (batch size, sessions each batch spreads over)
-const CASES: [(usize, usize); 5] = [(1, 1), (100, 1), (1000, 1), (1000, 16), (5000, 1)];
+/// (batch size, sessions each batch spreads over). 20 over 20 is what the writer sees
+/// from many concurrent streams: one delta of each in a commit.
+const CASES: [(usize, usize); 6] = [(1, 1), (20, 20), (100, 1), (1000, 1), (1000, 16), (5000, 1)];
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
