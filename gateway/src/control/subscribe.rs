@@ -105,21 +105,15 @@ pub async fn handle(
     account_id: &str,
     request_id: &str,
 ) -> Result<()> {
-    let params = match check(state, session, account_id).await {
-        Ok(p) => p,
+    let (params, query, finished) = match check(state, session, account_id).await {
+        Ok(checked) => checked,
         Err(e) => return respond_envelope(session, ACTION, request_id, Err(e)).await,
     };
-    let (params, finished) = params;
     respond::sse_start(session, &[("x-session-id", &params.session_id)]).await?;
     if finished {
         // A finished run with nothing after the cursor: nothing to wait for.
         return stream::write_frames(session, &[SseFrame::data("[DONE]")], true).await;
     }
-    let query = EventQuery {
-        after_seq: params.after_seq,
-        invocation_id: params.invocation_id.clone(),
-        ..EventQuery::session(account_id, &params.session_id)
-    };
     let mut events = Subscription::open(state.store.clone(), &state.hub, query);
     let deadline = Instant::now() + state.config.subscribe_timeout;
     let follows_one_run = params.invocation_id.is_some();
@@ -151,37 +145,44 @@ fn encode_event(event: &Event, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\n\n");
 }
 
-/// Validates the request against the caller's account. Returns the parameters and
-/// whether the subscribed invocation is already over with nothing left after the cursor.
+/// Validates the request against the caller's account. Returns the parameters, the
+/// query to follow, and whether the subscribed invocation is already over with nothing
+/// left after the cursor.
 async fn check(
     state: &State,
     session: &Session,
     account_id: &str,
-) -> std::result::Result<(Params, bool), ControlError> {
+) -> std::result::Result<(Params, EventQuery, bool), ControlError> {
     let params = parse(session)?;
     let store = &state.store;
     store
         .session(account_id, &params.session_id)
         .await?
         .ok_or_else(|| ControlError::not_found("session", &params.session_id))?;
+    let mut query = EventQuery {
+        after_seq: params.after_seq,
+        ..EventQuery::session(account_id, &params.session_id)
+    };
     let Some(invocation_id) = &params.invocation_id else {
-        return Ok((params, false));
+        return Ok((params, query, false));
     };
     let invocation = store
         .invocation(account_id, invocation_id)
         .await?
         .filter(|i| i.session_id == params.session_id)
         .ok_or_else(|| ControlError::not_found("invocation", invocation_id))?;
+    // The run as well as the invocation: the log indexes events by run, so the read
+    // starts at the run instead of walking the session from the cursor.
+    query.run_id = Some(invocation.run_id.clone());
+    query.invocation_id = Some(invocation_id.clone());
     let finished = invocation.status.is_terminal() && {
         let rest = EventQuery {
-            after_seq: params.after_seq,
-            invocation_id: Some(invocation_id.clone()),
             limit: 1,
-            ..EventQuery::session(account_id, &params.session_id)
+            ..query.clone()
         };
         store.events(&rest).await?.is_empty()
     };
-    Ok((params, finished))
+    Ok((params, query, finished))
 }
 
 #[cfg(test)]
