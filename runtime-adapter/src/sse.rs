@@ -21,7 +21,7 @@ impl SseFrame {
     /// one buffer; `Value`'s `Display` goes through the formatter piece by piece, and this
     /// runs for every frame a run streams.
     pub fn json(body: &serde_json::Value) -> Self {
-        Self::data(serde_json::to_string(body).unwrap_or_default())
+        Self::data(serde_json::to_string(body).expect("a JSON value always serialises"))
     }
 
     pub fn with_id(mut self, id: i64) -> Self {
