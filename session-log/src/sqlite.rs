@@ -63,6 +63,15 @@ pub struct SqliteStore {
     /// start costs no transaction of its own. Changed only under `write_lock`, except that
     /// `claim` adds entries (its invocation is not in the database yet).
     pending: std::sync::Mutex<HashMap<(String, String), PendingClaim>>,
+    /// The background checkpoint task (none for `:memory:`), stopped with the store: it
+    /// holds a pool handle, which would otherwise keep the file open.
+    checkpoints: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.stop_checkpoints();
+    }
 }
 
 /// A claim waiting for its invocation's `in_progress` append.
@@ -99,7 +108,7 @@ impl SqliteStore {
                 )
                 .await?;
             sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-            return Ok(Self::with_pools(pool.clone(), pool));
+            return Ok(Self::with_pools(pool.clone(), pool, None));
         }
         if let Some(dir) = Path::new(path).parent() {
             if !dir.as_os_str().is_empty() {
@@ -142,26 +151,38 @@ impl SqliteStore {
             .max_connections(POOL_SIZE)
             .connect_with(options)
             .await?;
-        tokio::spawn(checkpoint_in_background(pool.clone()));
-        Ok(Self::with_pools(pool, writer))
+        let checkpoints = tokio::spawn(checkpoint_in_background(pool.clone())).abort_handle();
+        Ok(Self::with_pools(pool, writer, Some(checkpoints)))
     }
 
-    fn with_pools(pool: SqlitePool, writer: SqlitePool) -> Self {
+    fn with_pools(
+        pool: SqlitePool,
+        writer: SqlitePool,
+        checkpoints: Option<tokio::task::AbortHandle>,
+    ) -> Self {
         SqliteStore {
             pool,
             writer,
             write_lock: tokio::sync::Mutex::new(()),
             pending: std::sync::Mutex::new(HashMap::new()),
+            checkpoints,
         }
     }
 
     /// Closes every connection (after a last checkpoint, so the file stands alone).
     pub async fn close(&self) {
+        self.stop_checkpoints();
         let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
             .execute(&self.writer)
             .await;
         self.writer.close().await;
         self.pool.close().await;
+    }
+
+    fn stop_checkpoints(&self) {
+        if let Some(task) = &self.checkpoints {
+            task.abort();
+        }
     }
 
     /// The connection pool, for operator queries (such as the `session_events_readable`
@@ -1086,7 +1107,7 @@ fn invocation_from_row(row: &SqliteRow) -> Result<Invocation, StoreError> {
 }
 
 /// Copies committed WAL frames into the database file every [`CHECKPOINT_INTERVAL`], on a
-/// read connection, until the pool closes. A checkpoint run by the committing connection
+/// read connection, until the store stops it. A checkpoint run by the committing connection
 /// (SQLite's default, every 1,000 pages) holds that commit, and every event waiting on
 /// it, through two fsyncs and a copy of every page the WAL touched; a PASSIVE checkpoint
 /// here runs beside the writer and never blocks it.
@@ -1095,9 +1116,6 @@ async fn checkpoint_in_background(pool: SqlitePool) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if pool.is_closed() {
-            return;
-        }
         if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
             .execute(&pool)
             .await
@@ -1191,5 +1209,33 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert_eq!(in_file, 100, "the database file alone holds the commit");
+    }
+
+    /// A store dropped without `close` stops its checkpoint task, whose pool handle would
+    /// otherwise keep the database file open for the life of the runtime.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_dropped_store_releases_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let open_handles = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .filter(|target| target == &path)
+                .count()
+        };
+        let store = SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        assert!(open_handles() > 0);
+        drop(store);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while open_handles() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            open_handles(),
+            0,
+            "the file is still open after the store was dropped"
+        );
     }
 }
