@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use session_log::event::run_status_content;
@@ -1104,7 +1105,7 @@ async fn nul_characters_do_not_fail_a_batch(b: Backend) {
         )])
         .await
         .unwrap();
-    let published = tokio::time::timeout(std::time::Duration::from_secs(10), live.next())
+    let published = tokio::time::timeout(Duration::from_secs(10), live.next())
         .await
         .expect("the live event")
         .unwrap()
@@ -1138,6 +1139,40 @@ async fn open_dispatches_on_the_url() {
         assert_eq!(store.backend(), "postgres");
         store.ping().await.unwrap();
     }
+}
+
+/// Appends commit on a connection of their own: a burst of reads or claims holding every
+/// pooled connection (many clients replaying long sessions, say) does not hold up the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commits_do_not_wait_for_a_busy_pool() {
+    let Some(url) = database_url() else { return };
+    let store = PgStore::connect(&url).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..store.pool().options().get_max_connections() {
+        held.push(store.pool().acquire().await.unwrap());
+    }
+    let account = unique("acct");
+    let batches = [
+        vec![delta(&account, "s", "plain")],
+        vec![
+            message(&account, "s", "user", "hi"),
+            status(&account, "s", "run-1", "inv-1", RunStatus::InProgress),
+        ],
+    ];
+    for batch in batches {
+        let committed = tokio::time::timeout(Duration::from_secs(5), store.append(&batch))
+            .await
+            .expect("the append waited for the busy pool")
+            .unwrap();
+        assert!(committed.iter().all(Option::is_some));
+    }
+    drop(held);
+    let texts: Vec<String> = all_events(&store, &account, "s")
+        .await
+        .iter()
+        .map(|e| format!("{}:{}", e.seq, e.event_type.as_str()))
+        .collect();
+    assert_eq!(texts, ["1:text_delta", "2:message", "3:run_status"]);
 }
 
 /// Reopening a SQLite file keeps its log and does not re-run migrations.
@@ -1206,7 +1241,6 @@ async fn events_filtered_by_type(b: Backend) {
 /// a cancel request reaches the owner through its next renewal.
 async fn leases_claim_renew_expire_and_carry_cancels(b: Backend) {
     use session_log::{Claim, Claimed};
-    use std::time::Duration;
     let store = &*b.store;
     let (account, session) = (unique("acct"), unique("sess"));
     let (owner_a, owner_b) = (unique("replica-a"), unique("replica-b"));
