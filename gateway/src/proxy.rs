@@ -18,7 +18,7 @@ use runtime_adapter::{
     surface, Protocol, RunInfo, SessionRef, StreamRenderer, Surface, TurnRequest,
 };
 use serde_json::{json, Value};
-use session_log::{Event, EventQuery, Hub, Store, Subscription, Writer};
+use session_log::{Event, Hub, Store, Subscription, Writer};
 use tokio::runtime::Handle;
 
 use crate::agent::Agent;
@@ -684,7 +684,8 @@ pub async fn run_turn(
     // boxed so that its future is not kept in this one while the run streams.
     let stream = turn.stream;
     let client = turn.extra.get("client").cloned().unwrap_or(Value::Null);
-    let started = match Box::pin(prepare_run(state, account_id, surface, turn)).await {
+    let (started, mut events) = match Box::pin(prepare_run(state, account_id, surface, turn)).await
+    {
         Ok(started) => started,
         Err((e, session_id)) => {
             let headers: Vec<(&str, &str)> = session_id
@@ -702,12 +703,6 @@ pub async fn run_turn(
         created_at: chrono::Utc::now().timestamp(),
         client,
     };
-    let query = EventQuery {
-        after_seq: started.first_seq - 1,
-        invocation_id: Some(started.invocation_id.clone()),
-        ..EventQuery::session(&started.account_id, &started.session_id)
-    };
-    let mut events = Subscription::open(state.store.clone(), &state.hub, query);
     let response_id = surface.response_id(&started.run_id);
     let headers = [
         ("x-session-id", started.session_id.as_str()),
@@ -731,14 +726,15 @@ pub async fn run_turn(
     }
 }
 
-/// Resolves the session and starts the run. On error, returns the error and the session
-/// id if one was resolved. Nothing is written before every check has passed.
+/// Resolves the session and starts the run; returns it with the subscription its client
+/// follows. On error, returns the error and the session id if one was resolved. Nothing
+/// is written before every check has passed.
 async fn prepare_run(
     state: &State,
     account_id: &str,
     surface: &'static dyn Surface,
     turn: TurnRequest,
-) -> std::result::Result<StartedRun, (ApiError, Option<String>)> {
+) -> std::result::Result<(StartedRun, Subscription), (ApiError, Option<String>)> {
     let session_id = resolve_session(state, account_id, surface, &turn.session)
         .await
         .map_err(|e| (e, None))?;
@@ -749,8 +745,9 @@ async fn prepare_run(
         .map_err(|e| (e, None))?;
     let runs = state.runs.clone();
     let (account, sid) = (account_id.to_owned(), session_id.clone());
+    let follow = Subscription::before_append(state.store.clone(), &state.hub, account_id, &sid);
     on_core(&state.core, async move {
-        runs.start(&account, &sid, turn).await
+        runs.start(&account, &sid, turn, follow).await
     })
     .await
     .map_err(|e| {

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
 use session_log::{
-    Claim, Claimed, Event, EventQuery, EventType, NewEvent, RunStatus, Seq, Store, StoreError,
-    WriteError, Writer,
+    BeforeAppend, Claim, Claimed, Event, EventQuery, EventType, NewEvent, RunStatus, Store,
+    StoreError, Subscription, WriteError, Writer,
 };
 use tokio::sync::{oneshot, Notify};
 
@@ -57,8 +57,6 @@ pub struct StartedRun {
     pub session_id: String,
     pub run_id: String,
     pub invocation_id: String,
-    /// Seq of the first event of this invocation.
-    pub first_seq: Seq,
     pub model: String,
 }
 
@@ -269,13 +267,19 @@ impl Runs {
 
     /// Starts a run: records the turn's input and `in_progress`, then drives the agent
     /// from a task of its own. Must be called on the core runtime.
+    ///
+    /// `follow` is the client's view of the session, opened before the start: it comes
+    /// back as the subscription of the run's events from its first one, which reads
+    /// nothing from the store to get there.
     pub async fn start(
         self: &Arc<Self>,
         account_id: &str,
         session_id: &str,
         turn: TurnRequest,
-    ) -> Result<StartedRun, StartError> {
-        self.launch(account_id, session_id, turn, None).await
+        follow: BeforeAppend,
+    ) -> Result<(StartedRun, Subscription), StartError> {
+        self.launch(account_id, session_id, turn, None, follow)
+            .await
     }
 
     /// Starts a new invocation of an existing run from a checkpoint: the agent gets
@@ -287,8 +291,10 @@ impl Runs {
         session_id: &str,
         turn: TurnRequest,
         from: ResumeFrom,
-    ) -> Result<StartedRun, StartError> {
-        self.launch(account_id, session_id, turn, Some(from)).await
+        follow: BeforeAppend,
+    ) -> Result<(StartedRun, Subscription), StartError> {
+        self.launch(account_id, session_id, turn, Some(from), follow)
+            .await
     }
 
     async fn launch(
@@ -297,7 +303,8 @@ impl Runs {
         session_id: &str,
         turn: TurnRequest,
         resume: Option<ResumeFrom>,
-    ) -> Result<StartedRun, StartError> {
+        follow: BeforeAppend,
+    ) -> Result<(StartedRun, Subscription), StartError> {
         let run_id = resume
             .as_ref()
             .map(|r| r.run_id.clone())
@@ -388,19 +395,24 @@ impl Runs {
                 resume,
             )
             .await;
-        let (history, first_seq) = match started {
+        let (history, committed) = match started {
             Ok(v) => v,
             Err(e) => {
                 self.forget(&invocation_id);
                 return Err(e);
             }
         };
+        let query = EventQuery {
+            after_seq: committed.first().map_or(0, |e| e.seq - 1),
+            invocation_id: Some(invocation_id.clone()),
+            ..EventQuery::session(account_id, session_id)
+        };
+        let events = follow.start(query, &committed);
         let run = StartedRun {
             account_id: account_id.to_owned(),
             session_id: session_id.to_owned(),
             run_id,
             invocation_id,
-            first_seq,
             model: turn
                 .model
                 .clone()
@@ -412,11 +424,12 @@ impl Runs {
             self.clone()
                 .supervise(run.clone(), history, turn, stop_rx, permit),
         );
-        Ok(run)
+        Ok((run, events))
     }
 
     /// Loads the history (a resume brings its own), then commits the new input,
-    /// `in_progress`, and a checkpoint when the input carries tool results.
+    /// `in_progress`, and a checkpoint when the input carries tool results; returns the
+    /// history and what was committed.
     async fn record_start(
         &self,
         account_id: &str,
@@ -425,7 +438,7 @@ impl Runs {
         invocation_id: &str,
         turn: &TurnRequest,
         resume: Option<ResumeFrom>,
-    ) -> Result<(History, Seq), StartError> {
+    ) -> Result<(History, Vec<Event>), StartError> {
         let mut metadata = json!({ "surface": turn.surface.as_str(), "stream": turn.stream });
         let history = match resume {
             Some(from) => {
@@ -502,7 +515,6 @@ impl Runs {
                 session_id: session_id.to_owned(),
                 run_id: run_id.to_owned(),
                 invocation_id: invocation_id.to_owned(),
-                first_seq: 0,
                 model: model.to_owned(),
             };
             batch.push(self.checkpoint_event(&ids, Phase::AfterToolResult, &results));
@@ -516,8 +528,7 @@ impl Runs {
         {
             return Err(StartError::SessionBusy(session_id.to_owned()));
         }
-        let first_seq = committed.first().map(|e| e.seq).unwrap_or_default();
-        Ok((history, first_seq))
+        Ok((history, committed))
     }
 
     /// The agent's handle for a run of this gateway, once the agent named it.

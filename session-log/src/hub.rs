@@ -150,6 +150,51 @@ pub struct Subscription {
     next_page: Option<(Seq, PageRead)>,
 }
 
+/// A session followed live from before an append, waiting to learn what was appended.
+pub struct BeforeAppend {
+    store: Arc<dyn Store>,
+    live: broadcast::Receiver<Arc<Event>>,
+}
+
+impl BeforeAppend {
+    /// The subscription of `query` (same session; its cursor just before `appended`), where
+    /// `appended` is what the caller committed after [`Subscription::before_append`]. Those
+    /// that match are handed out first. When they are the session's events of one batch
+    /// (consecutive seqs), everything after them arrives live: nothing is read from the
+    /// store, where a subscription opened after the append reads it once.
+    pub fn start(self, query: EventQuery, appended: &[Event]) -> Subscription {
+        let mut subscription = Subscription {
+            store: self.store,
+            live: self.live,
+            query,
+            pending: VecDeque::new(),
+            replaying: true,
+            session_seen: 0,
+            covers: None,
+            next_page: None,
+        };
+        let mine: Vec<&Event> = appended
+            .iter()
+            .filter(|e| {
+                e.account_id == subscription.query.account_id
+                    && e.session_id == subscription.query.session_id
+            })
+            .collect();
+        let after = subscription.query.after_seq;
+        let consecutive = mine
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.seq == after + 1 + i as Seq);
+        if let (true, Some(last)) = (consecutive, mine.last()) {
+            subscription.session_seen = last.seq;
+            subscription.replaying = false;
+            let matching = mine.into_iter().filter(|e| subscription.matches(e));
+            subscription.pending = matching.map(|e| Arc::new(e.clone())).collect();
+        }
+        subscription
+    }
+}
+
 impl Subscription {
     /// Subscribes to live events first, then replays, so nothing committed in between is
     /// missed. `query.after_seq` is the cursor; `query.limit` is ignored.
@@ -164,6 +209,20 @@ impl Subscription {
             session_seen: 0,
             covers: None,
             next_page: None,
+        }
+    }
+
+    /// Starts following `account_id`'s session before the caller appends the events it
+    /// will start from (a run's first events): see [`BeforeAppend::start`].
+    pub fn before_append(
+        store: Arc<dyn Store>,
+        hub: &Hub,
+        account_id: &str,
+        session_id: &str,
+    ) -> BeforeAppend {
+        BeforeAppend {
+            store,
+            live: hub.receiver(account_id, session_id),
         }
     }
 

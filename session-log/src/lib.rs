@@ -15,7 +15,7 @@ pub mod tail;
 pub mod writer;
 
 pub use event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
-pub use hub::{Hub, Subscription};
+pub use hub::{BeforeAppend, Hub, Subscription};
 pub use store::{
     open, Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store,
     StoreError,

@@ -265,6 +265,75 @@ async fn live_events_that_continue_the_cursor_are_not_read_again() {
     );
 }
 
+/// A run's client subscribes before the run's first events are appended: it starts from
+/// them and follows the broadcast, reading the store only over a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_opened_before_an_append_starts_from_it_without_reading() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(
+        SqliteStore::open(dir.path().join("log.sqlite").to_str().unwrap())
+            .await
+            .expect("open store"),
+    );
+    let hub = Hub::new();
+    let mine = |text: &str| delta("s", text).in_run("run", "inv-a");
+    let other = |text: &str| delta("s", text).in_run("run", "inv-b");
+    let append = |events: Vec<NewEvent>| {
+        let store = store.clone();
+        async move {
+            let events = store.append(&events).await.expect("append");
+            events.into_iter().flatten().collect::<Vec<Event>>()
+        }
+    };
+    let query = |after_seq| EventQuery {
+        after_seq,
+        invocation_id: Some("inv-a".into()),
+        ..EventQuery::session("acct", "s")
+    };
+    append(vec![other("1")]).await;
+
+    let follow = Subscription::before_append(store.clone(), &hub, "acct", "s");
+    let started = append(vec![mine("2"), other("3"), mine("4")]).await;
+    let mut sub = follow.start(query(1), &started);
+    let live = append(vec![mine("5"), other("6"), mine("7")]).await;
+    store.close().await;
+    // The writer publishes what it commits, the start's events included.
+    hub.publish(&started);
+    hub.publish(&live);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(next(&mut sub).await.text().to_owned());
+    }
+    assert_eq!(seen, ["2", "4", "5", "7"], "the store is closed: nothing was read");
+    let after_a_gap = Event::committed(mine("9"), 9, chrono::Utc::now());
+    hub.publish([&after_a_gap]);
+    let read = tokio::time::timeout(PATIENCE, sub.next())
+        .await
+        .expect("an answer");
+    assert!(read.is_err(), "a gap is read from the store: {read:?}");
+}
+
+/// What was appended must be the session's events of one batch; anything else (here, seqs
+/// that skip one) and the subscription reads the store from the cursor instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_started_from_a_partial_append_reads_the_store() {
+    let log = log().await;
+    let follow = Subscription::before_append(log.store.clone(), &log.hub, "acct", "s");
+    let appended = log
+        .writer
+        .append(vec![delta("s", "1"), delta("s", "2"), delta("s", "3")])
+        .await
+        .unwrap();
+    let partial = [appended[0].clone(), appended[2].clone()];
+    let sub = follow.start(EventQuery::session("acct", "s"), &partial);
+    let texts: Vec<String> = read_through(sub, 1, 3)
+        .await
+        .iter()
+        .map(|e| e.text().to_owned())
+        .collect();
+    assert_eq!(texts, ["1", "2", "3"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_are_gapless_while_events_are_written() {
     const PRODUCERS: usize = 4;

@@ -192,10 +192,10 @@ fn capabilities() -> Value {
 }
 
 /// What ResumeRun answers: JSON (a no-op, or the finished invocation's response), or
-/// the started invocation to stream (`Stream: true`).
+/// the started invocation to stream (`Stream: true`), with its events.
 pub enum Resumed {
     Json(Value),
-    Stream(StartedRun),
+    Stream(StartedRun, Subscription),
 }
 
 pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
@@ -281,12 +281,15 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         history,
     };
     let (account, session_id) = (call.account_id.to_owned(), p.session_id.clone());
-    let started = on_core(&call.state.core, async move {
-        runs.resume(&account, &session_id, turn, from).await
+    let state = call.state;
+    let follow =
+        Subscription::before_append(state.store.clone(), &state.hub, &account, &session_id);
+    let started = on_core(&state.core, async move {
+        runs.resume(&account, &session_id, turn, from, follow).await
     })
     .await;
-    let started = match started {
-        Ok(run) => run,
+    let (started, mut subscription) = match started {
+        Ok(started) => started,
         // Lost a race with another start between the check above and here.
         Err(StartError::SessionBusy(_)) => {
             return Err(busy(call, &p.session_id, &p.run_id).unwrap_or_else(|| {
@@ -309,16 +312,10 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         invocation_id = %started.invocation_id, checkpoint_id = %checkpoint.checkpoint_id, "run resumed"
     );
     if stream {
-        return Ok(Resumed::Stream(started));
+        return Ok(Resumed::Stream(started, subscription));
     }
 
     // Answer when the invocation ends, like a non-streaming turn.
-    let query = EventQuery {
-        after_seq: started.first_seq - 1,
-        invocation_id: Some(started.invocation_id.clone()),
-        ..EventQuery::session(&started.account_id, &started.session_id)
-    };
-    let mut subscription = Subscription::open(call.state.store.clone(), &call.state.hub, query);
     let mut collected = Vec::new();
     loop {
         match subscription.next().await? {

@@ -121,8 +121,8 @@ pub async fn handle(
             };
             if action == "ResumeRun" {
                 match checkpoints::resume_run(&call).await {
-                    Ok(checkpoints::Resumed::Stream(run)) => {
-                        return stream_resumed(state, session, &run).await
+                    Ok(checkpoints::Resumed::Stream(run, events)) => {
+                        return stream_resumed(session, &run, events).await
                     }
                     Ok(checkpoints::Resumed::Json(data)) => Ok(data),
                     Err(e) => Err(e),
@@ -139,9 +139,9 @@ pub async fn handle(
 /// A resumed invocation streamed like a Responses turn (every frame carries `id: <seq>`);
 /// the client leaving does not stop it.
 async fn stream_resumed(
-    state: &State,
     session: &mut Session,
     run: &crate::runs::StartedRun,
+    mut events: session_log::Subscription,
 ) -> Result<()> {
     let surface = runtime_adapter::surface(runtime_adapter::Protocol::OpenAiResponses);
     let info = runtime_adapter::RunInfo {
@@ -151,12 +151,6 @@ async fn stream_resumed(
         created_at: chrono::Utc::now().timestamp(),
         client: serde_json::Value::Null,
     };
-    let query = session_log::EventQuery {
-        after_seq: run.first_seq - 1,
-        invocation_id: Some(run.invocation_id.clone()),
-        ..session_log::EventQuery::session(&run.account_id, &run.session_id)
-    };
-    let mut events = session_log::Subscription::open(state.store.clone(), &state.hub, query);
     let headers = [
         ("x-session-id", run.session_id.as_str()),
         ("x-invocation-id", run.invocation_id.as_str()),
