@@ -304,7 +304,11 @@ async fn a_subscription_opened_before_an_append_starts_from_it_without_reading()
     for _ in 0..4 {
         seen.push(next(&mut sub).await.text().to_owned());
     }
-    assert_eq!(seen, ["2", "4", "5", "7"], "the store is closed: nothing was read");
+    assert_eq!(
+        seen,
+        ["2", "4", "5", "7"],
+        "the store is closed: nothing was read"
+    );
     let after_a_gap = Event::committed(mine("9"), 9, chrono::Utc::now());
     hub.publish([&after_a_gap]);
     let read = tokio::time::timeout(PATIENCE, sub.next())

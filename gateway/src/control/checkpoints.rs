@@ -195,7 +195,7 @@ fn capabilities() -> Value {
 /// the started invocation to stream (`Stream: true`), with its events.
 pub enum Resumed {
     Json(Value),
-    Stream(StartedRun, Subscription),
+    Stream(StartedRun, Box<Subscription>),
 }
 
 pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
@@ -312,7 +312,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         invocation_id = %started.invocation_id, checkpoint_id = %checkpoint.checkpoint_id, "run resumed"
     );
     if stream {
-        return Ok(Resumed::Stream(started, subscription));
+        return Ok(Resumed::Stream(started, Box::new(subscription)));
     }
 
     // Answer when the invocation ends, like a non-streaming turn.

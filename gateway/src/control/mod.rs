@@ -122,7 +122,7 @@ pub async fn handle(
             if action == "ResumeRun" {
                 match checkpoints::resume_run(&call).await {
                     Ok(checkpoints::Resumed::Stream(run, events)) => {
-                        return stream_resumed(session, &run, events).await
+                        return stream_resumed(session, &run, *events).await
                     }
                     Ok(checkpoints::Resumed::Json(data)) => Ok(data),
                     Err(e) => Err(e),
