@@ -21,6 +21,8 @@ use sqlx::Row;
 struct Backend {
     store: Arc<dyn Store>,
     raw: Raw,
+    /// Where the store is, to open more stores on it (as more gateways would).
+    url: String,
     /// Keeps the SQLite file alive for the test.
     _dir: Option<tempfile::TempDir>,
 }
@@ -35,12 +37,12 @@ impl Backend {
         let dir = tempfile::tempdir().expect("tempdir");
         // A nested path: opening must create the missing directories.
         let path = dir.path().join("nested/dir/sessions.sqlite");
-        let store = SqliteStore::open(path.to_str().expect("utf-8 path"))
-            .await
-            .expect("open sqlite store");
+        let url = path.to_str().expect("utf-8 path").to_owned();
+        let store = SqliteStore::open(&url).await.expect("open sqlite store");
         Backend {
             raw: Raw::Sqlite(store.pool().clone()),
             store: Arc::new(store),
+            url,
             _dir: Some(dir),
         }
     }
@@ -54,8 +56,23 @@ impl Backend {
         Some(Backend {
             raw: Raw::Postgres(store.pool().clone()),
             store: Arc::new(store),
+            url,
             _dir: None,
         })
+    }
+
+    /// The store under test and `n - 1` more on the same database: writers that race in
+    /// the database, as several gateways do (one store commits on one connection).
+    async fn replicas(&self, n: usize) -> Vec<Arc<dyn Store>> {
+        let mut stores = vec![self.store.clone()];
+        for _ in 1..n {
+            stores.push(
+                session_log::open(&self.url)
+                    .await
+                    .expect("open another store"),
+            );
+        }
+        stores
     }
 
     /// The `session_events_readable` rows of a session, in seq order.
@@ -670,6 +687,7 @@ async fn many_runs_start_and_end_in_one_batch(b: Backend) {
 }
 
 async fn racing_terminal_statuses_close_once(b: Backend) {
+    let stores = b.replicas(3).await;
     let account = unique("acct");
     let session = unique("s");
     let run = unique("run");
@@ -694,8 +712,9 @@ async fn racing_terminal_statuses_close_once(b: Backend) {
         .into_iter()
         .cycle()
         .take(12)
-        .map(|s| {
-            let store = b.store.clone();
+        .enumerate()
+        .map(|(i, s)| {
+            let store = stores[i % stores.len()].clone();
             let batch = vec![
                 delta(&account, &session, "noise"),
                 status(&account, &session, &run, &invocation, s),
@@ -803,12 +822,13 @@ async fn run_returns_the_latest_invocation(b: Backend) {
 async fn concurrent_appends_never_duplicate_or_skip_seqs(b: Backend) {
     const TASKS: usize = 16;
     const BATCHES: usize = 20;
+    let stores = b.replicas(4).await;
     let account = unique("acct");
     let session = unique("s");
     let other = unique("s");
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
-            let store = b.store.clone();
+            let store = stores[task % stores.len()].clone();
             let (account, session, other) = (account.clone(), session.clone(), other.clone());
             tokio::spawn(async move {
                 let mut mine = Vec::new();
