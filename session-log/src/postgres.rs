@@ -124,6 +124,119 @@ impl PgStore {
         Ok(Appended::at(seqs, now))
     }
 
+    /// A batch that starts or ends runs, each invocation once (a round of runs starting
+    /// and ending), as one statement: the closes, the opens, the sessions' upsert and the
+    /// events' insert are clauses of one `WITH`. One round trip where the transaction of
+    /// `append_seqs` takes five or six, and a run's start waits for this commit. (A batch with no
+    /// run in it takes `append_plain`: this statement's window functions cost a fourth of
+    /// its throughput.)
+    ///
+    /// As in the transaction of `append_seqs`: a close re-checks `status` after waiting
+    /// for a racing closer, and its terminal event is kept only if it closed the row; the
+    /// events kept take each session's top seqs, in batch order. Locks are taken in one
+    /// order, invocations then sessions (each in key order), because the sessions' counts
+    /// need the closes' outcome first.
+    async fn append_in_one(
+        &self,
+        batch: &[NewEvent],
+        ops: &[(usize, InvocationOp<'_>)],
+        now: DateTime<Utc>,
+    ) -> Result<Appended, StoreError> {
+        let mut keep = vec![true; batch.len()];
+        // What each event does to its invocation: `open`, a terminal status, or nothing.
+        let mut op: Vec<Option<&str>> = vec![None; batch.len()];
+        for &(i, o) in ops {
+            match o {
+                InvocationOp::Open { .. } => op[i] = Some("open"),
+                InvocationOp::Close { status, .. } => op[i] = Some(status.as_str()),
+                InvocationOp::Drop => keep[i] = false,
+            }
+        }
+        let mut columns = EventColumns::with_capacity(batch.len());
+        let mut op_column = Vec::with_capacity(batch.len());
+        for (i, event) in batch.iter().enumerate().filter(|(i, _)| keep[*i]) {
+            columns.push(event, i as Seq);
+            op_column.push(op[i]);
+        }
+        if op_column.is_empty() {
+            return Ok(Appended::at(vec![None; batch.len()], now));
+        }
+        let query = sqlx::query(
+            "WITH u AS (SELECT * FROM UNNEST($2::text[], $3::text[], $4::bigint[], \
+             $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+             $11::text[]) AS u(a, s, ord, r, i, t, ro, c, m, op)), \
+             closing AS (SELECT v.account_id, v.invocation_id, u.op FROM invocations AS v \
+             JOIN u ON v.account_id = u.a AND v.invocation_id = u.i AND v.session_id = u.s \
+             WHERE u.op <> 'open' AND v.status = 'in_progress' \
+             ORDER BY v.account_id, v.invocation_id FOR UPDATE OF v), \
+             closed AS (UPDATE invocations AS v SET status = closing.op, ended_at = $1 \
+             FROM closing WHERE v.account_id = closing.account_id \
+             AND v.invocation_id = closing.invocation_id \
+             RETURNING v.account_id, v.invocation_id), \
+             opened AS (INSERT INTO invocations \
+             (account_id, invocation_id, session_id, run_id, status, started_at) \
+             SELECT a, i, s, r, 'in_progress', $1 FROM u WHERE op = 'open' \
+             ON CONFLICT (account_id, invocation_id) DO NOTHING), \
+             kept AS (SELECT * FROM u WHERE op IS NULL OR op = 'open' UNION ALL \
+             SELECT u.* FROM u JOIN closed \
+             ON closed.account_id = u.a AND closed.invocation_id = u.i WHERE u.op <> 'open'), \
+             counted AS (SELECT a, s, count(*) AS n FROM kept GROUP BY a, s), \
+             upserted AS (INSERT INTO sessions (account_id, session_id, last_seq, created_at, \
+             updated_at) SELECT a, s, n, $1, $1 FROM counted ORDER BY a, s \
+             ON CONFLICT (account_id, session_id) DO UPDATE SET \
+             last_seq = sessions.last_seq + excluded.last_seq, \
+             updated_at = excluded.updated_at \
+             RETURNING account_id, session_id, last_seq), \
+             e AS (INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
+             event_type, role, content_json, metadata_json, created_at) \
+             SELECT k.a, k.s, n.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY k.ord), \
+             k.r, k.i, k.t, k.ro, k.c::jsonb, k.m::jsonb, $1 \
+             FROM kept AS k JOIN upserted AS n ON n.account_id = k.a AND n.session_id = k.s \
+             WINDOW w AS (PARTITION BY k.a, k.s) ORDER BY k.a, k.s, k.ord) \
+             SELECT account_id, session_id, last_seq FROM upserted \
+             UNION ALL SELECT account_id, invocation_id, NULL FROM closed",
+        )
+        .bind(now);
+        let rows = columns
+            .bind(query)
+            .bind(&op_column)
+            .fetch_all(&self.writer)
+            .await?;
+        // Sessions come back with their `last_seq`, closed invocations without one.
+        let mut sessions = Vec::with_capacity(rows.len());
+        let mut closed = std::collections::HashSet::new();
+        for row in &rows {
+            let a: &str = row.try_get(0)?;
+            let b: &str = row.try_get(1)?;
+            match row.try_get::<Option<Seq>, _>(2)? {
+                Some(last_seq) => sessions.push(((a, b), last_seq)),
+                None => {
+                    closed.insert((a, b));
+                }
+            }
+        }
+        for &(i, o) in ops {
+            if let InvocationOp::Close {
+                account_id,
+                invocation_id,
+                ..
+            } = o
+            {
+                keep[i] = closed.contains(&(account_id, invocation_id));
+            }
+        }
+        let counts = sql::session_counts(batch, &keep);
+        let mut last_seqs = vec![None; counts.len()];
+        for (key, last_seq) in sessions {
+            let i = sql::session_index(&counts, key).ok_or_else(|| {
+                StoreError::Corrupt("upsert returned a session not in the batch".into())
+            })?;
+            last_seqs[i] = Some(last_seq);
+        }
+        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        Ok(Appended::at(seqs, now))
+    }
+
     /// The connection pool, for operator queries (such as the `session_events_readable`
     /// view) that the `Store` trait does not cover.
     pub fn pool(&self) -> &PgPool {
@@ -150,9 +263,16 @@ impl Store for PgStore {
         }
         let now = sql::commit_time();
         let ops = sql::invocation_ops(batch);
-        if ops.is_empty() && batch.len() <= INSERT_CHUNK {
-            return self.append_plain(batch, now).await;
+        if batch.len() <= INSERT_CHUNK {
+            if ops.is_empty() {
+                return self.append_plain(batch, now).await;
+            }
+            if sql::one_op_per_invocation(&ops) {
+                return self.append_in_one(batch, &ops, now).await;
+            }
         }
+        // An invocation touched twice (the outcome depends on the order), or more events
+        // than one insert takes: a transaction, one statement per step.
         let mut tx = self.writer.begin().await?;
 
         // Invocations first: which terminal events survive decides the seqs. Under READ
@@ -549,7 +669,8 @@ impl Store for PgStore {
 struct EventColumns<'a> {
     account_id: Vec<&'a str>,
     session_id: Vec<&'a str>,
-    /// The seq, or (in `append_plain`) its distance below the session's new `last_seq`.
+    /// The seq; in `append_plain` its distance below the session's new `last_seq`, in
+    /// `append_in_one` the event's place in its batch.
     seq: Vec<i64>,
     run_id: Vec<Option<&'a str>>,
     invocation_id: Vec<Option<&'a str>>,
