@@ -163,16 +163,7 @@ impl BeforeAppend {
     /// (consecutive seqs), everything after them arrives live: nothing is read from the
     /// store, where a subscription opened after the append reads it once.
     pub fn start(self, query: EventQuery, appended: &[Event]) -> Subscription {
-        let mut subscription = Subscription {
-            store: self.store,
-            live: self.live,
-            query,
-            pending: VecDeque::new(),
-            replaying: true,
-            session_seen: 0,
-            covers: None,
-            next_page: None,
-        };
+        let mut subscription = Subscription::replaying(self.store, self.live, query);
         let mine: Vec<&Event> = appended
             .iter()
             .filter(|e| {
@@ -200,6 +191,15 @@ impl Subscription {
     /// missed. `query.after_seq` is the cursor; `query.limit` is ignored.
     pub fn open(store: Arc<dyn Store>, hub: &Hub, query: EventQuery) -> Self {
         let live = hub.receiver(&query.account_id, &query.session_id);
+        Self::replaying(store, live, query)
+    }
+
+    /// Replays from the cursor, then follows `live` (opened before the replay's read).
+    fn replaying(
+        store: Arc<dyn Store>,
+        live: broadcast::Receiver<Arc<Event>>,
+        query: EventQuery,
+    ) -> Self {
         Subscription {
             store,
             live,

@@ -77,6 +77,22 @@ impl Log {
     }
 }
 
+/// A store with no writer in front, for tests that commit and publish by hand and close
+/// the store to show that a subscription reads nothing more.
+async fn closable_store() -> (tempfile::TempDir, Arc<SqliteStore>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open(dir.path().join("log.sqlite").to_str().unwrap())
+        .await
+        .expect("open store");
+    (dir, Arc::new(store))
+}
+
+/// Commits `events` straight to `store`; returns those committed, with their seqs.
+async fn appended(store: &SqliteStore, events: Vec<NewEvent>) -> Vec<Event> {
+    let events = store.append(&events).await.expect("append");
+    events.into_iter().flatten().collect()
+}
+
 async fn next(sub: &mut Subscription) -> Arc<Event> {
     tokio::time::timeout(PATIENCE, sub.next())
         .await
@@ -222,22 +238,11 @@ async fn subscription_replays_after_the_cursor_then_follows_live() {
 /// are handed out even when the store cannot be read. A gap still is read.
 #[tokio::test]
 async fn live_events_that_continue_the_cursor_are_not_read_again() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(
-        SqliteStore::open(dir.path().join("log.sqlite").to_str().unwrap())
-            .await
-            .expect("open store"),
-    );
+    let (_dir, store) = closable_store().await;
     let hub = Hub::new();
     let mine = |text: &str| delta("s", text).in_run("run", "inv-a");
     let other = |text: &str| delta("s", text).in_run("run", "inv-b");
-    let committed = |events: Vec<NewEvent>| {
-        let store = store.clone();
-        async move {
-            let events = store.append(&events).await.expect("append");
-            events.into_iter().flatten().collect::<Vec<Event>>()
-        }
-    };
+    let committed = |events: Vec<NewEvent>| appended(&store, events);
     committed(vec![other("1"), mine("2")]).await;
     let mut sub = Subscription::open(
         store.clone(),
@@ -269,22 +274,11 @@ async fn live_events_that_continue_the_cursor_are_not_read_again() {
 /// them and follows the broadcast, reading the store only over a gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_opened_before_an_append_starts_from_it_without_reading() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(
-        SqliteStore::open(dir.path().join("log.sqlite").to_str().unwrap())
-            .await
-            .expect("open store"),
-    );
+    let (_dir, store) = closable_store().await;
     let hub = Hub::new();
     let mine = |text: &str| delta("s", text).in_run("run", "inv-a");
     let other = |text: &str| delta("s", text).in_run("run", "inv-b");
-    let append = |events: Vec<NewEvent>| {
-        let store = store.clone();
-        async move {
-            let events = store.append(&events).await.expect("append");
-            events.into_iter().flatten().collect::<Vec<Event>>()
-        }
-    };
+    let append = |events: Vec<NewEvent>| appended(&store, events);
     let query = |after_seq| EventQuery {
         after_seq,
         invocation_id: Some("inv-a".into()),
