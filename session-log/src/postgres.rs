@@ -127,9 +127,9 @@ impl PgStore {
     /// A batch that starts or ends runs, each invocation once (a round of runs starting
     /// and ending), as one statement: the closes, the opens, the sessions' upsert and the
     /// events' insert are clauses of one `WITH`. One round trip where the transaction of
-    /// `append_seqs` takes five or six, and a run's start waits for this commit. (A batch with no
-    /// run in it takes `append_plain`: this statement's window functions cost a fourth of
-    /// its throughput.)
+    /// `append_seqs` takes five or six, and a run's start waits for this commit. (A batch
+    /// with no run in it takes `append_plain`: this statement's window functions cost a
+    /// fourth of its throughput.)
     ///
     /// As in the transaction of `append_seqs`: a close re-checks `status` after waiting
     /// for a racing closer, and its terminal event is kept only if it closed the row; the
@@ -206,12 +206,10 @@ impl PgStore {
         let mut sessions = Vec::with_capacity(rows.len());
         let mut closed = std::collections::HashSet::new();
         for row in &rows {
-            let a: &str = row.try_get(0)?;
-            let b: &str = row.try_get(1)?;
             match row.try_get::<Option<Seq>, _>(2)? {
-                Some(last_seq) => sessions.push(((a, b), last_seq)),
+                Some(_) => sessions.push(row),
                 None => {
-                    closed.insert((a, b));
+                    closed.insert((row.try_get::<&str, _>(0)?, row.try_get::<&str, _>(1)?));
                 }
             }
         }
@@ -226,13 +224,7 @@ impl PgStore {
             }
         }
         let counts = sql::session_counts(batch, &keep);
-        let mut last_seqs = vec![None; counts.len()];
-        for (key, last_seq) in sessions {
-            let i = sql::session_index(&counts, key).ok_or_else(|| {
-                StoreError::Corrupt("upsert returned a session not in the batch".into())
-            })?;
-            last_seqs[i] = Some(last_seq);
-        }
+        let last_seqs = returned_last_seqs(sessions, &counts)?;
         let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
         Ok(Appended::at(seqs, now))
     }
@@ -737,8 +729,8 @@ fn session_columns<'a>(
 }
 
 /// Each session's `last_seq` from the rows an upsert returned, parallel to `counts`.
-fn returned_last_seqs(
-    rows: &[PgRow],
+fn returned_last_seqs<'r>(
+    rows: impl IntoIterator<Item = &'r PgRow>,
     counts: &[(sql::SessionKey<'_>, i64)],
 ) -> Result<Vec<Option<Seq>>, StoreError> {
     let mut last_seqs = vec![None; counts.len()];
