@@ -144,13 +144,14 @@ impl Store for CoreStore {
         &self,
         claim: &session_log::Claim<'_>,
     ) -> Result<session_log::Claimed, StoreError> {
-        let (a, sid, r, i, o, lease) = (
+        let (a, sid, r, i, o, lease, fresh) = (
             claim.account_id.to_owned(),
             claim.session_id.to_owned(),
             claim.run_id.to_owned(),
             claim.invocation_id.to_owned(),
             claim.owner.to_owned(),
             claim.lease,
+            claim.fresh,
         );
         delegate!(self, |s| s.claim(&session_log::Claim {
             account_id: &a,
@@ -159,6 +160,7 @@ impl Store for CoreStore {
             invocation_id: &i,
             owner: &o,
             lease,
+            fresh,
         }))
     }
 

@@ -365,6 +365,7 @@ impl Runs {
             invocation_id: &invocation_id,
             owner: &self.owner,
             lease: self.lease,
+            fresh: resume.is_none() && turn.session == SessionRef::New,
         };
         match self.store.claim(&claim).await {
             Ok(Claimed::Granted) => {

@@ -756,9 +756,36 @@ impl Inner {
         let mut tx = self.journal.begin().await?;
         let mut keep = vec![true; batch.len()];
         let mut closing: HashSet<(&str, &str)> = HashSet::new();
+        let mut taken = Vec::new();
         for (i, op) in sql::invocation_ops(batch) {
             keep[i] = match op {
-                InvocationOp::Open { .. } => true,
+                InvocationOp::Open {
+                    account_id,
+                    invocation_id,
+                    session_id,
+                    run_id,
+                } => {
+                    // A fresh claim PostgreSQL was to write with this open: the journal
+                    // takes it over, and the backfill writes it with the lease's remainder.
+                    let claim = self
+                        .pg
+                        .pending
+                        .get(account_id, invocation_id, session_id, run_id);
+                    if let Some(c) = claim {
+                        let claim = Claim {
+                            account_id,
+                            session_id,
+                            run_id,
+                            invocation_id,
+                            owner: &c.owner,
+                            lease: c.lease,
+                            fresh: true,
+                        };
+                        record_claim(&mut *tx, &claim).await?;
+                        taken.push((account_id, invocation_id));
+                    }
+                    true
+                }
                 InvocationOp::Close {
                     account_id,
                     invocation_id,
@@ -812,6 +839,7 @@ impl Inner {
             .collect();
         crate::sqlite::insert_event_rows(&mut tx, "journal_events", &rows, now).await?;
         tx.commit().await?;
+        self.pg.pending.written(taken);
         if let Ok(mut pending) = self.pending.lock() {
             for ((a, s), _) in &counts {
                 pending.insert(((*a).to_owned(), (*s).to_owned()));
@@ -893,21 +921,7 @@ impl Inner {
                 invocation_id: row.try_get(1)?,
             });
         }
-        let now = now_ms();
-        sqlx::query(
-            "INSERT INTO journal_claims (account_id, invocation_id, session_id, run_id, owner, \
-             claimed_at_ms, lease_expires_ms) VALUES (?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (account_id, invocation_id) DO NOTHING",
-        )
-        .bind(claim.account_id)
-        .bind(claim.invocation_id)
-        .bind(claim.session_id)
-        .bind(claim.run_id)
-        .bind(claim.owner)
-        .bind(now)
-        .bind(now.saturating_add(lease_ms(claim.lease)))
-        .execute(&self.journal)
-        .await?;
+        record_claim(&self.journal, claim).await?;
         if let Ok(mut p) = self.pending.lock() {
             p.insert(key);
         }
@@ -1046,6 +1060,29 @@ enum Backfilled {
 /// One backfill transaction: the session's journaled `events` (in seq order) into
 /// PostgreSQL, applying invocation opens and closes as `append` does. Rows already there
 /// (a retried backfill, or an append that committed after it timed out) are skipped.
+/// Records a claim granted while PostgreSQL could not take it; its lease runs from now.
+async fn record_claim(
+    journal: impl sqlx::SqliteExecutor<'_>,
+    claim: &Claim<'_>,
+) -> Result<(), StoreError> {
+    let now = now_ms();
+    sqlx::query(
+        "INSERT INTO journal_claims (account_id, invocation_id, session_id, run_id, owner, \
+         claimed_at_ms, lease_expires_ms) VALUES (?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (account_id, invocation_id) DO NOTHING",
+    )
+    .bind(claim.account_id)
+    .bind(claim.invocation_id)
+    .bind(claim.session_id)
+    .bind(claim.run_id)
+    .bind(claim.owner)
+    .bind(now)
+    .bind(now.saturating_add(lease_ms(claim.lease)))
+    .execute(journal)
+    .await?;
+    Ok(())
+}
+
 async fn backfill(
     pg: &PgStore,
     account_id: &str,

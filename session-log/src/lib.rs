@@ -3,6 +3,7 @@
 //! see them, and the hub that broadcasts committed events to live subscribers.
 
 pub mod checkpoints;
+mod claims;
 pub mod event;
 pub mod histogram;
 pub mod hub;

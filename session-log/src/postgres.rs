@@ -12,6 +12,7 @@ use sqlx::query::Query;
 use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder, Row};
 
+use crate::claims::{PendingClaim, PendingClaims};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::sql::{self, InvocationOp};
 use crate::store::{
@@ -55,6 +56,17 @@ pub struct PgStore {
     /// The one connection appends commit on. Commits never queue for a connection behind
     /// a burst of reads or claims: at 100 concurrent run starts they did, for milliseconds.
     writer: PgPool,
+    /// Fresh claims (see [`Claim::fresh`]): granted without a round trip, and written by
+    /// the append that opens their invocation (or by the journal, when it takes the append).
+    pub(crate) pending: PendingClaims,
+}
+
+/// The pending claim each event of a batch opens, by position (empty when the batch opens
+/// nothing).
+type OpenClaims = Vec<Option<PendingClaim>>;
+
+fn claim_at(claims: &OpenClaims, i: usize) -> Option<&PendingClaim> {
+    claims.get(i).and_then(Option::as_ref)
 }
 
 impl PgStore {
@@ -82,7 +94,11 @@ impl PgStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.application_name("tether-writer"))
             .await?;
-        Ok(PgStore { pool, writer })
+        Ok(PgStore {
+            pool,
+            writer,
+            pending: PendingClaims::default(),
+        })
     }
 
     /// A batch that starts or ends no run, as one statement: the sessions' upsert in a
@@ -140,6 +156,7 @@ impl PgStore {
         &self,
         batch: &[NewEvent],
         ops: &[(usize, InvocationOp<'_>)],
+        claims: &OpenClaims,
         now: DateTime<Utc>,
     ) -> Result<Appended, StoreError> {
         let mut keep = vec![true; batch.len()];
@@ -154,9 +171,11 @@ impl PgStore {
         }
         let mut columns = EventColumns::with_capacity(batch.len());
         let mut op_column = Vec::with_capacity(batch.len());
+        let mut opened = OpenedColumns::default();
         for (i, event) in batch.iter().enumerate().filter(|(i, _)| keep[*i]) {
             columns.push(event, i as Seq);
             op_column.push(op[i]);
+            opened.push(claim_at(claims, i));
         }
         if op_column.is_empty() {
             return Ok(Appended::at(vec![None; batch.len()], now));
@@ -164,7 +183,8 @@ impl PgStore {
         let query = sqlx::query(
             "WITH u AS (SELECT * FROM UNNEST($2::text[], $3::text[], $4::bigint[], \
              $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
-             $11::text[]) AS u(a, s, ord, r, i, t, ro, c, m, op)), \
+             $11::text[], $12::text[], $13::float8[], $14::text[]) \
+             AS u(a, s, ord, r, i, t, ro, c, m, op, owner, lease, agent_ref)), \
              closing AS (SELECT v.account_id, v.invocation_id, u.op FROM invocations AS v \
              JOIN u ON v.account_id = u.a AND v.invocation_id = u.i AND v.session_id = u.s \
              WHERE u.op <> 'open' AND v.status = 'in_progress' \
@@ -174,8 +194,10 @@ impl PgStore {
              AND v.invocation_id = closing.invocation_id \
              RETURNING v.account_id, v.invocation_id), \
              opened AS (INSERT INTO invocations \
-             (account_id, invocation_id, session_id, run_id, status, started_at) \
-             SELECT a, i, s, r, 'in_progress', $1 FROM u WHERE op = 'open' \
+             (account_id, invocation_id, session_id, run_id, status, started_at, owner, \
+             lease_expires_at, agent_ref) \
+             SELECT a, i, s, r, 'in_progress', $1, owner, \
+             now() + make_interval(secs => lease), agent_ref FROM u WHERE op = 'open' \
              ON CONFLICT (account_id, invocation_id) DO NOTHING), \
              kept AS (SELECT * FROM u WHERE op IS NULL OR op = 'open' UNION ALL \
              SELECT u.* FROM u JOIN closed \
@@ -197,9 +219,8 @@ impl PgStore {
              UNION ALL SELECT account_id, invocation_id, NULL FROM closed",
         )
         .bind(now);
-        let rows = columns
-            .bind(query)
-            .bind(&op_column)
+        let rows = opened
+            .bind(columns.bind(query).bind(&op_column))
             .fetch_all(&self.writer)
             .await?;
         // Sessions come back with their `last_seq`, closed invocations without one.
@@ -229,38 +250,20 @@ impl PgStore {
         Ok(Appended::at(seqs, now))
     }
 
-    /// The connection pool, for operator queries (such as the `session_events_readable`
-    /// view) that the `Store` trait does not cover.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-}
-
-#[async_trait]
-impl Store for PgStore {
-    fn backend(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
-        replace_nuls(batch);
-        let batch: &[NewEvent] = batch;
-        if batch.is_empty() {
-            return Ok(Appended::default());
-        }
+    /// Commits `batch` by the shortest way it allows.
+    async fn append_with(
+        &self,
+        batch: &[NewEvent],
+        ops: &[(usize, InvocationOp<'_>)],
+        claims: &OpenClaims,
+    ) -> Result<Appended, StoreError> {
         let now = sql::commit_time();
-        let ops = sql::invocation_ops(batch);
         if batch.len() <= INSERT_CHUNK {
             if ops.is_empty() {
                 return self.append_plain(batch, now).await;
             }
-            if sql::one_op_per_invocation(&ops) {
-                return self.append_in_one(batch, &ops, now).await;
+            if sql::one_op_per_invocation(ops) {
+                return self.append_in_one(batch, ops, claims, now).await;
             }
         }
         // An invocation touched twice (the outcome depends on the order), or more events
@@ -272,10 +275,10 @@ impl Store for PgStore {
         // `status` after it commits, finds it no longer open and updates nothing, so
         // racing closers (across gateways too) end an invocation once.
         let mut keep = vec![true; batch.len()];
-        if sql::one_op_per_invocation(&ops) {
-            settle_in_bulk(&mut tx, &ops, now, &mut keep).await?;
+        if sql::one_op_per_invocation(ops) {
+            settle_in_bulk(&mut tx, ops, claims, now, &mut keep).await?;
         } else {
-            settle_one_by_one(&mut tx, &ops, now, &mut keep).await?;
+            settle_one_by_one(&mut tx, ops, claims, now, &mut keep).await?;
         }
 
         // One statement creates or bumps every session of the batch. The row lock each
@@ -325,6 +328,68 @@ impl Store for PgStore {
         }
         tx.commit().await?;
         Ok(Appended::at(seqs, now))
+    }
+
+    /// The fresh claims `ops` open, by the position of the event that opens each.
+    fn claims_opened(&self, len: usize, ops: &[(usize, InvocationOp<'_>)]) -> OpenClaims {
+        let mut claims = OpenClaims::new();
+        for &(i, op) in ops {
+            if let InvocationOp::Open {
+                account_id,
+                invocation_id,
+                session_id,
+                run_id,
+            } = op
+            {
+                if let Some(claim) = self
+                    .pending
+                    .get(account_id, invocation_id, session_id, run_id)
+                {
+                    claims.resize(len, None);
+                    claims[i] = Some(claim);
+                }
+            }
+        }
+        claims
+    }
+
+    /// The connection pool, for operator queries (such as the `session_events_readable`
+    /// view) that the `Store` trait does not cover.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
+        replace_nuls(batch);
+        let batch: &[NewEvent] = batch;
+        if batch.is_empty() {
+            return Ok(Appended::default());
+        }
+        let ops = sql::invocation_ops(batch);
+        let claims = self.claims_opened(batch.len(), &ops);
+        let appended = self.append_with(batch, &ops, &claims).await?;
+        self.pending
+            .written(ops.iter().filter_map(|&(i, op)| match op {
+                InvocationOp::Open {
+                    account_id,
+                    invocation_id,
+                    ..
+                } if claim_at(&claims, i).is_some() => Some((account_id, invocation_id)),
+                _ => None,
+            }));
+        Ok(appended)
     }
 
     async fn session(
@@ -452,7 +517,7 @@ impl Store for PgStore {
         invocation_id: &str,
         agent_ref: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        let done = sqlx::query(
             "UPDATE invocations SET agent_ref = $1 WHERE account_id = $2 AND invocation_id = $3",
         )
         .bind(agent_ref)
@@ -460,6 +525,11 @@ impl Store for PgStore {
         .bind(invocation_id)
         .execute(&self.pool)
         .await?;
+        if done.rows_affected() == 0 {
+            // A fresh claim whose `in_progress` is not committed yet: its append writes it.
+            self.pending
+                .set_agent_ref(account_id, invocation_id, agent_ref);
+        }
         Ok(())
     }
 
@@ -491,6 +561,9 @@ impl Store for PgStore {
     }
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
+        if claim.fresh {
+            return Ok(self.pending.grant(claim));
+        }
         // Serialised per session across replicas by an advisory lock, inside the function
         // (migration 0005): one round trip.
         let busy = sqlx::query(
@@ -524,6 +597,9 @@ impl Store for PgStore {
         if invocation_ids.is_empty() {
             return Ok(Vec::new());
         }
+        // Claims not written yet first: one written between the two looks is found by the
+        // update, since its claim is forgotten only once its row is committed.
+        let mut renewed = self.pending.renew(owner, invocation_ids, lease);
         let rows = sqlx::query(
             "UPDATE invocations SET lease_expires_at = now() + make_interval(secs => $3) \
              WHERE owner = $1 AND invocation_id = ANY($2) AND status = 'in_progress' \
@@ -534,14 +610,16 @@ impl Store for PgStore {
         .bind(lease.as_secs_f64())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Renewed {
-                    invocation_id: r.try_get(0)?,
+        for r in &rows {
+            let invocation_id: String = r.try_get(0)?;
+            if !renewed.iter().any(|p| p.invocation_id == invocation_id) {
+                renewed.push(Renewed {
+                    invocation_id,
                     cancel_requested: r.try_get(1)?,
-                })
-            })
-            .collect()
+                });
+            }
+        }
+        Ok(renewed)
     }
 
     async fn abandoned_invocations(
@@ -718,6 +796,62 @@ impl<'a> EventColumns<'a> {
     }
 }
 
+/// What a fresh claim writes into its invocation's row when the append opens it, one entry
+/// per opened row (all `None` for an open without one).
+#[derive(Default)]
+struct OpenedColumns<'a> {
+    owner: Vec<Option<&'a str>>,
+    lease_seconds: Vec<Option<f64>>,
+    agent_ref: Vec<Option<&'a str>>,
+}
+
+impl<'a> OpenedColumns<'a> {
+    fn push(&mut self, claim: Option<&'a PendingClaim>) {
+        self.owner.push(claim.map(|c| c.owner.as_str()));
+        self.lease_seconds
+            .push(claim.map(|c| c.lease.as_secs_f64()));
+        self.agent_ref
+            .push(claim.and_then(|c| c.agent_ref.as_deref()));
+    }
+
+    /// Binds the three arrays, in this order, as the query's next parameters.
+    fn bind<'q>(
+        &'q self,
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> Query<'q, Postgres, PgArguments> {
+        query
+            .bind(&self.owner)
+            .bind(&self.lease_seconds)
+            .bind(&self.agent_ref)
+    }
+}
+
+/// Inserts the invocations of `opens` (account, invocation, session, run), with their
+/// claims' owner and lease where `opened` has one: a row a claim inserted already stays.
+async fn insert_opens(
+    conn: &mut PgConnection,
+    opens: &[[&str; 4]],
+    opened: &OpenedColumns<'_>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let column = |k: usize| opens.iter().map(|o| o[k]).collect::<Vec<_>>();
+    let query = sqlx::query(
+        "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
+         started_at, owner, lease_expires_at, agent_ref) \
+         SELECT a, i, s, r, 'in_progress', $1, o, now() + make_interval(secs => l), g \
+         FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+         $7::float8[], $8::text[]) AS t(a, i, s, r, o, l, g) \
+         ON CONFLICT (account_id, invocation_id) DO NOTHING",
+    )
+    .bind(now)
+    .bind(column(0))
+    .bind(column(1))
+    .bind(column(2))
+    .bind(column(3));
+    opened.bind(query).execute(conn).await?;
+    Ok(())
+}
+
 /// `counts` as the upsert's three column arrays: accounts, sessions, event counts.
 fn session_columns<'a>(
     counts: &[(sql::SessionKey<'a>, i64)],
@@ -850,6 +984,7 @@ fn invocation_from_row(row: &PgRow) -> Result<Invocation, StoreError> {
 async fn settle_one_by_one(
     conn: &mut PgConnection,
     ops: &[(usize, InvocationOp<'_>)],
+    claims: &OpenClaims,
     now: DateTime<Utc>,
     keep: &mut [bool],
 ) -> Result<(), StoreError> {
@@ -861,19 +996,10 @@ async fn settle_one_by_one(
                 session_id,
                 run_id,
             } => {
-                sqlx::query(
-                    "INSERT INTO invocations \
-                     (account_id, invocation_id, session_id, run_id, status, started_at) \
-                     VALUES ($1, $2, $3, $4, 'in_progress', $5) \
-                     ON CONFLICT (account_id, invocation_id) DO NOTHING",
-                )
-                .bind(account_id)
-                .bind(invocation_id)
-                .bind(session_id)
-                .bind(run_id)
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
+                let mut opened = OpenedColumns::default();
+                opened.push(claim_at(claims, i));
+                let open = [account_id, invocation_id, session_id, run_id];
+                insert_opens(&mut *conn, &[open], &opened, now).await?;
                 true
             }
             InvocationOp::Close {
@@ -907,11 +1033,13 @@ async fn settle_one_by_one(
 async fn settle_in_bulk(
     conn: &mut PgConnection,
     ops: &[(usize, InvocationOp<'_>)],
+    claims: &OpenClaims,
     now: DateTime<Utc>,
     keep: &mut [bool],
 ) -> Result<(), StoreError> {
     let mut closes: [Vec<&str>; 4] = Default::default();
-    let mut opens: [Vec<&str>; 4] = Default::default();
+    let mut opens = Vec::new();
+    let mut opened = OpenedColumns::default();
     for &(i, op) in ops {
         match op {
             InvocationOp::Close {
@@ -934,13 +1062,8 @@ async fn settle_in_bulk(
                 session_id,
                 run_id,
             } => {
-                for (column, value) in
-                    opens
-                        .iter_mut()
-                        .zip([account_id, invocation_id, session_id, run_id])
-                {
-                    column.push(value);
-                }
+                opens.push([account_id, invocation_id, session_id, run_id]);
+                opened.push(claim_at(claims, i));
             }
             InvocationOp::Drop => keep[i] = false,
         }
@@ -985,21 +1108,8 @@ async fn settle_in_bulk(
             }
         }
     }
-    if !opens[0].is_empty() {
-        sqlx::query(
-            "INSERT INTO invocations \
-             (account_id, invocation_id, session_id, run_id, status, started_at) \
-             SELECT a, i, s, r, 'in_progress', $5 \
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS t(a, i, s, r) \
-             ON CONFLICT (account_id, invocation_id) DO NOTHING",
-        )
-        .bind(&opens[0])
-        .bind(&opens[1])
-        .bind(&opens[2])
-        .bind(&opens[3])
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
+    if !opens.is_empty() {
+        insert_opens(conn, &opens, &opened, now).await?;
     }
     Ok(())
 }

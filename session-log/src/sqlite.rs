@@ -17,6 +17,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{QueryBuilder, Row, Sqlite};
 
+use crate::claims::PendingClaims;
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::sql::{self, InvocationOp, INSERT_CHUNK};
 use crate::store::{
@@ -62,7 +63,7 @@ pub struct SqliteStore {
     /// written by the append that opens its invocation (see [`Store::claim`]), so a run
     /// start costs no transaction of its own. Changed only under `write_lock`, except that
     /// `claim` adds entries (its invocation is not in the database yet).
-    pending: std::sync::Mutex<HashMap<(String, String), PendingClaim>>,
+    pending: PendingClaims,
     /// The background checkpoint task (none for `:memory:`), stopped with the store: it
     /// holds a pool handle, which would otherwise keep the file open.
     checkpoints: Option<tokio::task::AbortHandle>,
@@ -72,21 +73,6 @@ impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.stop_checkpoints();
     }
-}
-
-/// A claim waiting for its invocation's `in_progress` append.
-#[derive(Clone, Debug)]
-struct PendingClaim {
-    session_id: String,
-    run_id: String,
-    owner: String,
-    lease: Duration,
-    /// An agent handle recorded before the invocation's row exists (see
-    /// [`Store::set_agent_ref`]); the append that inserts the row writes it too.
-    agent_ref: Option<String>,
-    /// Forgotten after this (Unix ms) unless renewed, like a lease: a start that failed
-    /// before its append leaves nothing behind.
-    expires_ms: i64,
 }
 
 impl SqliteStore {
@@ -164,7 +150,7 @@ impl SqliteStore {
             pool,
             writer,
             write_lock: tokio::sync::Mutex::new(()),
-            pending: std::sync::Mutex::new(HashMap::new()),
+            pending: PendingClaims::default(),
             checkpoints,
         }
     }
@@ -296,7 +282,6 @@ impl SqliteStore {
         if !sql::one_op_per_invocation(ops) {
             return false;
         }
-        let pending = self.pending();
         let mut claimed_sessions = HashSet::new();
         ops.iter().all(|(_, op)| match *op {
             InvocationOp::Open {
@@ -305,7 +290,7 @@ impl SqliteStore {
                 session_id,
                 ..
             } => {
-                !pending.contains_key(&(account_id.to_owned(), invocation_id.to_owned()))
+                !self.pending.contains(account_id, invocation_id)
                     || claimed_sessions.insert((account_id, session_id))
             }
             _ => true,
@@ -342,7 +327,9 @@ impl SqliteStore {
                     session_id,
                     run_id,
                 } => {
-                    let claim = self.claim_for(account_id, invocation_id, session_id, run_id);
+                    let claim = self
+                        .pending
+                        .get(account_id, invocation_id, session_id, run_id);
                     opens.push((i, account_id, invocation_id, session_id, run_id, claim));
                 }
                 InvocationOp::Drop => keep[i] = false,
@@ -470,7 +457,8 @@ impl SqliteStore {
                     run_id,
                 } => {
                     if let Some(claim) =
-                        self.claim_for(account_id, invocation_id, session_id, run_id)
+                        self.pending
+                            .get(account_id, invocation_id, session_id, run_id)
                     {
                         // The claim's check and insert, in this transaction: another
                         // process sharing the file may have opened one since `claim`.
@@ -552,25 +540,6 @@ impl SqliteStore {
         }
         Ok(())
     }
-
-    /// The pending claim an `in_progress` of this invocation opens, if it was claimed for
-    /// the same session and run.
-    fn claim_for(
-        &self,
-        account_id: &str,
-        invocation_id: &str,
-        session_id: &str,
-        run_id: &str,
-    ) -> Option<PendingClaim> {
-        self.pending()
-            .get(&(account_id.to_owned(), invocation_id.to_owned()))
-            .filter(|p| p.session_id == session_id && p.run_id == run_id)
-            .cloned()
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingClaim>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 #[async_trait]
@@ -595,11 +564,8 @@ impl Store for SqliteStore {
         let appended = self.append_on(&mut conn, batch, &mut settled).await;
         match &appended {
             Ok(_) if !settled.is_empty() => {
-                // Only once committed: a failed transaction is retried with its claims intact.
-                let mut pending = self.pending();
-                for (account_id, invocation_id, _) in settled {
-                    pending.remove(&(account_id.to_owned(), invocation_id.to_owned()));
-                }
+                self.pending
+                    .written(settled.iter().map(|(a, i, _)| (*a, *i)));
             }
             Ok(_) => {}
             // The transaction is ours, not sqlx's (see `append_on`), so is its rollback. An
@@ -760,12 +726,8 @@ impl Store for SqliteStore {
         if done.rows_affected() == 0 {
             // A claim whose `in_progress` is still queued has no row yet: the append that
             // inserts it (which waits for the write lock held here) writes the handle too.
-            if let Some(p) = self
-                .pending()
-                .get_mut(&(account_id.to_owned(), invocation_id.to_owned()))
-            {
-                p.agent_ref = Some(agent_ref.to_owned());
-            }
+            self.pending
+                .set_agent_ref(account_id, invocation_id, agent_ref);
         }
         Ok(())
     }
@@ -801,52 +763,27 @@ impl Store for SqliteStore {
         // the invocation checks the session again and inserts the row with its owner and
         // lease in its own transaction (refusing, by dropping the invocation's events, if
         // another process sharing the file opened a live run meanwhile). Here, a read
-        // beside the writer and the claims of this process answer early.
-        let now = now_ms();
-        let busy = sqlx::query(&format!(
-            "SELECT run_id, invocation_id FROM invocations {OPEN_BY_SESSION} \
-             WHERE account_id = ? AND session_id = ? AND status = 'in_progress' \
-             AND owner IS NOT NULL AND lease_expires_ms > ? LIMIT 1",
-        ))
-        .bind(claim.account_id)
-        .bind(claim.session_id)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
-        if let Some(row) = busy {
-            return Ok(Claimed::Busy {
-                run_id: row.try_get(0)?,
-                invocation_id: row.try_get(1)?,
-            });
+        // beside the writer and the claims of this process answer early; a fresh session
+        // has nothing to read.
+        if !claim.fresh {
+            let busy = sqlx::query(&format!(
+                "SELECT run_id, invocation_id FROM invocations {OPEN_BY_SESSION} \
+                 WHERE account_id = ? AND session_id = ? AND status = 'in_progress' \
+                 AND owner IS NOT NULL AND lease_expires_ms > ? LIMIT 1",
+            ))
+            .bind(claim.account_id)
+            .bind(claim.session_id)
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(row) = busy {
+                return Ok(Claimed::Busy {
+                    run_id: row.try_get(0)?,
+                    invocation_id: row.try_get(1)?,
+                });
+            }
         }
-        let mut pending = self.pending();
-        pending.retain(|_, p| p.expires_ms > now);
-        let other = pending.iter().find(|((account_id, invocation_id), p)| {
-            account_id == claim.account_id
-                && p.session_id == claim.session_id
-                && invocation_id != claim.invocation_id
-        });
-        if let Some(((_, invocation_id), p)) = other {
-            return Ok(Claimed::Busy {
-                run_id: p.run_id.clone(),
-                invocation_id: invocation_id.clone(),
-            });
-        }
-        let key = (claim.account_id.to_owned(), claim.invocation_id.to_owned());
-        // Claiming the same invocation again keeps an agent handle already recorded.
-        let agent_ref = pending.get(&key).and_then(|p| p.agent_ref.clone());
-        pending.insert(
-            key,
-            PendingClaim {
-                session_id: claim.session_id.to_owned(),
-                run_id: claim.run_id.to_owned(),
-                owner: claim.owner.to_owned(),
-                lease: claim.lease,
-                agent_ref,
-                expires_ms: now + millis(claim.lease),
-            },
-        );
-        Ok(Claimed::Granted)
+        Ok(self.pending.grant(claim))
     }
 
     async fn renew_leases(
@@ -882,17 +819,7 @@ impl Store for SqliteStore {
             .collect::<Result<Vec<_>, StoreError>>()?;
         // Claims whose `in_progress` is still queued are this owner's too (the write lock
         // keeps an append from settling them meanwhile).
-        let expires_ms = now_ms() + millis(lease);
-        let mut pending = self.pending();
-        for ((_, invocation_id), p) in pending.iter_mut() {
-            if p.owner == owner && invocation_ids.contains(invocation_id) {
-                p.expires_ms = expires_ms;
-                renewed.push(Renewed {
-                    invocation_id: invocation_id.clone(),
-                    cancel_requested: false,
-                });
-            }
-        }
+        renewed.extend(self.pending.renew(owner, invocation_ids, lease));
         Ok(renewed)
     }
 

@@ -106,6 +106,10 @@ pub struct Claim<'a> {
     /// The replica that will drive it and renew its lease.
     pub owner: &'a str,
     pub lease: std::time::Duration,
+    /// The session was named for this run just now (a new conversation): no run can hold
+    /// it, so the store grants without asking the database, and the append that opens
+    /// the invocation writes its owner and lease.
+    pub fresh: bool,
 }
 
 /// The answer to a [`Claim`].
@@ -271,6 +275,9 @@ pub trait Store: Send + Sync + 'static {
     /// and lease in its transaction. If another live run holds the session by then, that
     /// append drops every event of the invocation in its batch, so a caller must treat a
     /// missing `in_progress` in the committed events as `Busy`.
+    ///
+    /// A `fresh` claim costs no round trip on either store: it is remembered, and the
+    /// append that opens the invocation inserts the row with owner and lease.
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError>;
 
     /// Extends the leases of `owner`'s open invocations among `invocation_ids` to `lease`

@@ -255,6 +255,7 @@ async fn a_run_claimed_during_an_outage_reaches_postgres_once() {
         invocation_id: "inv_2",
         owner: "replica-a",
         lease: Duration::from_secs(30),
+        fresh: false,
     };
 
     cluster.down();
@@ -368,6 +369,67 @@ async fn a_run_claimed_during_an_outage_reaches_postgres_once() {
     assert!(lease.live);
 }
 
+/// A new conversation's claim is granted without asking PostgreSQL and written by the
+/// start's append. When that append is journaled instead, the journal takes the claim
+/// over: the run stays its owner's through the outage, and its row reaches PostgreSQL
+/// with that owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_claim_whose_start_is_journaled_keeps_its_owner() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let store = journal::open(&cluster.url(), &journal_path, config())
+        .await
+        .unwrap();
+    let session = "s_fresh_outage";
+    let claim = Claim {
+        account_id: "acct",
+        session_id: session,
+        run_id: "run_1",
+        invocation_id: "inv_f",
+        owner: "replica-a",
+        lease: Duration::from_secs(30),
+        fresh: true,
+    };
+    assert_eq!(store.claim(&claim).await.unwrap(), Claimed::Granted);
+    assert_eq!(store.state(), BackendState::Healthy);
+
+    cluster.down();
+    let started = store
+        .append(&[opened_by(session, "inv_f", RunStatus::InProgress)])
+        .await
+        .unwrap();
+    assert!(started[0].is_some());
+    assert_eq!(store.state(), BackendState::Degraded);
+    let renewed = store
+        .renew_leases("replica-a", &["inv_f".to_owned()], Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(renewed.len(), 1, "the run is still its owner's");
+    store
+        .append(&[opened_by(session, "inv_f", RunStatus::Completed)])
+        .await
+        .unwrap();
+
+    cluster.up();
+    wait_recovered(&store).await;
+    let pg = PgStore::connect(&cluster.url()).await.unwrap();
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT status, owner FROM invocations \
+         WHERE account_id = 'acct' AND invocation_id = 'inv_f'",
+    )
+    .fetch_all(pg.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![("completed".to_owned(), Some("replica-a".to_owned()))],
+        "the invocation, once, closed, with its owner"
+    );
+}
+
 /// An invocation of session `session` opened (`in_progress`) as `inv`.
 fn opened_by(session: &str, inv: &str, s: RunStatus) -> NewEvent {
     NewEvent::new(
@@ -426,6 +488,7 @@ async fn agent_refs_survive_an_outage() {
         invocation_id: "inv_b",
         owner: "me",
         lease: Duration::from_secs(60),
+        fresh: false,
     };
     assert_eq!(store.claim(&claim).await.unwrap(), Claimed::Granted);
     store

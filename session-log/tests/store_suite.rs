@@ -195,6 +195,7 @@ store_suite!(
     nul_characters_do_not_fail_a_batch,
     events_filtered_by_type,
     leases_claim_renew_expire_and_carry_cancels,
+    fresh_claims_are_written_by_the_append_that_opens_them,
     agent_refs_find_the_latest_invocation_of_the_account,
 );
 
@@ -1275,6 +1276,7 @@ async fn leases_claim_renew_expire_and_carry_cancels(b: Backend) {
                     invocation_id: invocation,
                     owner: &owner,
                     lease: Duration::from_millis(lease_ms),
+                    fresh: false,
                 })
                 .await
                 .expect("claim")
@@ -1408,6 +1410,124 @@ async fn leases_claim_renew_expire_and_carry_cancels(b: Backend) {
     .contains(&"inv-legacy".to_owned()));
 }
 
+/// A new conversation's claim is only remembered: it is this owner's run from the start
+/// (renewed, refusing a second run, keeping an agent handle), and whichever way the
+/// batch that opens it commits, the row gets the claim's owner and lease.
+async fn fresh_claims_are_written_by_the_append_that_opens_them(b: Backend) {
+    use session_log::{Claim, Claimed};
+    let store = &*b.store;
+    let account = unique("acct");
+    let owner = unique("replica");
+    let claim = |session: &str, invocation: &str| {
+        let (account, session, invocation, owner) = (
+            account.clone(),
+            session.to_owned(),
+            invocation.to_owned(),
+            owner.clone(),
+        );
+        async move {
+            store
+                .claim(&Claim {
+                    account_id: &account,
+                    session_id: &session,
+                    run_id: "run",
+                    invocation_id: &invocation,
+                    owner: &owner,
+                    lease: Duration::from_secs(60),
+                    fresh: true,
+                })
+                .await
+                .expect("claim")
+        }
+    };
+    let start = |session: &str, invocation: &str| {
+        vec![
+            message(&account, session, "user", "hi"),
+            status(&account, session, "run", invocation, RunStatus::InProgress),
+        ]
+    };
+    // Three starts, one per way a batch commits: alone with a plain event of another
+    // session, opened and ended in one batch, and with more events than one insert takes.
+    let (s1, s2, s3) = (unique("sess"), unique("sess"), unique("sess"));
+    for (session, invocation) in [(&s1, "inv-1"), (&s2, "inv-2"), (&s3, "inv-3")] {
+        assert_eq!(claim(session, invocation).await, Claimed::Granted);
+    }
+    assert_eq!(
+        claim(&s1, "inv-other").await,
+        Claimed::Busy {
+            run_id: "run".into(),
+            invocation_id: "inv-1".into()
+        },
+        "a second run in the session is refused before the first is written"
+    );
+    let ids: Vec<String> = ["inv-1", "inv-2", "inv-3"].map(String::from).to_vec();
+    let mut renewed: Vec<String> = store
+        .renew_leases(&owner, &ids, Duration::from_secs(60))
+        .await
+        .expect("renew")
+        .into_iter()
+        .map(|r| r.invocation_id)
+        .collect();
+    renewed.sort();
+    assert_eq!(renewed, ids, "a claim not written yet is its owner's run");
+    assert!(store
+        .renew_leases("someone-else", &ids, Duration::from_secs(60))
+        .await
+        .expect("renew")
+        .is_empty());
+    store
+        .set_agent_ref(&account, "inv-1", "task-1")
+        .await
+        .expect("set agent ref");
+
+    let mut first = start(&s1, "inv-1");
+    first.push(delta(&account, &unique("sess"), "plain"));
+    let mut second = start(&s2, "inv-2");
+    second.push(status(&account, &s2, "run", "inv-2", RunStatus::Completed));
+    let mut third = start(&s3, "inv-3");
+    third.extend((0..5000).map(|i| delta(&account, &s3, &i.to_string())));
+    for batch in [first, second, third] {
+        let committed = store.append(&batch).await.expect("append");
+        assert!(committed.iter().all(Option::is_some), "every event is kept");
+    }
+
+    for invocation in ["inv-1", "inv-2", "inv-3"] {
+        let lease = store
+            .lease(&account, invocation)
+            .await
+            .expect("lease")
+            .expect("the open wrote the row");
+        assert_eq!(
+            (lease.owner.as_deref(), lease.live),
+            (Some(owner.as_str()), true),
+            "{invocation} carries the claim's owner and lease"
+        );
+    }
+    let inv_1 = store
+        .invocation(&account, "inv-1")
+        .await
+        .expect("invocation")
+        .expect("exists");
+    assert_eq!(inv_1.agent_ref.as_deref(), Some("task-1"));
+    let inv_2 = store.invocation(&account, "inv-2").await.unwrap().unwrap();
+    assert_eq!(inv_2.status, RunStatus::Completed);
+    // Written now: renewed by the database, once, and no longer holding the session here.
+    let renewed = store
+        .renew_leases(&owner, &ids, Duration::from_secs(60))
+        .await
+        .expect("renew");
+    assert_eq!(
+        renewed.len(),
+        2,
+        "the open runs, once each (inv-2 ended): {renewed:?}"
+    );
+    assert_eq!(
+        claim(&s2, "inv-4").await,
+        Claimed::Granted,
+        "the session of an ended run is free"
+    );
+}
+
 /// Two processes sharing one SQLite file: each claims the same session before either has
 /// written (claims are noted in memory until the run's first append), so both are
 /// granted; the append decides — the second run's events are refused, and the first run
@@ -1429,6 +1549,7 @@ async fn sqlite_claims_race_across_processes_and_the_append_decides() {
         invocation_id: invocation,
         owner,
         lease: Duration::from_secs(60),
+        fresh: false,
     };
     assert_eq!(
         a.claim(&claim("inv-a", "replica-a")).await.unwrap(),
@@ -1632,6 +1753,7 @@ async fn agent_refs_find_the_latest_invocation_of_the_account(b: Backend) {
             invocation_id: &claimed,
             owner: "replica",
             lease: Duration::from_secs(60),
+            fresh: false,
         })
         .await
         .unwrap();
