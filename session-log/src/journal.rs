@@ -1057,9 +1057,6 @@ enum Backfilled {
     Collides { last_seq: Seq, seqs: Vec<Seq> },
 }
 
-/// One backfill transaction: the session's journaled `events` (in seq order) into
-/// PostgreSQL, applying invocation opens and closes as `append` does. Rows already there
-/// (a retried backfill, or an append that committed after it timed out) are skipped.
 /// Records a claim granted while PostgreSQL could not take it; its lease runs from now.
 async fn record_claim(
     journal: impl sqlx::SqliteExecutor<'_>,
@@ -1083,6 +1080,9 @@ async fn record_claim(
     Ok(())
 }
 
+/// One backfill transaction: the session's journaled `events` (in seq order) into
+/// PostgreSQL, applying invocation opens and closes as `append` does. Rows already there
+/// (a retried backfill, or an append that committed after it timed out) are skipped.
 async fn backfill(
     pg: &PgStore,
     account_id: &str,
