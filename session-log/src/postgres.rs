@@ -380,6 +380,9 @@ impl Store for PgStore {
         let ops = sql::invocation_ops(batch);
         let claims = self.claims_opened(batch.len(), &ops);
         let appended = self.append_with(batch, &ops, &claims).await?;
+        if claims.is_empty() {
+            return Ok(appended);
+        }
         self.pending
             .written(ops.iter().filter_map(|&(i, op)| match op {
                 InvocationOp::Open {
