@@ -3,9 +3,11 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -30,10 +32,15 @@ const POOL_SIZE: u32 = 4;
 /// every append walks stay in memory.
 const WRITER_CACHE_KIB: i64 = 16 * 1024;
 /// The write connection checkpoints the WAL itself only past this many pages (about
-/// 40 MiB), a backstop: normally [`checkpoint_in_background`] has done it already.
+/// 40 MiB), a backstop: normally [`keep_wal`] has done it already.
 const WRITER_AUTOCHECKPOINT_PAGES: u32 = 10_000;
-/// How often the WAL is copied back into the database file, off the write connection.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the background task looks at the WAL: the most a power loss can take of
+/// what was committed (see [`keep_wal`]).
+const WAL_SYNC_INTERVAL: Duration = Duration::from_millis(100);
+/// The WAL is copied back into the database file once this many writes wait in it...
+const CHECKPOINT_WRITES: u64 = 32;
+/// ...or once the oldest of them has waited this long.
+const CHECKPOINT_AFTER: Duration = Duration::from_secs(1);
 /// The live invocations of a session are found through the partial index of open ones,
 /// named in the queries: without statistics (the store never runs ANALYZE) SQLite picks
 /// the primary key's account prefix instead and reads every invocation of the account, a
@@ -59,13 +66,17 @@ pub struct SqliteStore {
     /// SQLite has one writer at a time. Queueing appends here, first come first served,
     /// is cheaper and fairer than letting them spin in SQLite's busy handler.
     write_lock: tokio::sync::Mutex<()>,
+    /// Turns taken at the write connection (see [`SqliteStore::write_turn`]), for the
+    /// background task that syncs and checkpoints the WAL.
+    writes: Arc<AtomicU64>,
     /// Claims granted but not yet written, by (account, invocation): each is checked and
     /// written by the append that opens its invocation (see [`Store::claim`]), so a run
     /// start costs no transaction of its own. Changed only under `write_lock`, except that
     /// `claim` adds entries (its invocation is not in the database yet).
     pending: PendingClaims,
-    /// The background checkpoint task (none for `:memory:`), stopped with the store: it
-    /// holds a pool handle, which would otherwise keep the file open.
+    /// The background task that syncs and checkpoints the WAL (none for `:memory:`),
+    /// stopped with the store: it holds a pool handle, which would otherwise keep the file
+    /// open.
     checkpoints: Option<tokio::task::AbortHandle>,
 }
 
@@ -94,7 +105,7 @@ impl SqliteStore {
                 )
                 .await?;
             sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-            return Ok(Self::with_pools(pool.clone(), pool, None));
+            return Ok(Self::with_pools(pool.clone(), pool, Arc::default(), None));
         }
         if let Some(dir) = Path::new(path).parent() {
             if !dir.as_os_str().is_empty() {
@@ -137,21 +148,34 @@ impl SqliteStore {
             .max_connections(POOL_SIZE)
             .connect_with(options)
             .await?;
-        let checkpoints = tokio::spawn(checkpoint_in_background(pool.clone())).abort_handle();
-        Ok(Self::with_pools(pool, writer, Some(checkpoints)))
+        let writes = Arc::default();
+        let wal = PathBuf::from(format!("{path}-wal"));
+        let checkpoints =
+            tokio::spawn(keep_wal(pool.clone(), wal, Arc::clone(&writes))).abort_handle();
+        Ok(Self::with_pools(pool, writer, writes, Some(checkpoints)))
     }
 
     fn with_pools(
         pool: SqlitePool,
         writer: SqlitePool,
+        writes: Arc<AtomicU64>,
         checkpoints: Option<tokio::task::AbortHandle>,
     ) -> Self {
         SqliteStore {
             pool,
             writer,
             write_lock: tokio::sync::Mutex::new(()),
+            writes,
             pending: PendingClaims::default(),
             checkpoints,
+        }
+    }
+
+    /// Waits for the write connection; the turn is counted when it ends.
+    async fn write_turn(&self) -> WriteTurn<'_> {
+        WriteTurn {
+            _lock: self.write_lock.lock().await,
+            writes: &self.writes,
         }
     }
 
@@ -558,7 +582,7 @@ impl Store for SqliteStore {
         if batch.is_empty() {
             return Ok(Appended::default());
         }
-        let _writer = self.write_lock.lock().await;
+        let _turn = self.write_turn().await;
         let mut conn = self.writer.acquire().await?;
         let mut settled = Vec::new();
         let appended = self.append_on(&mut conn, batch, &mut settled).await;
@@ -714,7 +738,7 @@ impl Store for SqliteStore {
         invocation_id: &str,
         agent_ref: &str,
     ) -> Result<(), StoreError> {
-        let _guard = self.write_lock.lock().await;
+        let _turn = self.write_turn().await;
         let done = sqlx::query(
             "UPDATE invocations SET agent_ref = ? WHERE account_id = ? AND invocation_id = ?",
         )
@@ -795,7 +819,7 @@ impl Store for SqliteStore {
         if invocation_ids.is_empty() {
             return Ok(Vec::new());
         }
-        let _guard = self.write_lock.lock().await;
+        let _turn = self.write_turn().await;
         let mut update = QueryBuilder::<Sqlite>::new("UPDATE invocations SET lease_expires_ms = ");
         update
             .push_bind(now_ms() + millis(lease))
@@ -869,7 +893,7 @@ impl Store for SqliteStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
+        let _turn = self.write_turn().await;
         let done = sqlx::query(
             "UPDATE invocations SET cancel_requested = 1 \
              WHERE account_id = ? AND invocation_id = ? AND status = 'in_progress'",
@@ -882,7 +906,7 @@ impl Store for SqliteStore {
     }
 
     async fn put_attachment(&self, a: &crate::store::Attachment) -> Result<(), StoreError> {
-        let _guard = self.write_lock.lock().await;
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO attachments \
              (account_id, file_id, mime_type, filename, size_bytes, content, created_at) \
@@ -1033,21 +1057,83 @@ fn invocation_from_row(row: &SqliteRow) -> Result<Invocation, StoreError> {
     })
 }
 
-/// Copies committed WAL frames into the database file every [`CHECKPOINT_INTERVAL`], on a
-/// read connection, until the store stops it. A checkpoint run by the committing connection
-/// (SQLite's default, every 1,000 pages) holds that commit, and every event waiting on
-/// it, through two fsyncs and a copy of every page the WAL touched; a PASSIVE checkpoint
-/// here runs beside the writer and never blocks it.
-async fn checkpoint_in_background(pool: SqlitePool) {
-    let mut tick = tokio::time::interval(CHECKPOINT_INTERVAL);
+/// A turn at the write connection: holds the write lock, and counts itself when it ends.
+struct WriteTurn<'a> {
+    _lock: tokio::sync::MutexGuard<'a, ()>,
+    writes: &'a AtomicU64,
+}
+
+impl Drop for WriteTurn<'_> {
+    fn drop(&mut self) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the WAL needs at one look.
+#[derive(Debug, PartialEq, Eq)]
+enum WalChore {
+    Rest,
+    /// fsync the WAL: what was committed survives a power loss.
+    Sync,
+    /// Copy the WAL into the database file (which syncs the WAL first).
+    Checkpoint,
+}
+
+/// `writes` is the count of write turns now; `synced` and `checkpointed` the counts the
+/// last sync and checkpoint covered.
+fn wal_chore(writes: u64, synced: u64, checkpointed: u64, since_checkpoint: Duration) -> WalChore {
+    let uncopied = writes - checkpointed;
+    if uncopied >= CHECKPOINT_WRITES || (uncopied > 0 && since_checkpoint >= CHECKPOINT_AFTER) {
+        WalChore::Checkpoint
+    } else if writes != synced {
+        WalChore::Sync
+    } else {
+        WalChore::Rest
+    }
+}
+
+/// Keeps the WAL durable and short, off the write connection, until the store stops it.
+///
+/// Commits append to the WAL without an fsync (`synchronous = NORMAL`); this task fsyncs
+/// the WAL every [`WAL_SYNC_INTERVAL`] after writes, which bounds what a power loss takes.
+/// It copies the WAL into the database file (a PASSIVE checkpoint on a read connection,
+/// which never blocks the writer) only after [`CHECKPOINT_WRITES`] writes, or
+/// [`CHECKPOINT_AFTER`]: the first commit after a checkpoint has emptied the WAL restarts
+/// it, and must fsync the new WAL header itself (0.3–0.5 ms), so checkpointing every
+/// tick would put that fsync in every other commit of a single slow stream. A checkpoint
+/// run by the committing connection (SQLite's default, every 1,000 pages) would hold that
+/// commit, and every event waiting on it, through two fsyncs and a copy of every page the
+/// WAL touched.
+async fn keep_wal(pool: SqlitePool, wal: PathBuf, writes: Arc<AtomicU64>) {
+    let mut tick = tokio::time::interval(WAL_SYNC_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut synced, mut checkpointed, mut last_checkpoint) = (0, 0, Instant::now());
     loop {
         tick.tick().await;
-        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&pool)
-            .await
-        {
-            tracing::debug!(%error, "background WAL checkpoint failed; retrying");
+        let now = writes.load(Ordering::Relaxed);
+        let chore = wal_chore(now, synced, checkpointed, last_checkpoint.elapsed());
+        if chore == WalChore::Checkpoint {
+            match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
+                .fetch_one(&pool)
+                .await
+            {
+                // Everything copied: the checkpoint synced the WAL before copying it.
+                Ok((_, frames, copied)) if copied == frames => {
+                    (synced, checkpointed, last_checkpoint) = (now, now, Instant::now());
+                    continue;
+                }
+                // A reader held frames back: they are copied at a later look, synced now.
+                Ok(_) => {}
+                Err(error) => tracing::debug!(%error, "background WAL checkpoint failed"),
+            }
+        }
+        if chore != WalChore::Rest && now != synced {
+            let wal = wal.clone();
+            match tokio::task::spawn_blocking(move || std::fs::File::open(wal)?.sync_data()).await {
+                Ok(Ok(())) => synced = now,
+                Ok(Err(error)) => tracing::debug!(%error, "WAL sync failed; retrying"),
+                Err(_) => {} // the runtime is shutting down
+            }
         }
     }
 }
@@ -1136,6 +1222,56 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert_eq!(in_file, 100, "the database file alone holds the commit");
+    }
+
+    /// The WAL's header counts its restarts (bytes 12..16, the checkpoint sequence).
+    fn wal_restarts(path: &Path) -> u32 {
+        let wal = std::fs::read(format!("{}-wal", path.display())).unwrap();
+        u32::from_be_bytes(wal[12..16].try_into().unwrap())
+    }
+
+    /// A slow stream's commits (one every 50 ms) do not each restart the WAL, which would
+    /// fsync its header inside the commit: the WAL is only synced until enough waits in
+    /// it to copy.
+    #[tokio::test]
+    async fn a_slow_writer_does_not_restart_the_wal_at_every_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let store = SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        let append = |i: i64| {
+            let store = &store;
+            async move {
+                let mut batch = vec![NewEvent::new(
+                    "acct",
+                    "sess",
+                    EventType::TextDelta,
+                    serde_json::json!({ "delta": i }),
+                )];
+                store.append_seqs(&mut batch).await.unwrap();
+            }
+        };
+        append(0).await;
+        let first = wal_restarts(&path);
+        for i in 1..12 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            append(i).await;
+        }
+        assert_eq!(
+            wal_restarts(&path),
+            first,
+            "twelve commits in 0.6 s restarted the WAL"
+        );
+    }
+
+    #[test]
+    fn the_wal_is_synced_after_writes_and_copied_after_enough_of_them() {
+        let soon = Duration::from_millis(100);
+        assert_eq!(wal_chore(0, 0, 0, soon), WalChore::Rest);
+        assert_eq!(wal_chore(3, 0, 0, soon), WalChore::Sync);
+        assert_eq!(wal_chore(3, 3, 0, soon), WalChore::Rest);
+        assert_eq!(wal_chore(40, 3, 8, soon), WalChore::Checkpoint);
+        assert_eq!(wal_chore(3, 3, 0, CHECKPOINT_AFTER), WalChore::Checkpoint);
+        assert_eq!(wal_chore(3, 3, 3, CHECKPOINT_AFTER), WalChore::Rest);
     }
 
     /// A store dropped without `close` stops its checkpoint task, whose pool handle would
