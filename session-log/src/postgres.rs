@@ -185,10 +185,11 @@ impl PgStore {
              $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
              $11::text[], $12::text[], $13::float8[], $14::text[]) \
              AS u(a, s, ord, r, i, t, ro, c, m, op, owner, lease, agent_ref)), \
-             closing AS (SELECT v.account_id, v.invocation_id, u.op FROM invocations AS v \
-             JOIN u ON v.account_id = u.a AND v.invocation_id = u.i AND v.session_id = u.s \
-             WHERE u.op <> 'open' AND v.status = 'in_progress' \
-             ORDER BY v.account_id, v.invocation_id FOR UPDATE OF v), \
+             closing AS (SELECT v.account_id, v.invocation_id, c.op \
+             FROM (SELECT a, i, s, op FROM u WHERE op <> 'open' ORDER BY a, i) AS c \
+             CROSS JOIN LATERAL (SELECT account_id, invocation_id FROM invocations \
+             WHERE account_id = c.a AND invocation_id = c.i AND session_id = c.s \
+             AND status = 'in_progress' FOR UPDATE) AS v), \
              closed AS (UPDATE invocations AS v SET status = closing.op, ended_at = $1 \
              FROM closing WHERE v.account_id = closing.account_id \
              AND v.invocation_id = closing.invocation_id \
@@ -1078,13 +1079,13 @@ async fn settle_in_bulk(
         // left out: racing closers still end an invocation once.
         let rows = sqlx::query(
             "WITH open AS (\
-                SELECT i.account_id, i.invocation_id, t.status FROM invocations AS i \
-                JOIN UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) \
+                SELECT i.account_id, i.invocation_id, t.status \
+                FROM (SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) \
                 AS t(account_id, invocation_id, session_id, status) \
-                ON i.account_id = t.account_id AND i.invocation_id = t.invocation_id \
-                AND i.session_id = t.session_id \
-                WHERE i.status = 'in_progress' \
-                ORDER BY i.account_id, i.invocation_id FOR UPDATE OF i) \
+                ORDER BY account_id, invocation_id) AS t \
+                CROSS JOIN LATERAL (SELECT account_id, invocation_id FROM invocations \
+                WHERE account_id = t.account_id AND invocation_id = t.invocation_id \
+                AND session_id = t.session_id AND status = 'in_progress' FOR UPDATE) AS i) \
              UPDATE invocations AS i SET status = open.status, ended_at = $5 FROM open \
              WHERE i.account_id = open.account_id AND i.invocation_id = open.invocation_id \
              RETURNING i.account_id, i.invocation_id",
