@@ -77,6 +77,10 @@ w(f"- Load average before / after: {meta['load_before']} / {meta.get('load_after
   f"other `rustc` processes running before / after: {meta['other_rustc_before']} / "
   f"{meta.get('other_rustc_after', '?')} (other engineers build on this machine: treat "
   "differences under ~10 % as noise)")
+if meta.get("pg_commit_ms") is not None:
+    w(f"- PostgreSQL's own floor (pgbench, one client, 3 s): a single-row `INSERT` commits in "
+      f"{meta['pg_commit_ms']} ms, `SELECT 1` takes {meta['pg_select_ms']} ms; every commit "
+      f"of Tether's writer costs at least the first")
 if "steal_pct" in meta:
     w(f"- CPU steal during the run (time the hypervisor gave to other guests): {meta['steal_pct']} %")
 w(f"- Started {meta['started']}; open files limit {meta['nofile']}; PostgreSQL "

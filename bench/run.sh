@@ -147,6 +147,21 @@ PG_OK=0
 if psql "$PG_ADMIN_URL" -qc 'DROP DATABASE IF EXISTS tether_bench' >/dev/null 2>&1 \
    && psql "$PG_ADMIN_URL" -qc 'CREATE DATABASE tether_bench' >/dev/null 2>&1; then PG_OK=1; fi
 
+# PostgreSQL's own floor, so a slower database shows beside the results: one client's
+# single-row commit and `SELECT 1` (pgbench, 3 s each), in ms.
+pg_floor() { # pgbench script -> average latency in ms, or null
+  local f=$WORK/pgbench.sql
+  printf '%s\n' "$1" >"$f"
+  pgbench -n -c 1 -T 3 -f "$f" "$PG_URL" 2>/dev/null | awk '/latency average/{print $4; found=1} END{if (!found) print "null"}'
+}
+PG_COMMIT_MS=null; PG_SELECT_MS=null
+if [ $PG_OK = 1 ] && command -v pgbench >/dev/null; then
+  psql "$PG_URL" -qc 'CREATE TABLE bench_floor (x int)' >/dev/null 2>&1
+  PG_COMMIT_MS=$(pg_floor 'INSERT INTO bench_floor VALUES (1);')
+  PG_SELECT_MS=$(pg_floor 'SELECT 1;')
+  psql "$PG_URL" -qc 'DROP TABLE bench_floor' >/dev/null 2>&1
+fi
+
 log "starting agent, nginx, tether (sqlite$([ $PG_OK = 1 ] && echo ', postgres'))"
 start_agent
 start_nginx
@@ -233,7 +248,7 @@ load() { # never leaves a cell without a JSON object
   echo "\"tether_source\": \"$TETHER_SOURCE\","
   echo "\"load_before\": \"$(cut -d' ' -f1-3 /proc/loadavg)\","
   echo "\"other_rustc_before\": $(pgrep -c rustc || true),"
-  echo "\"pg\": $PG_OK,"
+  echo "\"pg\": $PG_OK, \"pg_commit_ms\": $PG_COMMIT_MS, \"pg_select_ms\": $PG_SELECT_MS,"
   echo "\"runs\": $RUNS, \"quick\": $QUICK, \"idle_streams\": $IDLE_STREAMS,"
   echo "\"nofile\": \"$(ulimit -n)/$(ulimit -Hn)\","
   echo "\"started\": \"$(date -u +%FT%TZ)\""
