@@ -1,10 +1,11 @@
-//! Live tail across replicas on PostgreSQL: after each commit the writer NOTIFYs a pointer
+//! Live tail across replicas on PostgreSQL: after commits the writer NOTIFYs a pointer
 //! (account, session, first and last seq) per session; every replica LISTENs and, for the
 //! sessions its clients follow, reads the new rows and publishes them to its hub. The
 //! payload is never the events themselves (NOTIFY carries at most 8000 bytes, and reading
 //! the rows keeps one source of truth). The same connection carries cancel requests for
 //! runs driven by another replica.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,26 +27,50 @@ const MAX_PAYLOAD: usize = 7900;
 /// Rows read per query when catching a session up.
 const PAGE: i64 = 1000;
 
-/// One pointer per session of a committed batch: `[account, session, first, last]`.
-pub fn commit_pointers<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<String> {
-    let mut spans: Vec<(&str, &str, Seq, Seq)> = Vec::new();
-    for e in events {
-        match spans
-            .iter_mut()
-            .find(|(a, s, _, _)| *a == e.account_id && *s == e.session_id)
-        {
-            Some(span) => {
-                span.2 = span.2.min(e.seq);
-                span.3 = span.3.max(e.seq);
+/// Commits waiting to be announced, as one span of seqs per session however many commits
+/// they come from.
+#[derive(Debug, Default)]
+pub struct Spans {
+    /// `(account, session)` → (first, last) seq.
+    by_session: HashMap<(String, String), (Seq, Seq)>,
+    /// Sessions in the order they were first added, so pointers go out in commit order.
+    order: Vec<(String, String)>,
+}
+
+impl Spans {
+    pub fn add<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) {
+        for e in events {
+            let key = (e.account_id.clone(), e.session_id.clone());
+            match self.by_session.get_mut(&key) {
+                Some(span) => *span = (span.0.min(e.seq), span.1.max(e.seq)),
+                None => {
+                    self.order.push(key.clone());
+                    self.by_session.insert(key, (e.seq, e.seq));
+                }
             }
-            None => spans.push((&e.account_id, &e.session_id, e.seq, e.seq)),
         }
     }
-    spans
-        .into_iter()
-        .map(|(a, s, first, last)| json!([a, s, first, last]).to_string())
-        .filter(|p| p.len() <= MAX_PAYLOAD)
-        .collect()
+
+    /// The pointers, `[account, session, first, last]` each, in the order the sessions
+    /// were committed; leaves `self` empty.
+    pub fn take_pointers(&mut self) -> Vec<String> {
+        let mut spans = std::mem::take(&mut self.by_session);
+        std::mem::take(&mut self.order)
+            .into_iter()
+            .filter_map(|key| {
+                let (first, last) = spans.remove(&key)?;
+                Some(json!([key.0, key.1, first, last]).to_string())
+            })
+            .filter(|p| p.len() <= MAX_PAYLOAD)
+            .collect()
+    }
+}
+
+/// One pointer per session of a committed batch: `[account, session, first, last]`.
+pub fn commit_pointers<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<String> {
+    let mut spans = Spans::default();
+    spans.add(events);
+    spans.take_pointers()
 }
 
 /// A cancel request for the replica that drives `invocation_id`.
@@ -184,5 +209,30 @@ mod tests {
             Some(("acct".into(), "x".into(), 4, 6))
         );
         assert_eq!(parse_pointer("nope"), None);
+    }
+
+    #[test]
+    fn commits_announced_together_give_one_pointer_per_session() {
+        let at = chrono::Utc::now();
+        let e = |s: &str, seq| {
+            Event::committed(
+                NewEvent::new("acct", s, EventType::TextDelta, json!({})),
+                seq,
+                at,
+            )
+        };
+        let mut spans = Spans::default();
+        spans.add(&[e("y", 7), e("x", 2)]);
+        spans.add(&[e("x", 3), e("x", 4)]);
+        spans.add(&[e("z", 1), e("y", 8)]);
+        assert_eq!(
+            spans.take_pointers(),
+            vec![
+                r#"["acct","y",7,8]"#,
+                r#"["acct","x",2,4]"#,
+                r#"["acct","z",1,1]"#
+            ]
+        );
+        assert!(spans.take_pointers().is_empty(), "taken once");
     }
 }

@@ -231,6 +231,7 @@ async fn run(
     mut rx: mpsc::Receiver<Request>,
     stats: Arc<WriterStats>,
 ) {
+    let announcer = (store.backend() == "postgres").then(|| Announcer::spawn(store.clone()));
     let mut requests = Vec::with_capacity(256);
     let mut batch = Batch::default();
     let mut flushes = Vec::new();
@@ -244,7 +245,7 @@ async fn run(
                     if !batch.events.is_empty()
                         && batch.events.len() + events.len() > config.max_batch
                     {
-                        batch.commit(&store, &hub, &stats).await;
+                        batch.commit(&store, &hub, announcer.as_ref(), &stats).await;
                     }
                     batch.replies.push((reply, events.len()));
                     batch.events.extend(events);
@@ -252,12 +253,75 @@ async fn run(
                 Request::Flush(done) => flushes.push(done),
             }
         }
-        batch.commit(&store, &hub, &stats).await;
+        batch.commit(&store, &hub, announcer.as_ref(), &stats).await;
         for done in flushes.drain(..) {
             let _ = done.send(());
         }
     }
 }
+
+/// Tells other replicas about commits (a NOTIFY of pointers, see [`crate::tail`]) from a
+/// task of its own, so the next batch never waits for it. One statement is in flight at a
+/// time and carries every commit since the last, merged per session: at a thousand
+/// commits a second, a statement per commit cost each delta about 0.3 ms at 100 streams.
+/// A lost announcement only delays other replicas' subscribers until their listener
+/// reconnects.
+struct Announcer {
+    shared: Arc<Announcements>,
+}
+
+#[derive(Default)]
+struct Announcements {
+    spans: std::sync::Mutex<crate::tail::Spans>,
+    wake: tokio::sync::Notify,
+    closed: AtomicBool,
+}
+
+impl Announcer {
+    fn spawn(store: Arc<dyn Store>) -> Announcer {
+        let shared = Arc::new(Announcements::default());
+        tokio::spawn(announce(store, shared.clone()));
+        Announcer { shared }
+    }
+
+    fn add<'a>(&self, events: impl IntoIterator<Item = &'a Event>) {
+        if let Ok(mut spans) = self.shared.spans.lock() {
+            spans.add(events);
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for Announcer {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_one();
+    }
+}
+
+async fn announce(store: Arc<dyn Store>, shared: Arc<Announcements>) {
+    loop {
+        shared.wake.notified().await;
+        let pointers = match shared.spans.lock() {
+            Ok(mut spans) => spans.take_pointers(),
+            Err(_) => return,
+        };
+        if !pointers.is_empty() {
+            if let Err(error) = store.notify(crate::tail::EVENTS_CHANNEL, &pointers).await {
+                tracing::warn!(%error, "could not announce commits to other replicas");
+            }
+        }
+        if shared.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        // Commits meanwhile go out together, in the next statement.
+        tokio::time::sleep(ANNOUNCE_EVERY).await;
+    }
+}
+
+/// The least time between two announcements: a commit waits at most this long for its
+/// NOTIFY when the one before was this recent.
+const ANNOUNCE_EVERY: Duration = Duration::from_millis(5);
 
 /// Events waiting for the next transaction, and who waits for which of them.
 #[derive(Default)]
@@ -268,7 +332,13 @@ struct Batch {
 }
 
 impl Batch {
-    async fn commit(&mut self, store: &Arc<dyn Store>, hub: &Hub, stats: &WriterStats) {
+    async fn commit(
+        &mut self,
+        store: &Arc<dyn Store>,
+        hub: &Hub,
+        announcer: Option<&Announcer>,
+        stats: &WriterStats,
+    ) {
         if self.events.is_empty() {
             // Requests with no events still wait for an answer; dropping their reply would
             // read as `WriteError::Closed` although the writer is alive.
@@ -290,17 +360,8 @@ impl Batch {
             .fetch_add(n as u64, Ordering::Relaxed);
         stats.batches_committed.fetch_add(1, Ordering::Relaxed);
         hub.publish(published());
-        if store.backend() == "postgres" && n > 0 {
-            // Other replicas' subscribers learn of the commit from a pointer sent after it,
-            // from a task of its own: the next batch does not wait for the round trip, and
-            // a lost notification only delays them until their listener reconnects.
-            let pointers = crate::tail::commit_pointers(published());
-            let store = store.clone();
-            tokio::spawn(async move {
-                if let Err(error) = store.notify(crate::tail::EVENTS_CHANNEL, &pointers).await {
-                    tracing::warn!(%error, "could not announce a commit to other replicas");
-                }
-            });
+        if let Some(announcer) = announcer.filter(|_| n > 0) {
+            announcer.add(published());
         }
 
         let mut committed = committed.into_iter();

@@ -641,3 +641,71 @@ async fn out_of_order_and_repeated_publishes_neither_skip_nor_repeat() {
         .await
         .is_err());
 }
+
+/// Other replicas learn of every commit on PostgreSQL: the pointers announced for commits
+/// in quick succession, merged as they may be, cover every seq of every session once the
+/// last commit is announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_commit_is_announced_to_other_replicas() {
+    let url = match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TEST_DATABASE_URL must be set when CI is set")
+        }
+        _ => return eprintln!("TEST_DATABASE_URL is not set: skipping"),
+    };
+    let mut listener = sqlx::postgres::PgListener::connect(&url)
+        .await
+        .expect("listen");
+    listener
+        .listen(session_log::tail::EVENTS_CHANNEL)
+        .await
+        .expect("listen");
+    let store: Arc<dyn Store> = Arc::new(
+        session_log::postgres::PgStore::connect(&url)
+            .await
+            .expect("connect"),
+    );
+    let writer = Writer::spawn(store, Hub::new(), WriterConfig::default());
+    let sessions = [
+        format!("announced-{}", uuid::Uuid::new_v4()),
+        format!("announced-{}", uuid::Uuid::new_v4()),
+    ];
+    const PER_SESSION: i64 = 30;
+    for i in 0..PER_SESSION {
+        for session in &sessions {
+            writer
+                .append(vec![delta(session, &i.to_string())])
+                .await
+                .expect("writer alive");
+        }
+    }
+    // Each session's announced spans, in the order they arrive.
+    let mut spans: std::collections::HashMap<String, Vec<(i64, i64)>> = Default::default();
+    let covered = |spans: &std::collections::HashMap<String, Vec<(i64, i64)>>| {
+        sessions.iter().all(|s| {
+            spans
+                .get(s)
+                .is_some_and(|v| v.iter().any(|&(_, last)| last == PER_SESSION))
+        })
+    };
+    while !covered(&spans) {
+        let n = tokio::time::timeout(PATIENCE, listener.recv())
+            .await
+            .expect("every commit is announced")
+            .expect("notification");
+        let (_, session, first, last): (String, String, i64, i64) =
+            serde_json::from_str(n.payload()).expect("a pointer");
+        if sessions.contains(&session) {
+            spans.entry(session).or_default().push((first, last));
+        }
+    }
+    for session in &sessions {
+        let mut next = 1;
+        for &(first, last) in &spans[session] {
+            assert_eq!(first, next, "pointers of {session} leave no gap: {spans:?}");
+            next = last + 1;
+        }
+        assert_eq!(next, PER_SESSION + 1);
+    }
+}
