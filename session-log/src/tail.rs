@@ -192,16 +192,14 @@ mod tests {
     use super::*;
     use crate::event::{EventType, NewEvent};
 
+    /// A committed delta of account `acct`, session `s`.
+    fn e(s: &str, seq: Seq) -> Event {
+        let new = NewEvent::new("acct", s, EventType::TextDelta, json!({}));
+        Event::committed(new, seq, chrono::Utc::now())
+    }
+
     #[test]
     fn one_pointer_per_session_spanning_its_seqs() {
-        let at = chrono::Utc::now();
-        let e = |s: &str, seq| {
-            Event::committed(
-                NewEvent::new("acct", s, EventType::TextDelta, json!({})),
-                seq,
-                at,
-            )
-        };
         let pointers = commit_pointers(&[e("x", 4), e("y", 1), e("x", 5), e("x", 6)]);
         assert_eq!(pointers, vec![r#"["acct","x",4,6]"#, r#"["acct","y",1,1]"#]);
         assert_eq!(
@@ -213,14 +211,6 @@ mod tests {
 
     #[test]
     fn commits_announced_together_give_one_pointer_per_session() {
-        let at = chrono::Utc::now();
-        let e = |s: &str, seq| {
-            Event::committed(
-                NewEvent::new("acct", s, EventType::TextDelta, json!({})),
-                seq,
-                at,
-            )
-        };
         let mut spans = Spans::default();
         spans.add(&[e("y", 7), e("x", 2)]);
         spans.add(&[e("x", 3), e("x", 4)]);

@@ -41,6 +41,17 @@ async fn log_with(config: WriterConfig) -> Log {
     }
 }
 
+/// PostgreSQL for the tests that need it; CI must have it.
+fn pg_url() -> Option<String> {
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TEST_DATABASE_URL must be set when CI is set")
+        }
+        _ => None,
+    }
+}
+
 async fn log() -> Log {
     log_with(WriterConfig::default()).await
 }
@@ -532,12 +543,8 @@ async fn flush_waits_for_prior_submissions() {
 /// the rest in order, drops and counts the refused one, and keeps going.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_event_does_not_stall_the_writer() {
-    let url = match std::env::var("TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("TEST_DATABASE_URL must be set when CI is set")
-        }
-        _ => return eprintln!("TEST_DATABASE_URL is not set: skipping"),
+    let Some(url) = pg_url() else {
+        return eprintln!("TEST_DATABASE_URL is not set: skipping");
     };
     // PostgreSQL refuses NUL bytes in text columns, which makes a real poison event.
     let store: Arc<dyn Store> = Arc::new(
@@ -647,12 +654,8 @@ async fn out_of_order_and_repeated_publishes_neither_skip_nor_repeat() {
 /// last commit is announced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_commit_is_announced_to_other_replicas() {
-    let url = match std::env::var("TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("TEST_DATABASE_URL must be set when CI is set")
-        }
-        _ => return eprintln!("TEST_DATABASE_URL is not set: skipping"),
+    let Some(url) = pg_url() else {
+        return eprintln!("TEST_DATABASE_URL is not set: skipping");
     };
     let mut listener = sqlx::postgres::PgListener::connect(&url)
         .await
