@@ -17,7 +17,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use crate::claims::PendingClaims;
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
@@ -59,19 +59,20 @@ const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, upd
 pub struct SqliteStore {
     /// Reads.
     pool: SqlitePool,
-    /// The one connection every write goes through. A connection's page cache is emptied
-    /// whenever another connection commits, so a writer that is alone keeps the pages its
-    /// appends walk warm.
-    writer: SqlitePool,
-    /// SQLite has one writer at a time. Queueing appends here, first come first served,
+    /// The one connection every write goes through (`None` once closed), held by the store
+    /// rather than pooled: sqlx pings a pooled connection on release, which would cost
+    /// every commit a second round trip to SQLite's thread and hold the next commit until
+    /// it came back. A connection's page cache is emptied whenever another connection
+    /// commits, so a writer that is alone keeps the pages its appends walk warm. SQLite
+    /// has one writer at a time: queueing writes on this lock, first come first served,
     /// is cheaper and fairer than letting them spin in SQLite's busy handler.
-    write_lock: tokio::sync::Mutex<()>,
+    writer: tokio::sync::Mutex<Option<SqliteConnection>>,
     /// Turns taken at the write connection (see [`SqliteStore::write_turn`]), for the
     /// background task that syncs and checkpoints the WAL.
     writes: Arc<AtomicU64>,
     /// Claims granted but not yet written, by (account, invocation): each is checked and
     /// written by the append that opens its invocation (see [`Store::claim`]), so a run
-    /// start costs no transaction of its own. Changed only under `write_lock`, except that
+    /// start costs no transaction of its own. Changed only during a write turn, except that
     /// `claim` adds entries (its invocation is not in the database yet).
     pending: PendingClaims,
     /// The background task that syncs and checkpoints the WAL (none for `:memory:`),
@@ -91,21 +92,17 @@ impl SqliteStore {
     /// applies pending migrations. `:memory:` gives a private in-memory database.
     pub async fn open(path: &str) -> Result<Self, StoreError> {
         if path == ":memory:" {
-            // Every connection to `:memory:` is a different database, so one connection,
-            // kept forever, does everything.
-            let pool = SqlitePoolOptions::new()
-                .max_connections(1)
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None)
-                .connect_with(
-                    SqliteConnectOptions::from_str("sqlite::memory:")?
-                        .busy_timeout(BUSY_TIMEOUT)
-                        .foreign_keys(true),
-                )
+            // sqlx names a fresh in-memory database in shared cache: every connection made
+            // from these options sees it, for as long as one is open (the writer's).
+            let options = SqliteConnectOptions::from_str("sqlite::memory:")?
+                .busy_timeout(BUSY_TIMEOUT)
+                .foreign_keys(true);
+            let mut writer = options.connect().await?;
+            sqlx::migrate!("./migrations/sqlite")
+                .run(&mut writer)
                 .await?;
-            sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-            return Ok(Self::with_pools(pool.clone(), pool, Arc::default(), None));
+            let pool = read_pool(options).await?;
+            return Ok(Self::with_connections(pool, writer, Arc::default(), None));
         }
         if let Some(dir) = Path::new(path).parent() {
             if !dir.as_os_str().is_empty() {
@@ -128,64 +125,66 @@ impl SqliteStore {
             .pragma("temp_store", "memory")
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(
-                options
-                    .clone()
-                    .pragma("cache_size", (-WRITER_CACHE_KIB).to_string())
-                    .pragma(
-                        "wal_autocheckpoint",
-                        WRITER_AUTOCHECKPOINT_PAGES.to_string(),
-                    ),
+        let mut writer = options
+            .clone()
+            .pragma("cache_size", (-WRITER_CACHE_KIB).to_string())
+            .pragma(
+                "wal_autocheckpoint",
+                WRITER_AUTOCHECKPOINT_PAGES.to_string(),
             )
+            .connect()
             .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(POOL_SIZE)
-            .connect_with(options)
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&mut writer)
             .await?;
+        let pool = read_pool(options).await?;
         let writes = Arc::default();
         let wal = PathBuf::from(format!("{path}-wal"));
         let checkpoints =
             tokio::spawn(keep_wal(pool.clone(), wal, Arc::clone(&writes))).abort_handle();
-        Ok(Self::with_pools(pool, writer, writes, Some(checkpoints)))
+        Ok(Self::with_connections(
+            pool,
+            writer,
+            writes,
+            Some(checkpoints),
+        ))
     }
 
-    fn with_pools(
+    fn with_connections(
         pool: SqlitePool,
-        writer: SqlitePool,
+        writer: SqliteConnection,
         writes: Arc<AtomicU64>,
         checkpoints: Option<tokio::task::AbortHandle>,
     ) -> Self {
         SqliteStore {
             pool,
-            writer,
-            write_lock: tokio::sync::Mutex::new(()),
+            writer: tokio::sync::Mutex::new(Some(writer)),
             writes,
             pending: PendingClaims::default(),
             checkpoints,
         }
     }
 
-    /// Waits for the write connection; the turn is counted when it ends.
-    async fn write_turn(&self) -> WriteTurn<'_> {
-        WriteTurn {
-            _lock: self.write_lock.lock().await,
+    /// Waits for the write connection; the turn is counted when it ends. Fails once the
+    /// store is closed.
+    async fn write_turn(&self) -> Result<WriteTurn<'_>, StoreError> {
+        let conn = tokio::sync::MutexGuard::try_map(self.writer.lock().await, Option::as_mut)
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        Ok(WriteTurn {
+            conn,
             writes: &self.writes,
-        }
+        })
     }
 
     /// Closes every connection (after a last checkpoint, so the file stands alone).
     pub async fn close(&self) {
         self.stop_checkpoints();
-        let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.writer)
-            .await;
-        self.writer.close().await;
+        if let Some(mut writer) = self.writer.lock().await.take() {
+            let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&mut writer)
+                .await;
+            let _ = writer.close().await;
+        }
         self.pool.close().await;
     }
 
@@ -582,8 +581,7 @@ impl Store for SqliteStore {
         if batch.is_empty() {
             return Ok(Appended::default());
         }
-        let _turn = self.write_turn().await;
-        let mut conn = self.writer.acquire().await?;
+        let mut conn = self.write_turn().await?;
         let mut settled = Vec::new();
         let appended = self.append_on(&mut conn, batch, &mut settled).await;
         match &appended {
@@ -738,14 +736,14 @@ impl Store for SqliteStore {
         invocation_id: &str,
         agent_ref: &str,
     ) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
+        let mut turn = self.write_turn().await?;
         let done = sqlx::query(
             "UPDATE invocations SET agent_ref = ? WHERE account_id = ? AND invocation_id = ?",
         )
         .bind(agent_ref)
         .bind(account_id)
         .bind(invocation_id)
-        .execute(&self.writer)
+        .execute(&mut *turn)
         .await?;
         if done.rows_affected() == 0 {
             // A claim whose `in_progress` is still queued has no row yet: the append that
@@ -819,7 +817,7 @@ impl Store for SqliteStore {
         if invocation_ids.is_empty() {
             return Ok(Vec::new());
         }
-        let _turn = self.write_turn().await;
+        let mut turn = self.write_turn().await?;
         let mut update = QueryBuilder::<Sqlite>::new("UPDATE invocations SET lease_expires_ms = ");
         update
             .push_bind(now_ms() + millis(lease))
@@ -831,7 +829,7 @@ impl Store for SqliteStore {
             ids.push_bind(id);
         }
         update.push(") RETURNING invocation_id, cancel_requested");
-        let rows = update.build().fetch_all(&self.writer).await?;
+        let rows = update.build().fetch_all(&mut *turn).await?;
         let mut renewed = rows
             .iter()
             .map(|r| {
@@ -893,20 +891,20 @@ impl Store for SqliteStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<bool, StoreError> {
-        let _turn = self.write_turn().await;
+        let mut turn = self.write_turn().await?;
         let done = sqlx::query(
             "UPDATE invocations SET cancel_requested = 1 \
              WHERE account_id = ? AND invocation_id = ? AND status = 'in_progress'",
         )
         .bind(account_id)
         .bind(invocation_id)
-        .execute(&self.writer)
+        .execute(&mut *turn)
         .await?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn put_attachment(&self, a: &crate::store::Attachment) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
+        let mut turn = self.write_turn().await?;
         sqlx::query(
             "INSERT INTO attachments \
              (account_id, file_id, mime_type, filename, size_bytes, content, created_at) \
@@ -919,7 +917,7 @@ impl Store for SqliteStore {
         .bind(a.content.len() as i64)
         .bind(&a.content)
         .bind(chrono::Utc::now())
-        .execute(&self.writer)
+        .execute(&mut *turn)
         .await?;
         Ok(())
     }
@@ -952,6 +950,17 @@ impl Store for SqliteStore {
 
 /// Lease times in SQLite: Unix milliseconds from this host's clock (every process sharing
 /// the file is on this host).
+/// The pool reads go through. A connection to a file in this process does not go stale
+/// the way a network connection does: the check sqlx makes before handing one out, a
+/// round trip to the connection's thread, is left out.
+async fn read_pool(options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    SqlitePoolOptions::new()
+        .max_connections(POOL_SIZE)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+}
+
 fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
@@ -1057,10 +1066,24 @@ fn invocation_from_row(row: &SqliteRow) -> Result<Invocation, StoreError> {
     })
 }
 
-/// A turn at the write connection: holds the write lock, and counts itself when it ends.
+/// A turn at the write connection: holds it, and counts itself when it ends.
 struct WriteTurn<'a> {
-    _lock: tokio::sync::MutexGuard<'a, ()>,
+    conn: tokio::sync::MappedMutexGuard<'a, SqliteConnection>,
     writes: &'a AtomicU64,
+}
+
+impl std::ops::Deref for WriteTurn<'_> {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for WriteTurn<'_> {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.conn
+    }
 }
 
 impl Drop for WriteTurn<'_> {
@@ -1274,6 +1297,26 @@ mod tests {
         assert_eq!(wal_chore(3, 3, 3, CHECKPOINT_AFTER), WalChore::Rest);
     }
 
+    /// Handles this process holds open on `path`.
+    #[cfg(target_os = "linux")]
+    fn open_handles(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target == path)
+            .count()
+    }
+
+    /// Waits up to 5 s for every handle on `path` to close; returns how many are left.
+    #[cfg(target_os = "linux")]
+    async fn handles_left(path: &Path) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while open_handles(path) > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        open_handles(path)
+    }
+
     /// A store dropped without `close` stops its checkpoint task, whose pool handle would
     /// otherwise keep the database file open for the life of the runtime.
     #[cfg(target_os = "linux")]
@@ -1281,24 +1324,40 @@ mod tests {
     async fn a_dropped_store_releases_its_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite");
-        let open_handles = || {
-            std::fs::read_dir("/proc/self/fd")
-                .unwrap()
-                .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-                .filter(|target| target == &path)
-                .count()
-        };
         let store = SqliteStore::open(path.to_str().unwrap()).await.unwrap();
-        assert!(open_handles() > 0);
+        assert!(open_handles(&path) > 0);
         drop(store);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while open_handles() > 0 && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
         assert_eq!(
-            open_handles(),
+            handles_left(&path).await,
             0,
             "the file is still open after the store was dropped"
         );
+    }
+
+    /// `close` closes the write connection the store holds, not only its pool: the file is
+    /// free while the store still exists, and a later write fails as a closed pool's would.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_closed_store_releases_its_file_and_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let store = SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        let event = || {
+            NewEvent::new(
+                "acct",
+                "s",
+                EventType::TextDelta,
+                serde_json::json!({"delta": "x"}),
+            )
+        };
+        store.append_seqs(&mut [event()]).await.unwrap();
+        store.close().await;
+        assert_eq!(
+            handles_left(&path).await,
+            0,
+            "the file is still open after close"
+        );
+        let refused = store.append_seqs(&mut [event()]).await.unwrap_err();
+        assert!(refused.is_transient(), "{refused}");
     }
 }
