@@ -10,7 +10,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::types::Json;
-use sqlx::{Postgres, QueryBuilder, Row};
+use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use crate::claims::{PendingClaim, PendingClaims};
 use crate::event::{Event, NewEvent, Seq, Session};
@@ -53,9 +53,13 @@ const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, upd
 /// A session log in a PostgreSQL database, safe to share between gateway processes.
 pub struct PgStore {
     pool: PgPool,
-    /// The one connection appends commit on. Commits never queue for a connection behind
-    /// a burst of reads or claims: at 100 concurrent run starts they did, for milliseconds.
-    writer: PgPool,
+    /// The one connection appends commit on (`None` until a turn connects it). Commits
+    /// never queue for a connection behind a burst of reads or claims (at 100 concurrent
+    /// run starts they did, for milliseconds). It is held, not pooled: sqlx pings a pooled
+    /// connection when it hands it out and again when it comes back, two more round trips
+    /// to PostgreSQL per commit, and the next commit waited for the second.
+    writer: tokio::sync::Mutex<Option<PgConnection>>,
+    writer_options: PgConnectOptions,
     /// Fresh claims (see [`Claim::fresh`]): granted without a round trip, and written by
     /// the append that opens their invocation (or by the journal, when it takes the append).
     pub(crate) pending: PendingClaims,
@@ -67,6 +71,33 @@ type OpenClaims = Vec<Option<PendingClaim>>;
 
 fn claim_at(claims: &OpenClaims, i: usize) -> Option<&PendingClaim> {
     claims.get(i).and_then(Option::as_ref)
+}
+
+/// A turn at the write connection. A turn that ends without [`WriteTurn::finish`] (an
+/// error, or a caller that stopped waiting, as the outage journal does after its deadline)
+/// drops the connection, and the next turn connects afresh: a query cut off midway may
+/// have left it half-answered, or its peer gone.
+struct WriteTurn<'a> {
+    held: tokio::sync::MutexGuard<'a, Option<PgConnection>>,
+    finished: bool,
+}
+
+impl WriteTurn<'_> {
+    fn conn(&mut self) -> &mut PgConnection {
+        self.held.as_mut().expect("a turn begins connected")
+    }
+
+    fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for WriteTurn<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            *self.held = None;
+        }
+    }
 }
 
 impl PgStore {
@@ -85,19 +116,30 @@ impl PgStore {
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        // Kept open (the first commit after a quiet spell does not connect first), and
-        // reconnected by the pool after a database outage.
-        let writer = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.application_name("tether-writer"))
-            .await?;
+        let writer_options = options.application_name("tether-writer");
+        // Connected now, so the first commit does not connect first.
+        let writer = writer_options.connect().await?;
         Ok(PgStore {
             pool,
-            writer,
+            writer: tokio::sync::Mutex::new(Some(writer)),
+            writer_options,
             pending: PendingClaims::default(),
+        })
+    }
+
+    /// Waits for the write connection, connecting it if the last turn dropped it.
+    async fn write_turn(&self) -> Result<WriteTurn<'_>, StoreError> {
+        let mut held = self.writer.lock().await;
+        if held.is_none() {
+            let connect = self.writer_options.connect();
+            let conn = tokio::time::timeout(ACQUIRE_TIMEOUT, connect)
+                .await
+                .map_err(|_| sqlx::Error::PoolTimedOut)??;
+            *held = Some(conn);
+        }
+        Ok(WriteTurn {
+            held,
+            finished: false,
         })
     }
 
@@ -108,6 +150,7 @@ impl PgStore {
     /// writers of a session as in `append_seqs` (taken in key order: `counts` is sorted).
     async fn append_plain(
         &self,
+        conn: &mut PgConnection,
         batch: &[NewEvent],
         now: DateTime<Utc>,
     ) -> Result<Appended, StoreError> {
@@ -134,7 +177,7 @@ impl PgStore {
         .bind(&sessions)
         .bind(&ns)
         .bind(now);
-        let rows = columns.bind(query).fetch_all(&self.writer).await?;
+        let rows = columns.bind(query).fetch_all(conn).await?;
         let last_seqs = returned_last_seqs(&rows, &counts)?;
         let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
         Ok(Appended::at(seqs, now))
@@ -154,6 +197,7 @@ impl PgStore {
     /// need the closes' outcome first.
     async fn append_in_one(
         &self,
+        conn: &mut PgConnection,
         batch: &[NewEvent],
         ops: &[(usize, InvocationOp<'_>)],
         claims: &OpenClaims,
@@ -222,7 +266,7 @@ impl PgStore {
         .bind(now);
         let rows = opened
             .bind(columns.bind(query).bind(&op_column))
-            .fetch_all(&self.writer)
+            .fetch_all(conn)
             .await?;
         // Sessions come back with their `last_seq`, closed invocations without one.
         let mut sessions = Vec::with_capacity(rows.len());
@@ -254,6 +298,7 @@ impl PgStore {
     /// Commits `batch` by the shortest way it allows.
     async fn append_with(
         &self,
+        conn: &mut PgConnection,
         batch: &[NewEvent],
         ops: &[(usize, InvocationOp<'_>)],
         claims: &OpenClaims,
@@ -261,15 +306,15 @@ impl PgStore {
         let now = sql::commit_time();
         if batch.len() <= INSERT_CHUNK {
             if ops.is_empty() {
-                return self.append_plain(batch, now).await;
+                return self.append_plain(conn, batch, now).await;
             }
             if sql::one_op_per_invocation(ops) {
-                return self.append_in_one(batch, ops, claims, now).await;
+                return self.append_in_one(conn, batch, ops, claims, now).await;
             }
         }
         // An invocation touched twice (the outcome depends on the order), or more events
         // than one insert takes: a transaction, one statement per step.
-        let mut tx = self.writer.begin().await?;
+        let mut tx = conn.begin().await?;
 
         // Invocations first: which terminal events survive decides the seqs. Under READ
         // COMMITTED a close that waited for another transaction's close re-checks
@@ -380,7 +425,9 @@ impl Store for PgStore {
         }
         let ops = sql::invocation_ops(batch);
         let claims = self.claims_opened(batch.len(), &ops);
-        let appended = self.append_with(batch, &ops, &claims).await?;
+        let mut turn = self.write_turn().await?;
+        let appended = self.append_with(turn.conn(), batch, &ops, &claims).await?;
+        turn.finish();
         if claims.is_empty() {
             return Ok(appended);
         }

@@ -1196,6 +1196,40 @@ async fn postgres_commits_do_not_wait_for_a_busy_pool() {
     assert_eq!(texts, ["1:text_delta", "2:message", "3:run_status"]);
 }
 
+/// A commit its caller stops waiting for (the outage journal gives PostgreSQL 2 s) either
+/// committed whole or not at all, and the next commit on the store's write connection goes
+/// on from there: the seqs stay dense. Cut at several points, from before the first byte
+/// is sent to the middle of the statement; a transaction's batch (a run starting twice)
+/// and a one-statement batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_commit_cut_off_midway_leaves_the_next_right() {
+    let Some(url) = database_url() else { return };
+    let store = PgStore::connect(&url).await.unwrap();
+    for (i, cut_after_us) in [0, 200, 500, 1_000, 2_000, 5_000].into_iter().enumerate() {
+        let account = unique("acct");
+        let mut batch: Vec<NewEvent> = (0..400)
+            .map(|n| delta(&account, "s", &n.to_string()))
+            .collect();
+        if i % 2 == 1 {
+            let start = || status(&account, "s", "run-1", "inv-1", RunStatus::InProgress);
+            batch.extend([start(), start()]);
+        }
+        let cut = Duration::from_micros(cut_after_us);
+        let _ = tokio::time::timeout(cut, store.append(&batch)).await;
+        let next = store.append(&[delta(&account, "s", "next")]).await.unwrap();
+        let stored = store.count_events(&account, "s").await.unwrap();
+        assert!(
+            stored == 1 || stored == batch.len() as i64 + 1,
+            "cut after {cut_after_us} µs: {stored} events stored"
+        );
+        assert_eq!(
+            seqs(&next),
+            vec![Some(stored)],
+            "cut after {cut_after_us} µs"
+        );
+    }
+}
+
 /// Reopening a SQLite file keeps its log and does not re-run migrations.
 #[tokio::test]
 async fn sqlite_survives_reopen() {
