@@ -53,11 +53,12 @@ const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, upd
 /// A session log in a PostgreSQL database, safe to share between gateway processes.
 pub struct PgStore {
     pool: PgPool,
-    /// The one connection appends commit on (`None` until a turn connects it). Commits
-    /// never queue for a connection behind a burst of reads or claims (at 100 concurrent
-    /// run starts they did, for milliseconds). It is held, not pooled: sqlx pings a pooled
-    /// connection when it hands it out and again when it comes back, two more round trips
-    /// to PostgreSQL per commit, and the next commit waited for the second.
+    /// The one connection appends commit on (`None` from a turn that failed until the
+    /// next connects it again). Commits never queue for a connection behind a burst of
+    /// reads or claims (at 100 concurrent run starts they did, for milliseconds). It is
+    /// held, not pooled: sqlx pings a pooled connection when it hands it out and again
+    /// when it comes back, two more round trips to PostgreSQL per commit, and the next
+    /// commit waited for the second.
     writer: tokio::sync::Mutex<Option<PgConnection>>,
     writer_options: PgConnectOptions,
     /// Fresh claims (see [`Claim::fresh`]): granted without a round trip, and written by

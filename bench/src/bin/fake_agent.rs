@@ -19,7 +19,7 @@ use bytes::{Buf, BytesMut};
 use clap::Parser;
 use tether_bench::{find, now_nanos};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 
 #[derive(Parser)]
 struct Args {
@@ -45,7 +45,21 @@ fn main() -> std::io::Result<()> {
             .build()?
     };
     rt.block_on(async move {
-        let listener = TcpListener::bind(&args.listen).await?;
+        let addr: std::net::SocketAddr = args
+            .listen
+            .parse()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        // A queue as deep as nginx's and Tether's listeners here (uvicorn's is 2,048):
+        // with tokio's default of 128, a burst of a thousand new connections overflowed it
+        // and a few runs waited a second for the SYN to be sent again.
+        let listener = socket.listen(4096)?;
         println!("READY {}", listener.local_addr()?);
         loop {
             let (stream, _) = match listener.accept().await {
