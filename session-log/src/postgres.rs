@@ -21,7 +21,8 @@ use crate::store::{
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
 const POOL_SIZE: u32 = 10;
-/// Bounds both connecting and waiting for a free pooled connection.
+/// Bounds connecting (the pool's and the write connection's) and waiting for a free
+/// pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events per INSERT. The statement takes one array per column, so its size does not
 /// depend on the chunk; the chunk only bounds one message's size.
@@ -133,9 +134,16 @@ impl PgStore {
         let mut held = self.writer.lock().await;
         if held.is_none() {
             let connect = self.writer_options.connect();
+            let timed_out = || {
+                let error = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connecting the write connection to PostgreSQL timed out",
+                );
+                sqlx::Error::Io(error)
+            };
             let conn = tokio::time::timeout(ACQUIRE_TIMEOUT, connect)
                 .await
-                .map_err(|_| sqlx::Error::PoolTimedOut)??;
+                .map_err(|_| timed_out())??;
             *held = Some(conn);
         }
         Ok(WriteTurn {
