@@ -200,8 +200,10 @@ impl PgStore {
     /// fourth of its throughput.)
     ///
     /// As in the transaction of `append_seqs`: a close re-checks `status` after waiting
-    /// for a racing closer, and its terminal event is kept only if it closed the row; the
-    /// events kept take each session's top seqs, in batch order. Locks are taken in one
+    /// for a racing closer, and its terminal event is kept only if it closed the row
+    /// (locked and still open, the row is closed by this statement for sure); the events
+    /// kept take each session's top seqs, in batch order, and a closed invocation's
+    /// `end_seq` is its session's upserted `last_seq`. Locks are taken in one
     /// order, invocations then sessions (each in key order), because the sessions' counts
     /// need the closes' outcome first.
     async fn append_in_one(
@@ -238,24 +240,22 @@ impl PgStore {
              $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
              $11::text[], $12::text[], $13::float8[], $14::text[]) \
              AS u(a, s, ord, r, i, t, ro, c, m, op, owner, lease, agent_ref)), \
-             closing AS (SELECT v.account_id, v.invocation_id, c.op \
+             closing AS (SELECT v.account_id, v.invocation_id, v.session_id, c.op \
              FROM (SELECT a, i, s, op FROM u WHERE op <> 'open' ORDER BY a, i) AS c \
-             CROSS JOIN LATERAL (SELECT account_id, invocation_id FROM invocations \
+             CROSS JOIN LATERAL (SELECT account_id, invocation_id, session_id FROM invocations \
              WHERE account_id = c.a AND invocation_id = c.i AND session_id = c.s \
              AND status = 'in_progress' FOR UPDATE) AS v), \
-             closed AS (UPDATE invocations AS v SET status = closing.op, ended_at = $1 \
-             FROM closing WHERE v.account_id = closing.account_id \
-             AND v.invocation_id = closing.invocation_id \
-             RETURNING v.account_id, v.invocation_id), \
              opened AS (INSERT INTO invocations \
              (account_id, invocation_id, session_id, run_id, status, started_at, owner, \
-             lease_expires_at, agent_ref) \
+             lease_expires_at, agent_ref, after_seq) \
              SELECT a, i, s, r, 'in_progress', $1, owner, \
-             now() + make_interval(secs => lease), agent_ref FROM u WHERE op = 'open' \
+             now() + make_interval(secs => lease), agent_ref, coalesce((SELECT last_seq \
+             FROM sessions WHERE account_id = u.a AND session_id = u.s), 0) \
+             FROM u WHERE op = 'open' \
              ON CONFLICT (account_id, invocation_id) DO NOTHING), \
              kept AS (SELECT * FROM u WHERE op IS NULL OR op = 'open' UNION ALL \
-             SELECT u.* FROM u JOIN closed \
-             ON closed.account_id = u.a AND closed.invocation_id = u.i WHERE u.op <> 'open'), \
+             SELECT u.* FROM u JOIN closing \
+             ON closing.account_id = u.a AND closing.invocation_id = u.i WHERE u.op <> 'open'), \
              counted AS (SELECT a, s, count(*) AS n FROM kept GROUP BY a, s), \
              upserted AS (INSERT INTO sessions (account_id, session_id, last_seq, created_at, \
              updated_at) SELECT a, s, n, $1, $1 FROM counted ORDER BY a, s \
@@ -263,6 +263,12 @@ impl PgStore {
              last_seq = sessions.last_seq + excluded.last_seq, \
              updated_at = excluded.updated_at \
              RETURNING account_id, session_id, last_seq), \
+             closed AS (UPDATE invocations AS v SET status = closing.op, ended_at = $1, \
+             end_seq = n.last_seq FROM closing JOIN upserted AS n \
+             ON n.account_id = closing.account_id AND n.session_id = closing.session_id \
+             WHERE v.account_id = closing.account_id \
+             AND v.invocation_id = closing.invocation_id \
+             RETURNING v.account_id, v.invocation_id), \
              e AS (INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
              event_type, role, content_json, metadata_json, created_at) \
              SELECT k.a, k.s, n.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY k.ord), \
@@ -352,6 +358,22 @@ impl PgStore {
                 .fetch_all(&mut *tx)
                 .await?;
             last_seqs = returned_last_seqs(&rows, &counts)?;
+        }
+        let closed = sql::closed_invocations(ops, &keep);
+        if !closed.is_empty() {
+            // Where the closed invocations' events end: their sessions' `last_seq`, locked
+            // by the upsert above.
+            let (accounts, invocations): (Vec<&str>, Vec<&str>) = closed.into_iter().unzip();
+            sqlx::query(
+                "UPDATE invocations AS i SET end_seq = s.last_seq \
+                 FROM UNNEST($1::text[], $2::text[]) AS c(a, i), sessions AS s \
+                 WHERE i.account_id = c.a AND i.invocation_id = c.i \
+                 AND s.account_id = i.account_id AND s.session_id = i.session_id",
+            )
+            .bind(&accounts)
+            .bind(&invocations)
+            .execute(&mut *tx)
+            .await?;
         }
         let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
 
@@ -516,6 +538,7 @@ impl Store for PgStore {
                 .push(" AND invocation_id = ")
                 .push_bind(invocation_id);
         }
+        sql::push_run_bounds(&mut select, query);
         if let Some(types) = &query.event_types {
             select.push(" AND event_type IN (");
             let mut list = select.separated(", ");
@@ -888,6 +911,9 @@ impl<'a> OpenedColumns<'a> {
 
 /// Inserts the invocations of `opens` (account, invocation, session, run), with their
 /// claims' owner and lease where `opened` has one: a row a claim inserted already stays.
+/// Each records its session's `last_seq` as where its events begin: the insert runs
+/// before the sessions' upsert, and a `last_seq` read from an older snapshot is lower,
+/// which is still a bound.
 async fn insert_opens(
     conn: &mut PgConnection,
     opens: &[[&str; 4]],
@@ -897,8 +923,9 @@ async fn insert_opens(
     let column = |k: usize| opens.iter().map(|o| o[k]).collect::<Vec<_>>();
     let query = sqlx::query(
         "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
-         started_at, owner, lease_expires_at, agent_ref) \
-         SELECT a, i, s, r, 'in_progress', $1, o, now() + make_interval(secs => l), g \
+         started_at, owner, lease_expires_at, agent_ref, after_seq) \
+         SELECT a, i, s, r, 'in_progress', $1, o, now() + make_interval(secs => l), g, \
+         coalesce((SELECT last_seq FROM sessions WHERE account_id = a AND session_id = s), 0) \
          FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
          $7::float8[], $8::text[]) AS t(a, i, s, r, o, l, g) \
          ON CONFLICT (account_id, invocation_id) DO NOTHING",

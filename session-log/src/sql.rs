@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
+use sqlx::{Database, Encode, QueryBuilder, Type};
 
 use crate::event::{EventType, NewEvent, RunStatus, Seq};
-use crate::store::StoreError;
+use crate::store::{EventQuery, StoreError};
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
 /// 500 rows of 10 columns stays far below that while amortising the round trip.
@@ -106,6 +107,62 @@ pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>
         .collect();
     ops.sort_by_key(|(_, op)| op.invocation());
     ops
+}
+
+/// `(account_id, invocation_id)` of each invocation `ops` closed: its terminal event is
+/// kept (see [`InvocationOp::Close`]).
+pub(crate) fn closed_invocations<'a>(
+    ops: &[(usize, InvocationOp<'a>)],
+    keep: &[bool],
+) -> Vec<(&'a str, &'a str)> {
+    ops.iter()
+        .filter_map(|&(i, op)| match op {
+            InvocationOp::Close {
+                account_id,
+                invocation_id,
+                ..
+            } if keep[i] => Some((account_id, invocation_id)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Narrows a read of one run or invocation (`query` names one) to the stretch of its
+/// session's seqs that the matching invocations recorded: after the earliest one's
+/// `after_seq`, up to the latest one's `end_seq` (see the `run_bounds` migration). The
+/// read then walks the primary key's range instead of needing an index on run ids. A
+/// bound any matching invocation does not know (an open one's end, a backfilled row's
+/// start) is left open, and so is everything when none matches.
+pub(crate) fn push_run_bounds<'a, DB>(select: &mut QueryBuilder<'a, DB>, query: &'a EventQuery)
+where
+    DB: Database,
+    &'a String: Encode<'a, DB> + Type<DB>,
+{
+    if query.run_id.is_none() && query.invocation_id.is_none() {
+        return;
+    }
+    for bound in [
+        " AND seq > (SELECT CASE WHEN count(*) = count(after_seq) \
+         THEN coalesce(min(after_seq), 0) ELSE 0 END",
+        " AND seq <= (SELECT CASE WHEN count(*) > 0 AND count(*) = count(end_seq) \
+         THEN max(end_seq) ELSE 9223372036854775807 END",
+    ] {
+        select
+            .push(bound)
+            .push(" FROM invocations WHERE account_id = ")
+            .push_bind(&query.account_id)
+            .push(" AND session_id = ")
+            .push_bind(&query.session_id);
+        if let Some(run_id) = &query.run_id {
+            select.push(" AND run_id = ").push_bind(run_id);
+        }
+        if let Some(invocation_id) = &query.invocation_id {
+            select
+                .push(" AND invocation_id = ")
+                .push_bind(invocation_id);
+        }
+        select.push(")");
+    }
 }
 
 /// Whether no invocation appears twice among `ops`. Then no operation's outcome depends on

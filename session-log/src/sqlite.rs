@@ -19,7 +19,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
-use crate::claims::PendingClaims;
+use crate::claims::{PendingClaim, PendingClaims};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::sql::{self, InvocationOp, INSERT_CHUNK};
 use crate::store::{
@@ -260,6 +260,20 @@ impl SqliteStore {
                  RETURNING account_id, session_id, last_seq; ",
             );
         }
+        // Where the closed invocations' events end: the sessions' `last_seq`, upserted.
+        let closed = sql::closed_invocations(&ops, &keep);
+        for chunk in closed.chunks(INSERT_CHUNK) {
+            tail.push(
+                "UPDATE invocations SET end_seq = (SELECT last_seq FROM sessions AS s \
+                 WHERE s.account_id = invocations.account_id \
+                 AND s.session_id = invocations.session_id) \
+                 WHERE (account_id, invocation_id) IN (",
+            );
+            tail.push_values(chunk, |mut row, (account_id, invocation_id)| {
+                row.push_bind(*account_id).push_bind(*invocation_id);
+            });
+            tail.push("); ");
+        }
         let rows: Vec<(&NewEvent, i64, String, String)> = sql::rows_below(batch, &keep, &counts)?
             .into_iter()
             .map(|(event, below)| {
@@ -436,27 +450,8 @@ impl SqliteStore {
             }
             settled.push((account_id, invocation_id, other.is_none()));
         }
-        let now_ms = now_ms();
         for chunk in inserts.chunks(INSERT_CHUNK) {
-            tail.push(
-                "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
-                 started_at, owner, lease_expires_ms, agent_ref) ",
-            );
-            tail.push_values(
-                chunk,
-                |mut row, (account_id, invocation_id, session_id, run_id, claim)| {
-                    row.push_bind(*account_id)
-                        .push_bind(*invocation_id)
-                        .push_bind(*session_id)
-                        .push_bind(*run_id)
-                        .push_bind("in_progress")
-                        .push_bind(now)
-                        .push_bind(claim.as_ref().map(|c| c.owner.clone()))
-                        .push_bind(claim.as_ref().map(|c| now_ms + millis(c.lease)))
-                        .push_bind(claim.as_ref().and_then(|c| c.agent_ref.clone()));
-                },
-            );
-            tail.push(" ON CONFLICT (account_id, invocation_id) DO NOTHING; ");
+            push_opens(tail, chunk, now);
         }
         Ok(())
     }
@@ -502,39 +497,18 @@ impl SqliteStore {
                             tracing::info!(account_id, session_id, invocation_id, busy_invocation_id = %other,
                                     "claim refused at append: the session has another live run");
                         } else {
-                            sqlx::query(
-                                    "INSERT INTO invocations (account_id, invocation_id, session_id, \
-                                     run_id, status, started_at, owner, lease_expires_ms, agent_ref) \
-                                     VALUES (?, ?, ?, ?, 'in_progress', ?, ?, ?, ?) \
-                                     ON CONFLICT (account_id, invocation_id) DO NOTHING",
-                                )
-                                .bind(account_id)
-                                .bind(invocation_id)
-                                .bind(session_id)
-                                .bind(run_id)
-                                .bind(now)
-                                .bind(&claim.owner)
-                                .bind(now_ms + millis(claim.lease))
-                                .bind(&claim.agent_ref)
-                                .execute(&mut *conn)
-                                .await?;
+                            let open = (account_id, invocation_id, session_id, run_id, Some(claim));
+                            let mut insert = QueryBuilder::new("");
+                            push_opens(&mut insert, &[open], now);
+                            insert.build().execute(&mut *conn).await?;
                         }
                         settled.push((account_id, invocation_id, busy.is_none()));
                         busy.is_none()
                     } else {
-                        sqlx::query(
-                            "INSERT INTO invocations \
-                             (account_id, invocation_id, session_id, run_id, status, started_at) \
-                             VALUES (?, ?, ?, ?, 'in_progress', ?) \
-                             ON CONFLICT (account_id, invocation_id) DO NOTHING",
-                        )
-                        .bind(account_id)
-                        .bind(invocation_id)
-                        .bind(session_id)
-                        .bind(run_id)
-                        .bind(now)
-                        .execute(&mut *conn)
-                        .await?;
+                        let open = (account_id, invocation_id, session_id, run_id, None);
+                        let mut insert = QueryBuilder::new("");
+                        push_opens(&mut insert, &[open], now);
+                        insert.build().execute(&mut *conn).await?;
                         true
                     }
                 }
@@ -676,6 +650,7 @@ impl Store for SqliteStore {
                 .push(" AND invocation_id = ")
                 .push_bind(invocation_id);
         }
+        sql::push_run_bounds(&mut select, query);
         if let Some(types) = &query.event_types {
             select.push(" AND event_type IN (");
             let mut list = select.separated(", ");
@@ -1179,6 +1154,39 @@ pub(crate) async fn insert_event_rows(
         insert.build().execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+/// An invocation a batch opens: account, invocation, session, run, and the claim that
+/// granted it, if any.
+type Open<'a> = (&'a str, &'a str, &'a str, &'a str, Option<PendingClaim>);
+
+/// The insert of invocations `opens` starts, each recording the session's `last_seq`
+/// before the batch as where its events begin (the insert runs before the sessions'
+/// upsert). An invocation that exists already is left as it is.
+fn push_opens<'a>(insert: &mut QueryBuilder<'a, Sqlite>, opens: &[Open<'a>], now: DateTime<Utc>) {
+    let now_ms = now_ms();
+    insert.push(
+        "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
+         started_at, owner, lease_expires_ms, agent_ref, after_seq) \
+         SELECT v.*, coalesce((SELECT last_seq FROM sessions AS s \
+         WHERE s.account_id = v.column1 AND s.session_id = v.column3), 0) FROM (",
+    );
+    insert.push_values(
+        opens,
+        |mut row, (account_id, invocation_id, session_id, run_id, claim)| {
+            row.push_bind(*account_id)
+                .push_bind(*invocation_id)
+                .push_bind(*session_id)
+                .push_bind(*run_id)
+                .push_bind("in_progress")
+                .push_bind(now)
+                .push_bind(claim.as_ref().map(|c| c.owner.clone()))
+                .push_bind(claim.as_ref().map(|c| now_ms + millis(c.lease)))
+                .push_bind(claim.as_ref().and_then(|c| c.agent_ref.clone()));
+        },
+    );
+    // `WHERE true` tells SQLite's parser the `ON` starts the upsert clause, not a join's.
+    insert.push(") AS v WHERE true ON CONFLICT (account_id, invocation_id) DO NOTHING; ");
 }
 
 /// Binds one event row in `EVENT_COLUMNS` order. `seq` is the seq itself, or, in the

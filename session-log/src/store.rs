@@ -57,9 +57,11 @@ pub struct EventQuery {
     pub session_id: String,
     /// Only events with `seq > after_seq` (0 reads from the start).
     pub after_seq: Seq,
-    /// Only events of this run, when set.
+    /// Only events of this run, when set: those tagged with it from the start of its
+    /// first invocation in the session to the end of its last (an event tagged with a
+    /// run before it started or after it ended is not part of it).
     pub run_id: Option<String>,
-    /// Only events of this invocation, when set.
+    /// Only events of this invocation, when set, likewise within its start and end.
     pub invocation_id: Option<String>,
     /// Only events of these types, when set.
     pub event_types: Option<Vec<EventType>>,

@@ -183,6 +183,7 @@ store_suite!(
     seqs_start_at_one_and_increase_per_session,
     accounts_are_isolated_under_the_same_session_id,
     events_after_a_cursor_and_filtered_by_run_and_invocation,
+    a_run_is_read_from_the_stretch_its_invocations_cover,
     exactly_one_terminal_status_per_invocation,
     many_runs_start_and_end_in_one_batch,
     racing_terminal_statuses_close_once,
@@ -490,6 +491,126 @@ async fn events_after_a_cursor_and_filtered_by_run_and_invocation(b: Backend) {
         .await
         .unwrap()
         .is_empty());
+}
+
+/// A run's events are read from the stretch of the session between its first invocation's
+/// start and its last one's end, whichever way each invocation was opened and closed
+/// (claimed or not; in a batch with other runs, or one that opens and closes it at once).
+/// Events tagged with the run outside that stretch are not the run's; where an invocation
+/// does not know its bounds (rows from before they were recorded), the whole session is.
+async fn a_run_is_read_from_the_stretch_its_invocations_cover(b: Backend) {
+    use session_log::{Claim, Claimed};
+    let store = &*b.store;
+    let (account, session) = (unique("acct"), unique("s"));
+    let (run, first, resumed) = (unique("run"), unique("inv"), unique("inv"));
+    let (other, other_inv) = (unique("run"), unique("inv"));
+    let (open_run, open_inv) = (unique("run"), unique("inv"));
+    let untracked = unique("run");
+    let d = |text: &str, run: &str, invocation: &str| {
+        delta(&account, &session, text).in_run(run, invocation)
+    };
+    let st = |run: &str, invocation: &str, s| status(&account, &session, run, invocation, s);
+    let batches = [
+        // 1, 2, 3: before the runs start, events already tagged with them.
+        vec![
+            message(&account, &session, "user", "hi"),
+            d("early", &run, &first),
+            d("early", &other, &other_inv),
+        ],
+        // 4, 5: the run's input and start, after a claim.
+        vec![
+            message(&account, &session, "user", "go").in_run(&run, &first),
+            st(&run, &first, RunStatus::InProgress),
+        ],
+        // 6, 7, 8: the run, and another one starting beside it.
+        vec![
+            d("a", &run, &first),
+            st(&other, &other_inv, RunStatus::InProgress),
+            d("x", &other, &other_inv),
+        ],
+        // 9..13: the first invocation ends, the resumed one starts and ends.
+        vec![
+            d("b", &run, &first),
+            st(&run, &first, RunStatus::Interrupted),
+            st(&run, &resumed, RunStatus::InProgress),
+            d("c", &run, &resumed),
+            st(&run, &resumed, RunStatus::Completed),
+        ],
+        // 14: the other run ends.
+        vec![st(&other, &other_inv, RunStatus::Completed)],
+        // 15, 16: late, tagged with the finished runs; 17: a run that stays open; 18: one
+        // tagged but never started.
+        vec![
+            d("late", &run, &resumed),
+            d("late", &other, &other_inv),
+            st(&open_run, &open_inv, RunStatus::InProgress),
+            delta(&account, &session, "u").in_run(&untracked, "no-such-invocation"),
+        ],
+        // 19
+        vec![d("y", &open_run, &open_inv)],
+    ];
+    for (i, batch) in batches.iter().enumerate() {
+        if i == 1 {
+            let claim = Claim {
+                account_id: &account,
+                session_id: &session,
+                run_id: &run,
+                invocation_id: &first,
+                owner: "replica",
+                lease: Duration::from_secs(60),
+                fresh: false,
+            };
+            assert_eq!(store.claim(&claim).await.unwrap(), Claimed::Granted);
+        }
+        let committed = store.append(batch).await.unwrap();
+        assert!(
+            committed.iter().all(Option::is_some),
+            "batch {i}: {committed:?}"
+        );
+    }
+
+    let read = |run_id: Option<&str>, invocation_id: Option<&str>, after_seq| {
+        let query = EventQuery {
+            after_seq,
+            run_id: run_id.map(str::to_owned),
+            invocation_id: invocation_id.map(str::to_owned),
+            ..EventQuery::session(&account, &session)
+        };
+        async move {
+            let events = store.events(&query).await.expect("read");
+            events.iter().map(|e| e.seq).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        read(Some(&run), None, 0).await,
+        vec![4, 5, 6, 9, 10, 11, 12, 13]
+    );
+    assert_eq!(read(Some(&run), None, 9).await, vec![10, 11, 12, 13]);
+    assert_eq!(read(None, Some(&first), 0).await, vec![4, 5, 6, 9, 10]);
+    assert_eq!(read(Some(&run), Some(&resumed), 0).await, vec![11, 12, 13]);
+    assert_eq!(read(Some(&other), None, 0).await, vec![7, 8, 14]);
+    assert_eq!(read(Some(&open_run), None, 0).await, vec![17, 19]);
+    assert_eq!(read(Some(&untracked), None, 0).await, vec![18]);
+
+    // Invocations that do not know their bounds: the run is every event tagged with it.
+    let forget = "UPDATE invocations SET after_seq = NULL, end_seq = NULL WHERE account_id = ";
+    let forgotten = match &b.raw {
+        Raw::Sqlite(pool) => sqlx::query(&format!("{forget} ?"))
+            .bind(&account)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()),
+        Raw::Postgres(pool) => sqlx::query(&format!("{forget} $1"))
+            .bind(&account)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()),
+    };
+    assert_eq!(forgotten.expect("forget bounds"), 4);
+    assert_eq!(
+        read(Some(&run), None, 0).await,
+        vec![2, 4, 5, 6, 9, 10, 11, 12, 13, 15]
+    );
 }
 
 async fn exactly_one_terminal_status_per_invocation(b: Backend) {

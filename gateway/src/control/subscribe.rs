@@ -171,9 +171,6 @@ async fn check(
         .await?
         .filter(|i| i.session_id == params.session_id)
         .ok_or_else(|| ControlError::not_found("invocation", invocation_id))?;
-    // The run as well as the invocation: the log indexes events by run, so the read
-    // starts at the run instead of walking the session from the cursor.
-    query.run_id = Some(invocation.run_id.clone());
     query.invocation_id = Some(invocation_id.clone());
     let finished = invocation.status.is_terminal() && {
         let rest = EventQuery {
