@@ -203,7 +203,10 @@ impl PgStore {
     /// for a racing closer, and its terminal event is kept only if it closed the row
     /// (locked and still open, the row is closed by this statement for sure); the events
     /// kept take each session's top seqs, in batch order, and a closed invocation's
-    /// `end_seq` is its session's upserted `last_seq`. Locks are taken in one
+    /// `end_seq` is its session's upserted `last_seq`. The close finds its row by the
+    /// `ctid` it locked: joined on the key, a generic plan made while the table was small
+    /// walked all of an account's invocations for each close (40-60 ms per statement
+    /// after a few thousand runs, in a database without statistics). Locks are taken in one
     /// order, invocations then sessions (each in key order), because the sessions' counts
     /// need the closes' outcome first.
     async fn append_in_one(
@@ -240,9 +243,10 @@ impl PgStore {
              $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
              $11::text[], $12::text[], $13::float8[], $14::text[]) \
              AS u(a, s, ord, r, i, t, ro, c, m, op, owner, lease, agent_ref)), \
-             closing AS (SELECT v.account_id, v.invocation_id, v.session_id, c.op \
+             closing AS (SELECT v.row_id, v.account_id, v.invocation_id, v.session_id, c.op \
              FROM (SELECT a, i, s, op FROM u WHERE op <> 'open' ORDER BY a, i) AS c \
-             CROSS JOIN LATERAL (SELECT account_id, invocation_id, session_id FROM invocations \
+             CROSS JOIN LATERAL (SELECT ctid AS row_id, account_id, invocation_id, session_id \
+             FROM invocations \
              WHERE account_id = c.a AND invocation_id = c.i AND session_id = c.s \
              AND status = 'in_progress' FOR UPDATE) AS v), \
              opened AS (INSERT INTO invocations \
@@ -266,9 +270,7 @@ impl PgStore {
              closed AS (UPDATE invocations AS v SET status = closing.op, ended_at = $1, \
              end_seq = n.last_seq FROM closing JOIN upserted AS n \
              ON n.account_id = closing.account_id AND n.session_id = closing.session_id \
-             WHERE v.account_id = closing.account_id \
-             AND v.invocation_id = closing.invocation_id \
-             RETURNING v.account_id, v.invocation_id), \
+             WHERE v.ctid = closing.row_id RETURNING v.account_id, v.invocation_id), \
              e AS (INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
              event_type, role, content_json, metadata_json, created_at) \
              SELECT k.a, k.s, n.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY k.ord), \
