@@ -1352,6 +1352,112 @@ async fn postgres_a_commit_cut_off_midway_leaves_the_next_right() {
 }
 
 /// Reopening a SQLite file keeps its log and does not re-run migrations.
+/// A log written before invocations recorded their stretch of seqs: the migration keeps
+/// every event, the old run still reads whole (its bounds are unknown), and runs started
+/// after it read by their stretch.
+#[tokio::test]
+async fn sqlite_runs_from_before_the_bounds_migration_still_read_whole() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.sqlite");
+    let old = dir.path().join("migrations");
+    std::fs::create_dir(&old).unwrap();
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite");
+    for entry in std::fs::read_dir(&here).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_str().unwrap() < "0006" {
+            std::fs::copy(entry.path(), old.join(entry.file_name())).unwrap();
+        }
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    sqlx::migrate::Migrator::new(old.as_path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    // Run `r1` as the schema of then stored it: an early tagged event, its start, a delta
+    // and its end, with a message of no run between.
+    let account = unique("acct");
+    let at = "2026-01-01T00:00:00Z";
+    sqlx::query("INSERT INTO sessions VALUES (?, 's', 5, ?, ?)")
+        .bind(&account)
+        .bind(at)
+        .bind(at)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for (seq, run, event_type, content) in [
+        (1, Some("r1"), "text_delta", r#"{"delta":"early"}"#),
+        (2, Some("r1"), "run_status", r#"{"status":"in_progress"}"#),
+        (3, None, "message", r#"{"text":"aside"}"#),
+        (4, Some("r1"), "text_delta", r#"{"delta":"a"}"#),
+        (5, Some("r1"), "run_status", r#"{"status":"completed"}"#),
+    ] {
+        sqlx::query(
+            "INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
+             event_type, content_json, metadata_json, created_at) \
+             VALUES (?, 's', ?, ?, ?, ?, ?, '{}', ?)",
+        )
+        .bind(&account)
+        .bind(seq)
+        .bind(run)
+        .bind(run.map(|_| "i1"))
+        .bind(event_type)
+        .bind(content)
+        .bind(at)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
+         started_at, ended_at) VALUES (?, 'i1', 's', 'r1', 'completed', ?, ?)",
+    )
+    .bind(&account)
+    .bind(at)
+    .bind(at)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+
+    let store = SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+    store
+        .append(&[
+            status(&account, "s", "r2", "i2", RunStatus::InProgress),
+            delta(&account, "s", "b").in_run("r2", "i2"),
+            status(&account, "s", "r2", "i2", RunStatus::Completed),
+        ])
+        .await
+        .unwrap();
+    store
+        .append(&[delta(&account, "s", "late").in_run("r1", "i1")])
+        .await
+        .unwrap();
+    let read = |run: &str| {
+        let query = EventQuery {
+            run_id: Some(run.to_owned()),
+            ..EventQuery::session(&account, "s")
+        };
+        let store = &store;
+        async move {
+            let events = store.events(&query).await.unwrap();
+            events.iter().map(|e| e.seq).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(read("r1").await, vec![1, 2, 4, 5, 9]);
+    assert_eq!(read("r2").await, vec![6, 7, 8]);
+    assert_eq!(all_events(&store, &account, "s").await.len(), 9);
+    let run = store.run(&account, "r1").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+}
+
 #[tokio::test]
 async fn sqlite_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
