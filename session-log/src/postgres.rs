@@ -1,6 +1,7 @@
 //! The PostgreSQL backend of the session log, for deployments where several gateways
 //! share one log.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -338,11 +339,11 @@ impl PgStore {
         // `status` after it commits, finds it no longer open and updates nothing, so
         // racing closers (across gateways too) end an invocation once.
         let mut keep = vec![true; batch.len()];
-        if sql::one_op_per_invocation(ops) {
-            settle_in_bulk(&mut tx, ops, claims, now, &mut keep).await?;
+        let closed = if sql::one_op_per_invocation(ops) {
+            settle_in_bulk(&mut tx, ops, claims, now, &mut keep).await?
         } else {
-            settle_one_by_one(&mut tx, ops, claims, now, &mut keep).await?;
-        }
+            settle_one_by_one(&mut tx, ops, claims, now, &mut keep).await?
+        };
 
         // One statement creates or bumps every session of the batch. The row lock each
         // bump takes is held to commit, so concurrent writers of a session (in any
@@ -361,19 +362,25 @@ impl PgStore {
                 .await?;
             last_seqs = returned_last_seqs(&rows, &counts)?;
         }
-        let closed = sql::closed_invocations(ops, &keep);
         if !closed.is_empty() {
-            // Where the closed invocations' events end: their sessions' `last_seq`, locked
-            // by the upsert above.
-            let (accounts, invocations): (Vec<&str>, Vec<&str>) = closed.into_iter().unzip();
+            // Where the closed invocations' events end: their sessions' new `last_seq`,
+            // written to the rows the closes updated, found by `ctid` (see `append_in_one`).
+            let mut ends = Vec::with_capacity(closed.len());
+            let mut rows = Vec::with_capacity(closed.len());
+            for (key, row) in closed {
+                let end = sql::session_index(&counts, key).and_then(|i| last_seqs[i]);
+                ends.push(end.ok_or_else(|| {
+                    StoreError::Corrupt("a closed invocation's session was not upserted".into())
+                })?);
+                rows.push(row);
+            }
             sqlx::query(
-                "UPDATE invocations AS i SET end_seq = s.last_seq \
-                 FROM UNNEST($1::text[], $2::text[]) AS c(a, i), sessions AS s \
-                 WHERE i.account_id = c.a AND i.invocation_id = c.i \
-                 AND s.account_id = i.account_id AND s.session_id = i.session_id",
+                "UPDATE invocations SET end_seq = c.e \
+                 FROM UNNEST($1::text[], $2::bigint[]) AS c(row_id, e) \
+                 WHERE invocations.ctid = c.row_id::tid",
             )
-            .bind(&accounts)
-            .bind(&invocations)
+            .bind(&rows)
+            .bind(&ends)
             .execute(&mut *tx)
             .await?;
         }
@@ -1068,15 +1075,19 @@ fn invocation_from_row(row: &PgRow) -> Result<Invocation, StoreError> {
     })
 }
 
+/// The invocations a transaction closed: each one's session and the `ctid` of its row.
+type Closed<'a> = Vec<(sql::SessionKey<'a>, String)>;
+
 /// Settles invocation operations in order, one statement each (see
 /// [`sql::invocation_ops`]); each keeps or drops the event it comes from.
-async fn settle_one_by_one(
+async fn settle_one_by_one<'a>(
     conn: &mut PgConnection,
-    ops: &[(usize, InvocationOp<'_>)],
+    ops: &[(usize, InvocationOp<'a>)],
     claims: &OpenClaims,
     now: DateTime<Utc>,
     keep: &mut [bool],
-) -> Result<(), StoreError> {
+) -> Result<Closed<'a>, StoreError> {
+    let mut closed = Vec::new();
     for &(i, op) in ops {
         keep[i] = match op {
             InvocationOp::Open {
@@ -1097,35 +1108,38 @@ async fn settle_one_by_one(
                 session_id,
                 status,
             } => {
-                let closed = sqlx::query(
+                let row: Option<String> = sqlx::query_scalar(
                     "UPDATE invocations SET status = $1, ended_at = $2 \
                      WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
-                     AND status = 'in_progress'",
+                     AND status = 'in_progress' RETURNING ctid::text",
                 )
                 .bind(status.as_str())
                 .bind(now)
                 .bind(account_id)
                 .bind(invocation_id)
                 .bind(session_id)
-                .execute(&mut *conn)
+                .fetch_optional(&mut *conn)
                 .await?;
-                closed.rows_affected() == 1
+                let kept = row.is_some();
+                closed.extend(row.map(|row| ((account_id, session_id), row)));
+                kept
             }
             InvocationOp::Drop => false,
         };
     }
-    Ok(())
+    Ok(closed)
 }
 
 /// Settles operations on distinct invocations (see [`sql::one_op_per_invocation`]) with
 /// one statement for every close and one for every open.
-async fn settle_in_bulk(
+async fn settle_in_bulk<'a>(
     conn: &mut PgConnection,
-    ops: &[(usize, InvocationOp<'_>)],
+    ops: &[(usize, InvocationOp<'a>)],
     claims: &OpenClaims,
     now: DateTime<Utc>,
     keep: &mut [bool],
-) -> Result<(), StoreError> {
+) -> Result<Closed<'a>, StoreError> {
+    let mut closed = Vec::new();
     let mut closes: [Vec<&str>; 4] = Default::default();
     let mut opens = Vec::new();
     let mut opened = OpenedColumns::default();
@@ -1173,7 +1187,7 @@ async fn settle_in_bulk(
                 AND session_id = t.session_id AND status = 'in_progress' FOR UPDATE) AS i) \
              UPDATE invocations AS i SET status = open.status, ended_at = $5 FROM open \
              WHERE i.account_id = open.account_id AND i.invocation_id = open.invocation_id \
-             RETURNING i.account_id, i.invocation_id",
+             RETURNING i.account_id, i.invocation_id, i.ctid::text",
         )
         .bind(&closes[0])
         .bind(&closes[1])
@@ -1182,25 +1196,29 @@ async fn settle_in_bulk(
         .bind(now)
         .fetch_all(&mut *conn)
         .await?;
-        let mut closed = std::collections::HashSet::new();
+        let mut rows_of = HashMap::new();
         for row in &rows {
-            closed.insert((row.try_get::<String, _>(0)?, row.try_get::<String, _>(1)?));
+            let key: (String, String) = (row.try_get(0)?, row.try_get(1)?);
+            rows_of.insert(key, row.try_get::<String, _>(2)?);
         }
         for &(i, op) in ops {
             if let InvocationOp::Close {
                 account_id,
                 invocation_id,
+                session_id,
                 ..
             } = op
             {
-                keep[i] = closed.contains(&(account_id.to_owned(), invocation_id.to_owned()));
+                let row = rows_of.remove(&(account_id.to_owned(), invocation_id.to_owned()));
+                keep[i] = row.is_some();
+                closed.extend(row.map(|row| ((account_id, session_id), row)));
             }
         }
     }
     if !opens.is_empty() {
         insert_opens(conn, &opens, &opened, now).await?;
     }
-    Ok(())
+    Ok(closed)
 }
 
 #[cfg(test)]

@@ -109,24 +109,6 @@ pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>
     ops
 }
 
-/// `(account_id, invocation_id)` of each invocation `ops` closed: its terminal event is
-/// kept (see [`InvocationOp::Close`]).
-pub(crate) fn closed_invocations<'a>(
-    ops: &[(usize, InvocationOp<'a>)],
-    keep: &[bool],
-) -> Vec<(&'a str, &'a str)> {
-    ops.iter()
-        .filter_map(|&(i, op)| match op {
-            InvocationOp::Close {
-                account_id,
-                invocation_id,
-                ..
-            } if keep[i] => Some((account_id, invocation_id)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Narrows a read of one run or invocation (`query` names one) to the stretch of its
 /// session's seqs that the matching invocations recorded: after the earliest one's
 /// `after_seq`, up to the latest one's `end_seq` (see the `run_bounds` migration). The

@@ -261,7 +261,7 @@ impl SqliteStore {
             );
         }
         // Where the closed invocations' events end: the sessions' `last_seq`, upserted.
-        let closed = sql::closed_invocations(&ops, &keep);
+        let closed = closed_invocations(&ops, &keep);
         for chunk in closed.chunks(INSERT_CHUNK) {
             tail.push(
                 "UPDATE invocations SET end_seq = (SELECT last_seq FROM sessions AS s \
@@ -1154,6 +1154,24 @@ pub(crate) async fn insert_event_rows(
         insert.build().execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+/// `(account_id, invocation_id)` of each invocation `ops` closed: its terminal event is
+/// kept (see [`InvocationOp::Close`]).
+fn closed_invocations<'a>(
+    ops: &[(usize, InvocationOp<'a>)],
+    keep: &[bool],
+) -> Vec<(&'a str, &'a str)> {
+    ops.iter()
+        .filter_map(|&(i, op)| match op {
+            InvocationOp::Close {
+                account_id,
+                invocation_id,
+                ..
+            } if keep[i] => Some((account_id, invocation_id)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// An invocation a batch opens: account, invocation, session, run, and the claim that
