@@ -539,15 +539,7 @@ impl Store for PgStore {
             .push_bind(&query.session_id)
             .push(" AND seq > ")
             .push_bind(query.after_seq);
-        if let Some(run_id) = &query.run_id {
-            select.push(" AND run_id = ").push_bind(run_id);
-        }
-        if let Some(invocation_id) = &query.invocation_id {
-            select
-                .push(" AND invocation_id = ")
-                .push_bind(invocation_id);
-        }
-        sql::push_run_bounds(&mut select, query);
+        sql::push_run_filter(&mut select, query);
         if let Some(types) = &query.event_types {
             select.push(" AND event_type IN (");
             let mut list = select.separated(", ");

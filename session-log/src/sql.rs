@@ -109,13 +109,14 @@ pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>
     ops
 }
 
-/// Narrows a read of one run or invocation (`query` names one) to the stretch of its
-/// session's seqs that the matching invocations recorded: after the earliest one's
-/// `after_seq`, up to the latest one's `end_seq` (see the `run_bounds` migration). The
-/// read then walks the primary key's range instead of needing an index on run ids. A
-/// bound any matching invocation does not know (an open one's end, a backfilled row's
-/// start) is left open, and so is everything when none matches.
-pub(crate) fn push_run_bounds<'a, DB>(select: &mut QueryBuilder<'a, DB>, query: &'a EventQuery)
+/// The conditions that narrow a read to one run or invocation (`query` names one): its
+/// id, and the stretch of the session's seqs that the matching invocations recorded,
+/// after the earliest one's `after_seq` and up to the latest one's `end_seq` (see the
+/// `run_bounds` migration). The read then walks the primary key's range instead of
+/// needing an index on run ids. A bound any matching invocation does not know (an open
+/// one's end, a backfilled row's start) is left open, and so is everything when none
+/// matches.
+pub(crate) fn push_run_filter<'a, DB>(select: &mut QueryBuilder<'a, DB>, query: &'a EventQuery)
 where
     DB: Database,
     &'a String: Encode<'a, DB> + Type<DB>,
@@ -123,6 +124,17 @@ where
     if query.run_id.is_none() && query.invocation_id.is_none() {
         return;
     }
+    let ids = |select: &mut QueryBuilder<'a, DB>| {
+        if let Some(run_id) = &query.run_id {
+            select.push(" AND run_id = ").push_bind(run_id);
+        }
+        if let Some(invocation_id) = &query.invocation_id {
+            select
+                .push(" AND invocation_id = ")
+                .push_bind(invocation_id);
+        }
+    };
+    ids(select);
     for bound in [
         " AND seq > (SELECT CASE WHEN count(*) = count(after_seq) \
          THEN coalesce(min(after_seq), 0) ELSE 0 END",
@@ -135,14 +147,7 @@ where
             .push_bind(&query.account_id)
             .push(" AND session_id = ")
             .push_bind(&query.session_id);
-        if let Some(run_id) = &query.run_id {
-            select.push(" AND run_id = ").push_bind(run_id);
-        }
-        if let Some(invocation_id) = &query.invocation_id {
-            select
-                .push(" AND invocation_id = ")
-                .push_bind(invocation_id);
-        }
+        ids(select);
         select.push(")");
     }
 }
