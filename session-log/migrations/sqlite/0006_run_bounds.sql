@@ -1,6 +1,6 @@
 -- Reading a run without an index on the log. `events_by_run` cost every event of a run an
--- index entry (every delta carries its run id): without it the writer commits 1.3 to 1.8
--- times the events per second, on both stores (BENCHMARKS.md, eleventh round).
+-- index entry (every delta carries its run id): without it the writer commits 1.3 to 2
+-- times the events per second, on both stores (bench/findings.md, eleventh round).
 -- Instead each invocation records where its events lie in its session's seqs:
 -- `after_seq`, the session's last seq when it opened (its events come after), and
 -- `end_seq`, the session's last seq once the batch that closed it committed (its events
