@@ -192,6 +192,7 @@ impl JournaledStore {
                     .map_err(sqlx::Error::Io)?;
             }
         }
+        crate::sqlite::configure_sqlite();
         let options = SqliteConnectOptions::new()
             .filename(journal_path)
             .create_if_missing(true)
