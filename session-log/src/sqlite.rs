@@ -475,13 +475,12 @@ impl SqliteStore {
                     session_id,
                     run_id,
                 } => {
-                    if let Some(claim) =
-                        self.pending
-                            .get(account_id, invocation_id, session_id, run_id)
-                    {
-                        // The claim's check and insert, in this transaction: another
-                        // process sharing the file may have opened one since `claim`.
-                        let now_ms = now_ms();
+                    let claim = self
+                        .pending
+                        .get(account_id, invocation_id, session_id, run_id);
+                    let granted = if claim.is_some() {
+                        // The claim's check, in this transaction: another process sharing
+                        // the file may have opened one since `claim`.
                         let busy: Option<String> = sqlx::query_scalar(&format!(
                             "SELECT invocation_id FROM invocations {OPEN_BY_SESSION} \
                              WHERE account_id = ? AND session_id = ? AND status = 'in_progress' \
@@ -490,28 +489,26 @@ impl SqliteStore {
                         ))
                         .bind(account_id)
                         .bind(session_id)
-                        .bind(now_ms)
+                        .bind(now_ms())
                         .bind(invocation_id)
                         .fetch_optional(&mut *conn)
                         .await?;
                         if let Some(other) = &busy {
                             tracing::info!(account_id, session_id, invocation_id, busy_invocation_id = %other,
                                     "claim refused at append: the session has another live run");
-                        } else {
-                            let open = (account_id, invocation_id, session_id, run_id, Some(claim));
-                            let mut insert = QueryBuilder::new("");
-                            push_opens(&mut insert, &[open], now);
-                            insert.build().execute(&mut *conn).await?;
                         }
                         settled.push((account_id, invocation_id, busy.is_none()));
                         busy.is_none()
                     } else {
-                        let open = (account_id, invocation_id, session_id, run_id, None);
+                        true
+                    };
+                    if granted {
+                        let open = (account_id, invocation_id, session_id, run_id, claim);
                         let mut insert = QueryBuilder::new("");
                         push_opens(&mut insert, &[open], now);
                         insert.build().execute(&mut *conn).await?;
-                        true
                     }
+                    granted
                 }
                 InvocationOp::Close {
                     account_id,
