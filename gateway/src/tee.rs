@@ -1,7 +1,8 @@
 //! The pass-through tee: records each proxied exchange in the log — request and response
 //! metadata, bodies up to a cap, and every SSE event of a streamed response — without
-//! ever making the stream wait for the database. An exchange's events reach the writer in
-//! as few hand-offs as order allows: one for a response of declared length, at its end.
+//! ever making the stream wait for the database. An exchange whose response comes whole
+//! is one `http_exchange` event, handed to the writer at its end; a streamed one is its
+//! `http_request`, its SSE events as they pass, and its `http_response`.
 
 use std::time::Instant;
 
@@ -55,12 +56,24 @@ impl Body {
     }
 
     fn to_json(&self) -> Value {
-        json!({
-            "text": String::from_utf8_lossy(&self.bytes),
-            "bytes": self.total,
-            "truncated": self.total > self.bytes.len(),
-        })
+        object([
+            ("text", String::from_utf8_lossy(&self.bytes).into()),
+            ("bytes", self.total.into()),
+            ("truncated", (self.total > self.bytes.len()).into()),
+        ])
     }
+}
+
+/// A JSON object of the values given, moved in: `json!` would copy each `Value` it is
+/// handed (it serializes its arguments), and a teed exchange's headers are most of its
+/// cost on the proxy's threads.
+fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(
+        fields
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect(),
+    )
 }
 
 fn headers_json(headers: &http::HeaderMap) -> Value {
@@ -91,11 +104,14 @@ impl Tee {
         req: &RequestHeader,
         cap: usize,
     ) -> Tee {
-        let request = json!({
-            "method": req.method.as_str(),
-            "path": req.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
-            "headers": headers_json(&req.headers),
-        });
+        let request = object([
+            ("method", req.method.as_str().into()),
+            (
+                "path",
+                req.uri.path_and_query().map_or("/", |p| p.as_str()).into(),
+            ),
+            ("headers", headers_json(&req.headers)),
+        ]);
         Tee {
             writer,
             account_id: account_id.to_owned(),
@@ -119,23 +135,25 @@ impl Tee {
         }
     }
 
-    /// The agent's response header arrived: the request is complete as far as it matters.
+    /// The agent's response header arrived.
     pub fn response_header(&mut self, resp: &ResponseHeader) {
-        self.record_request();
         let is_sse = resp
             .headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.contains("text/event-stream"));
-        self.response =
-            Some(json!({ "status": resp.status.as_u16(), "headers": headers_json(&resp.headers) }));
+        self.response = Some(object([
+            ("status", resp.status.as_u16().into()),
+            ("headers", headers_json(&resp.headers)),
+        ]));
         if is_sse {
             self.sse = Some(SseParser::new());
         }
-        // A body of declared length is already whole at the agent and follows at once:
-        // its request goes to the writer with its response. Anything else (a stream, a
-        // chunked body) may run for long, and its request is recorded now.
+        // A body of declared length is already whole at the agent and follows at once: the
+        // exchange is recorded as one event at its end. Anything else (a stream, a chunked
+        // body) may run for long, and its request is recorded now, whole as it matters.
         if is_sse || !resp.headers.contains_key(http::header::CONTENT_LENGTH) {
+            self.record_request();
             self.hand_off();
         }
     }
@@ -154,7 +172,6 @@ impl Tee {
 
     /// The exchange is over (`error` says why, if it failed).
     pub fn finish(mut self, error: Option<String>) {
-        self.record_request();
         if let Some(frame) = self.sse.as_mut().and_then(SseParser::finish) {
             self.sse_frames(vec![frame]);
         }
@@ -168,15 +185,29 @@ impl Tee {
         if let Some(error) = error {
             response["error"] = error.into();
         }
-        self.emit(EventType::HttpResponse, response);
+        match self.request.take() {
+            Some(request) => {
+                let request = self.with_body(request);
+                self.emit(
+                    EventType::HttpExchange,
+                    object([("request", request), ("response", response)]),
+                );
+            }
+            None => self.emit(EventType::HttpResponse, response),
+        }
         self.hand_off();
     }
 
     fn record_request(&mut self) {
-        if let Some(mut request) = self.request.take() {
-            request["body"] = self.request_body.to_json();
+        if let Some(request) = self.request.take() {
+            let request = self.with_body(request);
             self.emit(EventType::HttpRequest, request);
         }
+    }
+
+    fn with_body(&self, mut request: Value) -> Value {
+        request["body"] = self.request_body.to_json();
+        request
     }
 
     fn sse_frames(&mut self, frames: Vec<SseFrame>) {

@@ -13,8 +13,11 @@
 //! - `run_status`: `{"status": "in_progress"|"completed"|"failed"|"cancelled"|"interrupted", "reason"?: ..}`.
 //! - `text_delta` / `reasoning_delta`: `{"delta": "..."}`.
 //! - `error`: `{"code": .., "message": ..}`.
-//! - `http_request` / `http_response` / `http_sse_event`: a teed pass-through exchange;
-//!   `metadata.exchange_id` groups the events of one exchange.
+//! - `http_exchange`: a teed pass-through exchange whose response came whole, in one event:
+//!   `{"request": {method, path, headers, body}, "response": {status, headers, body, ..}}`.
+//! - `http_request` / `http_sse_event`* / `http_response`: a teed exchange whose response
+//!   streamed (SSE or chunked): the request when the response starts, each SSE event, and
+//!   the response at its end. `metadata.exchange_id` groups the events of one exchange.
 //! - `agent_event`: one event of a stateful agent's own protocol, verbatim (an A2A task,
 //!   status or artifact update, an ADK event), rendered back as it came to clients that
 //!   speak that protocol.
@@ -45,6 +48,7 @@ pub enum EventType {
     RunCheckpoint,
     ToolReceipt,
     Compaction,
+    HttpExchange,
     HttpRequest,
     HttpResponse,
     HttpSseEvent,
@@ -53,7 +57,7 @@ pub enum EventType {
 }
 
 impl EventType {
-    pub const ALL: [EventType; 17] = [
+    pub const ALL: [EventType; 18] = [
         EventType::Message,
         EventType::Reasoning,
         EventType::ToolCall,
@@ -66,6 +70,7 @@ impl EventType {
         EventType::RunCheckpoint,
         EventType::ToolReceipt,
         EventType::Compaction,
+        EventType::HttpExchange,
         EventType::HttpRequest,
         EventType::HttpResponse,
         EventType::HttpSseEvent,
@@ -87,6 +92,7 @@ impl EventType {
             EventType::RunCheckpoint => "run_checkpoint",
             EventType::ToolReceipt => "tool_receipt",
             EventType::Compaction => "compaction",
+            EventType::HttpExchange => "http_exchange",
             EventType::HttpRequest => "http_request",
             EventType::HttpResponse => "http_response",
             EventType::HttpSseEvent => "http_sse_event",

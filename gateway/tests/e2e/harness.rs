@@ -574,6 +574,19 @@ pub fn rs256(claims: &Value, key_file: &str) -> String {
     .unwrap()
 }
 
+/// The requests a teed session records, in order: each `http_request`, and the request
+/// half of each `http_exchange` (a response that came whole is one event).
+pub fn teed_requests(events: &[Event]) -> Vec<&Value> {
+    events
+        .iter()
+        .filter_map(|e| match e.event_type {
+            session_log::EventType::HttpRequest => Some(&e.content),
+            session_log::EventType::HttpExchange => Some(&e.content["request"]),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Sends `request` as raw bytes and reads whatever comes back until the server closes
 /// the connection or `wait` passes. Returns the bytes and whether the server closed.
 pub fn raw_exchange(port: u16, request: &[u8], wait: Duration) -> (Vec<u8>, bool) {

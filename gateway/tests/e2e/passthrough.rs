@@ -34,24 +34,52 @@ fn other_paths_are_proxied_with_the_gateways_identity_and_recorded() {
         "the caller's credential is not forwarded: {echo}"
     );
 
-    let events = wait_for(&store, "tee-1", 2);
-    let request = events
-        .iter()
-        .find(|e| e.event_type == EventType::HttpRequest)
-        .unwrap();
-    assert_eq!(request.content["method"], "GET");
-    assert_eq!(request.content["path"], "/echo?x=1");
-    assert_eq!(request.content["headers"]["authorization"], "[redacted]");
-    let response = events
-        .iter()
-        .find(|e| e.event_type == EventType::HttpResponse)
-        .unwrap();
-    assert_eq!(response.content["status"], 200);
-    assert!(response.content["body"]["text"]
+    // The response came whole, so the exchange is one event.
+    let events = wait_for(&store, "tee-1", 1);
+    assert_eq!(
+        events.iter().map(|e| e.event_type).collect::<Vec<_>>(),
+        vec![EventType::HttpExchange],
+        "{events:#?}"
+    );
+    let request = &events[0].content["request"];
+    assert_eq!(request["method"], "GET");
+    assert_eq!(request["path"], "/echo?x=1");
+    assert_eq!(request["headers"]["authorization"], "[redacted]");
+    let response = &events[0].content["response"];
+    assert_eq!(response["status"], 200);
+    assert!(response["body"]["text"]
         .as_str()
         .unwrap()
         .contains("\"/echo\""));
-    assert!(request.seq < response.seq);
+    assert_eq!(
+        events[0].metadata["exchange_id"]
+            .as_str()
+            .map(|x| x.starts_with("x")),
+        Some(true)
+    );
+}
+
+#[test]
+fn an_exchange_the_agent_never_answered_is_recorded_with_its_error() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let tether = Tether::start(&nobody, "openai-chat", &store.url, &[]);
+    let reply = get(
+        &format!("{}/echo", tether.url()),
+        &[("x-session-id", "tee-down")],
+    );
+    assert_eq!(reply.status, 502, "{}", reply.body);
+
+    let events = wait_for(&store, "tee-down", 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].event_type, EventType::HttpExchange);
+    assert_eq!(events[0].content["request"]["path"], "/echo");
+    let response = &events[0].content["response"];
+    assert_eq!(response["status"], Value::Null, "{response}");
+    assert!(
+        response["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{response}"
+    );
 }
 
 #[test]
@@ -76,7 +104,17 @@ fn a_streamed_pass_through_response_is_recorded_event_by_event() {
         reply.body
     );
 
+    // A streamed response: its request when the response starts, each event as it
+    // passed, then the response, all of one exchange.
     let events = wait_for(&store, "tee-sse", 7);
+    let types: Vec<EventType> = events.iter().map(|e| e.event_type).collect();
+    let mut expected = vec![EventType::HttpRequest];
+    expected.extend([EventType::HttpSseEvent; 5]);
+    expected.push(EventType::HttpResponse);
+    assert_eq!(types, expected);
+    assert!(events
+        .iter()
+        .all(|e| e.metadata["exchange_id"] == events[0].metadata["exchange_id"]));
     let sse: Vec<Value> = events
         .iter()
         .filter(|e| e.event_type == EventType::HttpSseEvent)
@@ -89,11 +127,7 @@ fn a_streamed_pass_through_response_is_recorded_event_by_event() {
             .collect::<Vec<_>>(),
         "reassembled across split writes, in order"
     );
-    let response = events
-        .iter()
-        .find(|e| e.event_type == EventType::HttpResponse)
-        .unwrap();
-    assert_eq!(response.content["sse_events"], 5);
+    assert_eq!(events[6].content["sse_events"], 5);
 }
 
 #[test]
@@ -141,20 +175,17 @@ fn chunked_pass_through_bodies_of_any_size_are_forwarded_whole_and_recorded() {
         assert_eq!(got.len(), body.len(), "{name}: body length");
         assert!(got == body, "{name}: body differs");
 
-        let events = wait_for(&store, &session, 2);
-        let recorded = events
-            .iter()
-            .find(|e| e.event_type == EventType::HttpRequest)
+        let events = wait_for(&store, &session, 1);
+        let recorded = *teed_requests(&events)
+            .first()
             .unwrap_or_else(|| panic!("{name}: no request recorded"));
         assert_eq!(
-            recorded.content["body"]["bytes"],
+            recorded["body"]["bytes"],
             body.len(),
             "{name}: {}",
-            recorded.content["body"]["bytes"]
+            recorded["body"]["bytes"]
         );
-        let text = recorded.content["body"]["text"]
-            .as_str()
-            .unwrap_or_default();
+        let text = recorded["body"]["text"].as_str().unwrap_or_default();
         assert!(
             body.starts_with(text),
             "{name}: recorded body is the body's start"

@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use session_log::EventType;
-
 use crate::harness::*;
 
 /// A request hidden in the body of the outer one; it must never reach the agent.
@@ -58,11 +56,9 @@ fn ambiguous_framing_is_refused_and_nothing_is_smuggled() {
         }
     }
     std::thread::sleep(Duration::from_millis(300));
-    let reached: Vec<String> = store
-        .events("local", "passthrough")
+    let reached: Vec<String> = teed_requests(&store.events("local", "passthrough"))
         .iter()
-        .filter(|e| e.event_type == EventType::HttpRequest)
-        .map(|e| e.content["path"].as_str().unwrap_or_default().to_owned())
+        .map(|r| r["path"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert!(
         failures.is_empty(),
