@@ -19,6 +19,10 @@ pub struct WriterConfig {
     pub max_batch: usize,
     /// Requests that may wait for the writer before senders are held back.
     pub queue: usize,
+    /// How long events nobody waits for (the tee's records of pass-through exchanges) may
+    /// wait for more before they are committed; any event somebody waits for ends the
+    /// wait at once.
+    pub linger: Duration,
 }
 
 impl Default for WriterConfig {
@@ -26,6 +30,7 @@ impl Default for WriterConfig {
         WriterConfig {
             max_batch: 1024,
             queue: 8192,
+            linger: Duration::from_millis(5),
         }
     }
 }
@@ -146,8 +151,30 @@ enum Request {
     Append {
         events: Vec<NewEvent>,
         reply: Option<Reply>,
+        /// Nobody waits for these events, nor for a stream they hold back: they may wait
+        /// up to [`WriterConfig::linger`] for company.
+        background: bool,
     },
     Flush(oneshot::Sender<()>),
+}
+
+impl Request {
+    fn is_background(&self) -> bool {
+        matches!(
+            self,
+            Request::Append {
+                background: true,
+                ..
+            }
+        )
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Request::Append { events, .. } => events.len(),
+            Request::Flush(_) => 0,
+        }
+    }
 }
 
 /// Handle to the writer task. Cheap to clone.
@@ -178,6 +205,7 @@ impl Writer {
             .send(Request::Append {
                 events,
                 reply: Some(reply),
+                background: false,
             })
             .await
             .map_err(|_| WriteError::Closed)?;
@@ -190,6 +218,7 @@ impl Writer {
             .send(Request::Append {
                 events,
                 reply: None,
+                background: false,
             })
             .await
             .map_err(|_| WriteError::Closed)
@@ -197,12 +226,15 @@ impl Writer {
 
     /// Queues events if there is room right now; never waits (for synchronous callers
     /// such as body filters). What cannot be queued is counted in `stats().dropped`.
+    /// Nobody may wait for these events: they are committed within
+    /// [`WriterConfig::linger`], with whatever else comes meanwhile.
     pub fn try_submit(&self, events: Vec<NewEvent>) -> Result<(), WriteError> {
         let n = events.len() as u64;
         self.tx
             .try_send(Request::Append {
                 events,
                 reply: None,
+                background: true,
             })
             .map_err(|e| {
                 self.stats.dropped.fetch_add(n, Ordering::Relaxed);
@@ -239,9 +271,21 @@ async fn run(
         if rx.recv_many(&mut requests, 256).await == 0 {
             return; // every handle dropped and the queue is empty
         }
+        if requests.iter().all(Request::is_background) {
+            let until = tokio::time::Instant::now() + config.linger;
+            let mut queued: usize = requests.iter().map(Request::len).sum();
+            while queued < config.max_batch {
+                let before = requests.len();
+                match tokio::time::timeout_at(until, rx.recv_many(&mut requests, 256)).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if !requests[before..].iter().all(Request::is_background) => break,
+                    Ok(_) => queued += requests[before..].iter().map(Request::len).sum::<usize>(),
+                }
+            }
+        }
         for request in requests.drain(..) {
             match request {
-                Request::Append { events, reply } => {
+                Request::Append { events, reply, .. } => {
                     if !batch.events.is_empty()
                         && batch.events.len() + events.len() > config.max_batch
                     {

@@ -2,6 +2,7 @@
 //! committed, and a subscription from a cursor yields every later event exactly once, in
 //! order, while events are being written.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -173,6 +174,7 @@ async fn concurrent_appends_each_get_their_own_events() {
     let log = log_with(WriterConfig {
         max_batch: 7,
         queue: 16,
+        ..WriterConfig::default()
     })
     .await;
     let tasks: Vec<_> = (0..8)
@@ -351,6 +353,7 @@ async fn subscriptions_are_gapless_while_events_are_written() {
     let log = log_with(WriterConfig {
         max_batch: 64,
         queue: 64,
+        ..WriterConfig::default()
     })
     .await;
 
@@ -518,6 +521,7 @@ async fn flush_waits_for_prior_submissions() {
     let log = log_with(WriterConfig {
         max_batch: 10,
         queue: 1024,
+        ..WriterConfig::default()
     })
     .await;
     let mut total = 0;
@@ -537,6 +541,36 @@ async fn flush_waits_for_prior_submissions() {
     assert_eq!(log.store.count_events("acct", "s").await.unwrap(), total);
     let session = log.store.session("acct", "s").await.unwrap().unwrap();
     assert_eq!(session.last_seq, total);
+}
+
+/// Records nobody waits for (the tee's) wait for company, and share a commit with the
+/// next event somebody waits for, which they never hold back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_records_share_a_commit_and_never_delay_a_waiter() {
+    let linger = Duration::from_secs(20);
+    let log = log_with(WriterConfig {
+        linger,
+        ..WriterConfig::default()
+    })
+    .await;
+    for i in 0..10 {
+        log.writer
+            .try_submit(vec![delta("tee", &i.to_string())])
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        log.store.count_events("acct", "tee").await.unwrap(),
+        0,
+        "the records wait for company"
+    );
+    let started = std::time::Instant::now();
+    let waited = log.writer.append(vec![delta("run", "now")]).await.unwrap();
+    assert_eq!(waited.len(), 1);
+    assert!(started.elapsed() < linger / 2, "the waiter was held back");
+    assert_eq!(log.store.count_events("acct", "tee").await.unwrap(), 10);
+    let stats = log.writer.stats();
+    assert_eq!(stats.batches_committed.load(Ordering::Relaxed), 1);
 }
 
 /// One event the database refuses costs only itself: the writer splits the batch, commits
