@@ -120,8 +120,8 @@ for rate in (1000, 2000):
     sc = f"pass-open-{rate}"
     w(f"Open loop at **{rate} requests/s** ({meta['runs']}×5 s; latency from the intended send time):")
     w("")
-    w("| target | p50 | p99 | p99.9 | max | added p50 | added p99 | added p99.9 | errors |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w("| target | p50 | p99 | p99.9 | max | added p50 | added p99 | added p99.9 | CPU µs per request | errors |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     d = {k: med(sc, "direct", k) for k in ("p50_us", "p99_us", "p999_us")}
     for t in PASS:
         v = {k: med(sc, t, k) for k in ("p50_us", "p99_us", "p999_us", "max_us")}
@@ -129,7 +129,8 @@ for rate in (1000, 2000):
             continue
         w(f"| {PASS_NAME.get(t, t)} | {ms(v['p50_us'])} | {ms(v['p99_us'])} | {ms(v['p999_us'])} | {ms(v['max_us'])} | "
           f"{added(v['p50_us'], d['p50_us'])} | {added(v['p99_us'], d['p99_us'])} | "
-          f"{added(v['p999_us'], d['p999_us'])} | {total(sc, t, 'errors')} |")
+          f"{added(v['p999_us'], d['p999_us'])} | {cpu_per(sc, t, lambda r: r.get('ok'), 1e-6)} | "
+          f"{total(sc, t, 'errors')} |")
     w("")
     if rate == 2000:
         t50, d50 = med(sc, "tether", "p50_us"), d["p50_us"]

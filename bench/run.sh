@@ -269,10 +269,10 @@ for run in $(seq 1 "$RUNS"); do
     record pass-sat $t $run "$(load_cpu $t sat --addr ${ADDR[$t]} --path /json --conns 64 --seconds $SAT_SECONDS "${f[@]}")"
   done
   for rate in 1000 2000; do
-    for t in direct nginx tether tether-auth; do
+    for t in direct nginx pingora tether-notee tether tether-auth; do
       f=(); k=; [ "$t" = tether-auth ] && f=("${AUTH[@]}") && k=" --header 'Authorization: Bearer <key>'"
       cmdlog "bench-load open --addr ${ADDR[$t]} --path /json --rate $rate --seconds $OPEN_SECONDS --conns 64$k"
-      record pass-open-$rate $t $run "$(load open --addr ${ADDR[$t]} --path /json --rate $rate --seconds $OPEN_SECONDS --conns 64 "${f[@]}")"
+      record pass-open-$rate $t $run "$(load_cpu $t open --addr ${ADDR[$t]} --path /json --rate $rate --seconds $OPEN_SECONDS --conns 64 "${f[@]}")"
     done
   done
 done
