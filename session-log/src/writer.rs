@@ -151,8 +151,8 @@ enum Request {
     Append {
         events: Vec<NewEvent>,
         reply: Option<Reply>,
-        /// Nobody waits for these events, nor for a stream they hold back: they may wait
-        /// up to [`WriterConfig::linger`] for company.
+        /// Nobody waits for these events: they may wait up to [`WriterConfig::linger`]
+        /// for company.
         background: bool,
     },
     Flush(oneshot::Sender<()>),
@@ -272,16 +272,7 @@ async fn run(
             return; // every handle dropped and the queue is empty
         }
         if requests.iter().all(Request::is_background) {
-            let until = tokio::time::Instant::now() + config.linger;
-            let mut queued: usize = requests.iter().map(Request::len).sum();
-            while queued < config.max_batch {
-                let before = requests.len();
-                match tokio::time::timeout_at(until, rx.recv_many(&mut requests, 256)).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if !requests[before..].iter().all(Request::is_background) => break,
-                    Ok(_) => queued += requests[before..].iter().map(Request::len).sum::<usize>(),
-                }
-            }
+            wait_for_company(&mut rx, &mut requests, &config).await;
         }
         for request in requests.drain(..) {
             match request {
@@ -300,6 +291,28 @@ async fn run(
         batch.commit(&store, &hub, announcer.as_ref(), &stats).await;
         for done in flushes.drain(..) {
             let _ = done.send(());
+        }
+    }
+}
+
+/// Lets records nobody waits for gather more for up to `config.linger`, so that at
+/// moderate load the tee's exchanges share a transaction instead of paying one each (a
+/// commit costs more than the few events in it). Anything somebody waits for, or a full
+/// batch, ends the wait at once.
+async fn wait_for_company(
+    rx: &mut mpsc::Receiver<Request>,
+    requests: &mut Vec<Request>,
+    config: &WriterConfig,
+) {
+    let until = tokio::time::Instant::now() + config.linger;
+    let mut queued: usize = requests.iter().map(Request::len).sum();
+    while queued < config.max_batch {
+        let seen = requests.len();
+        match tokio::time::timeout_at(until, rx.recv_many(requests, 256)).await {
+            Ok(n) if n > 0 && requests[seen..].iter().all(Request::is_background) => {
+                queued += requests[seen..].iter().map(Request::len).sum::<usize>();
+            }
+            _ => return, // the time is up, somebody waits, or every handle is gone
         }
     }
 }
