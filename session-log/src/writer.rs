@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::event::{Event, NewEvent};
 use crate::histogram::Histogram;
@@ -168,19 +168,15 @@ impl Request {
             }
         )
     }
-
-    fn len(&self) -> usize {
-        match self {
-            Request::Append { events, .. } => events.len(),
-            Request::Flush(_) => 0,
-        }
-    }
 }
 
 /// Handle to the writer task. Cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Request>,
+    /// Rung after each request somebody waits for: it ends a wait for company (it wakes
+    /// only a writer waiting then; one that is not finds the request queued).
+    urgent: Arc<Notify>,
     stats: Arc<WriterStats>,
 }
 
@@ -189,8 +185,9 @@ impl Writer {
     pub fn spawn(store: Arc<dyn Store>, hub: Hub, config: WriterConfig) -> Writer {
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let stats = Arc::new(WriterStats::default());
-        tokio::spawn(run(store, hub, config, rx, stats.clone()));
-        Writer { tx, stats }
+        let urgent = Arc::new(Notify::new());
+        tokio::spawn(run(store, hub, config, rx, urgent.clone(), stats.clone()));
+        Writer { tx, urgent, stats }
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -209,6 +206,7 @@ impl Writer {
             })
             .await
             .map_err(|_| WriteError::Closed)?;
+        self.urgent.notify_waiters();
         committed.await.map_err(|_| WriteError::Closed)
     }
 
@@ -221,7 +219,9 @@ impl Writer {
                 background: false,
             })
             .await
-            .map_err(|_| WriteError::Closed)
+            .map_err(|_| WriteError::Closed)?;
+        self.urgent.notify_waiters();
+        Ok(())
     }
 
     /// Queues events if there is room right now; never waits (for synchronous callers
@@ -252,6 +252,7 @@ impl Writer {
             .send(Request::Flush(done))
             .await
             .map_err(|_| WriteError::Closed)?;
+        self.urgent.notify_waiters();
         flushed.await.map_err(|_| WriteError::Closed)
     }
 }
@@ -261,6 +262,7 @@ async fn run(
     hub: Hub,
     config: WriterConfig,
     mut rx: mpsc::Receiver<Request>,
+    urgent: Arc<Notify>,
     stats: Arc<WriterStats>,
 ) {
     let announcer = (store.backend() == "postgres").then(|| Announcer::spawn(store.clone()));
@@ -272,7 +274,7 @@ async fn run(
             return; // every handle dropped and the queue is empty
         }
         if requests.iter().all(Request::is_background) {
-            wait_for_company(&mut rx, &mut requests, &config).await;
+            wait_for_company(&mut rx, &mut requests, &urgent, config.linger).await;
         }
         for request in requests.drain(..) {
             match request {
@@ -295,25 +297,33 @@ async fn run(
     }
 }
 
-/// Lets records nobody waits for gather more for up to `config.linger`, so that at
-/// moderate load the tee's exchanges share a transaction instead of paying one each (a
-/// commit costs more than the few events in it). Anything somebody waits for, or a full
-/// batch, ends the wait at once.
+/// Lets records nobody waits for gather more for up to `linger`, so that at moderate load
+/// the tee's exchanges share a transaction instead of paying one each (a commit costs
+/// more than the few events in it). The writer sleeps meanwhile rather than waking for
+/// each record as it comes; a request somebody waits for rings `urgent` and ends the wait
+/// at once. Whatever is queued then joins the batch.
 async fn wait_for_company(
     rx: &mut mpsc::Receiver<Request>,
     requests: &mut Vec<Request>,
-    config: &WriterConfig,
+    urgent: &Notify,
+    linger: Duration,
 ) {
-    let until = tokio::time::Instant::now() + config.linger;
-    let mut queued: usize = requests.iter().map(Request::len).sum();
-    while queued < config.max_batch {
-        let seen = requests.len();
-        match tokio::time::timeout_at(until, rx.recv_many(requests, 256)).await {
-            Ok(n) if n > 0 && requests[seen..].iter().all(Request::is_background) => {
-                queued += requests[seen..].iter().map(Request::len).sum::<usize>();
-            }
-            _ => return, // the time is up, somebody waits, or every handle is gone
+    // Listening before looking: a request queued after the look rings this.
+    let rung = urgent.notified();
+    tokio::pin!(rung);
+    rung.as_mut().enable();
+    let mut take_queued = |requests: &mut Vec<Request>| {
+        while let Ok(request) = rx.try_recv() {
+            requests.push(request);
         }
+    };
+    take_queued(requests);
+    if requests.iter().all(Request::is_background) {
+        tokio::select! {
+            _ = tokio::time::sleep(linger) => {}
+            _ = rung => {}
+        }
+        take_queued(requests);
     }
 }
 
