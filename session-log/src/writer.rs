@@ -198,30 +198,23 @@ impl Writer {
     /// Events the store dropped (a second terminal status) are absent.
     pub async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<Event>, WriteError> {
         let (reply, committed) = oneshot::channel();
-        self.tx
-            .send(Request::Append {
-                events,
-                reply: Some(reply),
-                background: false,
-            })
-            .await
-            .map_err(|_| WriteError::Closed)?;
-        self.urgent.notify_waiters();
+        self.send_urgent(Request::Append {
+            events,
+            reply: Some(reply),
+            background: false,
+        })
+        .await?;
         committed.await.map_err(|_| WriteError::Closed)
     }
 
     /// Queues events without waiting for the commit; waits only for queue space.
     pub async fn submit(&self, events: Vec<NewEvent>) -> Result<(), WriteError> {
-        self.tx
-            .send(Request::Append {
-                events,
-                reply: None,
-                background: false,
-            })
-            .await
-            .map_err(|_| WriteError::Closed)?;
-        self.urgent.notify_waiters();
-        Ok(())
+        self.send_urgent(Request::Append {
+            events,
+            reply: None,
+            background: false,
+        })
+        .await
     }
 
     /// Queues events if there is room right now; never waits (for synchronous callers
@@ -248,12 +241,19 @@ impl Writer {
     /// Waits until everything queued before this call is committed.
     pub async fn flush(&self) -> Result<(), WriteError> {
         let (done, flushed) = oneshot::channel();
+        self.send_urgent(Request::Flush(done)).await?;
+        flushed.await.map_err(|_| WriteError::Closed)
+    }
+
+    /// Queues a request somebody waits for, and ends the writer's wait for company if it
+    /// is in one.
+    async fn send_urgent(&self, request: Request) -> Result<(), WriteError> {
         self.tx
-            .send(Request::Flush(done))
+            .send(request)
             .await
             .map_err(|_| WriteError::Closed)?;
         self.urgent.notify_waiters();
-        flushed.await.map_err(|_| WriteError::Closed)
+        Ok(())
     }
 }
 
