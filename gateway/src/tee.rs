@@ -215,7 +215,11 @@ impl Tee {
             self.sse_events += 1;
             self.emit(
                 EventType::HttpSseEvent,
-                json!({ "event": frame.event, "id": frame.id, "data": frame.data }),
+                object([
+                    ("event", frame.event.into()),
+                    ("id", frame.id.into()),
+                    ("data", frame.data.into()),
+                ]),
             );
         }
     }
