@@ -3,7 +3,8 @@
 //!
 //! - `open`   open-loop fixed rate: requests are scheduled on a fixed timeline by a pacer
 //!   thread and latency is measured from the *intended* send time, so a stalled
-//!   server cannot hide its tail (no coordinated omission).
+//!   server cannot hide its tail (no coordinated omission). The pacer's worst lateness
+//!   is reported too: a frozen machine delays it as much as the server.
 //! - `sat`    closed loop, N keep-alive connections, saturation requests/s.
 //! - `sse`    C concurrent streaming model requests; time to first event and per-event
 //!   delivery latency against the agent's `@t=` send timestamps.
@@ -216,17 +217,22 @@ async fn open(
     // Give the workers a moment to connect so connection setup is not in the first samples.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let start = Instant::now();
+    // The pacer's own lateness is the load generator's: when it wakes long after a send
+    // time, the machine did not run it (a freeze no server could cause or avoid).
     let pacer = std::thread::spawn(move || {
+        let mut late_max = Duration::ZERO;
         for i in 0..total {
             let at = start + period * i as u32;
             let now = Instant::now();
             if at > now {
                 std::thread::sleep(at - now);
             }
+            late_max = late_max.max(Instant::now().saturating_duration_since(at));
             if tx.send(at).is_err() {
                 break;
             }
         }
+        late_max
     });
     let mut lat = Vec::new();
     for w in workers {
@@ -236,7 +242,7 @@ async fn open(
             lat.append(&mut l);
         }
     }
-    let _ = pacer.join();
+    let pacer_late_max = pacer.join().map(us).unwrap_or(0);
     let elapsed = start.elapsed().as_secs_f64();
     lat.sort_unstable();
     json!({
@@ -245,6 +251,7 @@ async fn open(
         "achieved_rps": lat.len() as f64 / elapsed,
         "p50_us": pct(&lat, 50.0), "p90_us": pct(&lat, 90.0), "p99_us": pct(&lat, 99.0),
         "p999_us": pct(&lat, 99.9), "max_us": lat.last().copied().unwrap_or(0),
+        "pacer_late_max_us": pacer_late_max,
     })
 }
 
