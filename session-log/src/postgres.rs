@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -25,6 +25,11 @@ const POOL_SIZE: u32 = 10;
 /// Bounds connecting (the pool's and the write connection's) and waiting for a free
 /// pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The write connection is replaced once it is this old, like the pool's connections
+/// (sqlx's default `max_lifetime`). A held connection otherwise keeps for good the generic
+/// plans PostgreSQL made for its statements when the tables were small: only `ANALYZE`
+/// re-plans them, and a database without autovacuum never runs it.
+const WRITER_LIFETIME: Duration = Duration::from_secs(30 * 60);
 /// Events per INSERT. The statement takes one array per column, so its size does not
 /// depend on the chunk; the chunk only bounds one message's size.
 const INSERT_CHUNK: usize = 5000;
@@ -61,11 +66,18 @@ pub struct PgStore {
     /// held, not pooled: sqlx pings a pooled connection when it hands it out and again
     /// when it comes back, two more round trips to PostgreSQL per commit, and the next
     /// commit waited for the second.
-    writer: tokio::sync::Mutex<Option<PgConnection>>,
+    writer: tokio::sync::Mutex<Option<Held>>,
     writer_options: PgConnectOptions,
+    writer_lifetime: Duration,
     /// Fresh claims (see [`Claim::fresh`]): granted without a round trip, and written by
     /// the append that opens their invocation (or by the journal, when it takes the append).
     pub(crate) pending: PendingClaims,
+}
+
+/// The write connection, and when it connected.
+struct Held {
+    conn: PgConnection,
+    since: Instant,
 }
 
 /// The pending claim each event of a batch opens, by position (empty when the batch opens
@@ -81,13 +93,13 @@ fn claim_at(claims: &OpenClaims, i: usize) -> Option<&PendingClaim> {
 /// drops the connection, and the next turn connects afresh: a query cut off midway may
 /// have left it half-answered, or its peer gone.
 struct WriteTurn<'a> {
-    held: tokio::sync::MutexGuard<'a, Option<PgConnection>>,
+    held: tokio::sync::MutexGuard<'a, Option<Held>>,
     finished: bool,
 }
 
 impl WriteTurn<'_> {
     fn conn(&mut self) -> &mut PgConnection {
-        self.held.as_mut().expect("a turn begins connected")
+        &mut self.held.as_mut().expect("a turn begins connected").conn
     }
 
     fn finish(mut self) {
@@ -119,13 +131,29 @@ impl PgStore {
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        let autovacuum: bool = sqlx::query_scalar(
+            "SELECT current_setting('autovacuum')::bool AND current_setting('track_counts')::bool",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if !autovacuum {
+            tracing::warn!(
+                "autovacuum is off on this PostgreSQL database: the planner gets no statistics \
+                 on the session log's tables, so its queries may take plans made when the \
+                 tables were small; turn autovacuum on, or run ANALYZE regularly"
+            );
+        }
         let writer_options = options.application_name("tether-writer");
         // Connected now, so the first commit does not connect first.
-        let writer = writer_options.connect().await?;
+        let writer = Held {
+            conn: writer_options.connect().await?,
+            since: Instant::now(),
+        };
         Ok(PgStore {
             pool,
             writer: tokio::sync::Mutex::new(Some(writer)),
             writer_options,
+            writer_lifetime: WRITER_LIFETIME,
             pending: PendingClaims::default(),
         })
     }
@@ -133,6 +161,15 @@ impl PgStore {
     /// Waits for the write connection, connecting it if the last turn dropped it.
     async fn write_turn(&self) -> Result<WriteTurn<'_>, StoreError> {
         let mut held = self.writer.lock().await;
+        if held
+            .as_ref()
+            .is_some_and(|h| h.since.elapsed() >= self.writer_lifetime)
+        {
+            if let Some(old) = held.take() {
+                // Said goodbye off the turn: nothing waits for the answer.
+                tokio::spawn(old.conn.close());
+            }
+        }
         if held.is_none() {
             let connect = self.writer_options.connect();
             let timed_out = || {
@@ -145,7 +182,10 @@ impl PgStore {
             let conn = tokio::time::timeout(ACQUIRE_TIMEOUT, connect)
                 .await
                 .map_err(|_| timed_out())??;
-            *held = Some(conn);
+            *held = Some(Held {
+                conn,
+                since: Instant::now(),
+            });
         }
         Ok(WriteTurn {
             held,
@@ -1219,6 +1259,56 @@ mod tests {
 
     use super::*;
     use crate::event::EventType;
+
+    /// The backend process of the connection the next write turn gets.
+    async fn writer_pid(store: &PgStore) -> i32 {
+        let mut turn = store.write_turn().await.unwrap();
+        let pid = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(turn.conn())
+            .await
+            .unwrap();
+        turn.finish();
+        pid
+    }
+
+    /// The write connection is replaced once it is older than its lifetime (and the old
+    /// one is closed), and kept while it is younger.
+    #[tokio::test]
+    async fn the_write_connection_is_replaced_when_it_is_old() {
+        let url = match std::env::var("TEST_DATABASE_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ if std::env::var_os("CI").is_some() => panic!("TEST_DATABASE_URL must be set in CI"),
+            _ => return eprintln!("TEST_DATABASE_URL is not set: skipping"),
+        };
+        let mut store = PgStore::connect(&url).await.unwrap();
+        let first = writer_pid(&store).await;
+        assert_eq!(
+            writer_pid(&store).await,
+            first,
+            "a young connection is kept"
+        );
+        store.writer_lifetime = Duration::ZERO;
+        let second = writer_pid(&store).await;
+        assert_ne!(second, first, "an old connection is replaced");
+        let gone = async {
+            loop {
+                let alive: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
+                )
+                .bind(first)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+                if !alive {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), gone)
+            .await
+            .expect("the replaced connection was closed");
+    }
 
     #[test]
     fn redact_masks_the_password_only() {
