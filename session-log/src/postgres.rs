@@ -68,6 +68,7 @@ pub struct PgStore {
     /// commit waited for the second.
     writer: tokio::sync::Mutex<Option<Held>>,
     writer_options: PgConnectOptions,
+    /// [`WRITER_LIFETIME`]; shorter in tests.
     writer_lifetime: Duration,
     /// Fresh claims (see [`Claim::fresh`]): granted without a round trip, and written by
     /// the append that opens their invocation (or by the journal, when it takes the append).
@@ -158,17 +159,13 @@ impl PgStore {
         })
     }
 
-    /// Waits for the write connection, connecting it if the last turn dropped it.
+    /// Waits for the write connection, connecting it if the last turn dropped it or
+    /// replacing it if it is too old.
     async fn write_turn(&self) -> Result<WriteTurn<'_>, StoreError> {
         let mut held = self.writer.lock().await;
-        if held
-            .as_ref()
-            .is_some_and(|h| h.since.elapsed() >= self.writer_lifetime)
-        {
-            if let Some(old) = held.take() {
-                // Said goodbye off the turn: nothing waits for the answer.
-                tokio::spawn(old.conn.close());
-            }
+        if let Some(old) = held.take_if(|h| h.since.elapsed() >= self.writer_lifetime) {
+            // Said goodbye off the turn: nothing waits for the answer.
+            tokio::spawn(old.conn.close());
         }
         if held.is_none() {
             let connect = self.writer_options.connect();

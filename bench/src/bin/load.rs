@@ -217,8 +217,8 @@ async fn open(
     // Give the workers a moment to connect so connection setup is not in the first samples.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let start = Instant::now();
-    // The pacer's own lateness is the load generator's: when it wakes long after a send
-    // time, the machine did not run it (a freeze no server could cause or avoid).
+    // The pacer's own lateness: when it wakes long after a send time, the machine did not
+    // run the load tool either, and the requests' wait is not the server's alone.
     let pacer = std::thread::spawn(move || {
         let mut late_max = Duration::ZERO;
         for i in 0..total {
