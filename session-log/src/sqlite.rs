@@ -1358,9 +1358,6 @@ mod tests {
         open_handles(path)
     }
 
-    /// A store dropped without `close` stops its checkpoint task, whose pool handle would
-    /// otherwise keep the database file open for the life of the runtime.
-    #[cfg(target_os = "linux")]
     /// SQLite counts nothing: its memory statistics stay off, so allocations take no lock.
     #[tokio::test]
     async fn sqlite_keeps_no_memory_statistics() {
@@ -1378,6 +1375,9 @@ mod tests {
         assert_eq!(unsafe { libsqlite3_sys::sqlite3_memory_used() }, 0);
     }
 
+    /// A store dropped without `close` stops its checkpoint task, whose pool handle would
+    /// otherwise keep the database file open for the life of the runtime.
+    #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn a_dropped_store_releases_its_file() {
         let dir = tempfile::tempdir().unwrap();
