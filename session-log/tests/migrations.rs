@@ -1,0 +1,92 @@
+//! Applied migrations never change: sqlx refuses to start on a database whose applied
+//! migration's text (comments included) differs from the binary's.
+
+// Every migration's version and the SHA-384 of its text, as databases have applied it.
+// A change of schema is a new migration; add its checksum here once it has landed.
+
+const SQLITE: &[(i64, &str)] = &[
+    (
+        1,
+        "8c9860feb538b9cba44ce9da57e0ce42eec01eaacc533797cf60b7ce936aec86f24fc89b65c7d075f67e6609362c98fd",
+    ),
+    (
+        2,
+        "b5c2e3519a8cbf72ac0bc6959b2a88cf579037ce0de39491150052e6ef90b83eb22a1ef34ad53b1591d2263a33d8f8e1",
+    ),
+    (
+        3,
+        "da9a30cf6e58be6e90d8cdbdd0842c1be2c1e597436f097f1047f36213003b9fe45f34129977681f69941739baefd115",
+    ),
+    (
+        4,
+        "7c10560bf98a731fe08577ae4db047fc175f5200e16d885379284b1fbf0079d2d0a7a313a1a52a0770eeeabeb80649f5",
+    ),
+    (
+        5,
+        "a31bc25317e10118bf02a036de99a6a971a9c6c34541a3afe05e356c7224fafb57b3618f580f301c220bc8a780e402cb",
+    ),
+    (
+        6,
+        "55613c19418e0b8c85b1ff1127ceb5c2c2de3e02798d93d08461504a13b23fd8f4c5f1a8817eeec4ff7b067a837c22ab",
+    ),
+];
+const POSTGRES: &[(i64, &str)] = &[
+    (
+        1,
+        "242801481ab3dd86fd4080e8804c57c84eabccf19654a028e50a30f90dda3917bb30fed7bbd285eb732e9282bf558fdc",
+    ),
+    (
+        2,
+        "129e6f0a35af2a9825a3843df7408c4152c76ad65fbbc7dffedd31bc433250c108e375a8c7f25f7fe79bc6b95d5d49ff",
+    ),
+    (
+        3,
+        "ff10ddf326338dcbd40b01fd26c7ea0f49511e29cb4e555578033c5500f47ae4f599e9ef4af8a7cb62e8df5033c0756a",
+    ),
+    (
+        4,
+        "6b8aa2522a76d762bccb38215f9a14c2896b9049b1a234792a7bd9628601be05e9b9b5b352edc2aa40fb3ee8e5e2b0b5",
+    ),
+    (
+        5,
+        "1ac1701b4bf68d03e75f7d4aa24c03a7ea2ace8b6e031e5733c6831acacd13d45d8b7aae99ae27f58699751f8f55f13d",
+    ),
+    (
+        6,
+        "a31bc25317e10118bf02a036de99a6a971a9c6c34541a3afe05e356c7224fafb57b3618f580f301c220bc8a780e402cb",
+    ),
+    (
+        7,
+        "1274a33ecda184ed3e572b3fb94e449c3b8d9310a4fc22369771a92f8b6f058299af016d5fcf12873fa15c09d04e103b",
+    ),
+];
+
+const ADVICE: &str = "an applied migration was edited (existing databases would refuse \
+                      to start: restore its text and write a new migration), or a new \
+                      migration's checksum is not pinned here yet";
+
+fn checksums(migrator: &sqlx::migrate::Migrator) -> Vec<(i64, String)> {
+    migrator
+        .iter()
+        .map(|m| {
+            let hex = m.checksum.iter().map(|b| format!("{b:02x}")).collect();
+            (m.version, hex)
+        })
+        .collect()
+}
+
+fn pinned(list: &[(i64, &str)]) -> Vec<(i64, String)> {
+    list.iter().map(|(v, c)| (*v, (*c).to_owned())).collect()
+}
+
+#[test]
+fn applied_sqlite_migrations_are_unchanged() {
+    let now = checksums(&sqlx::migrate!("./migrations/sqlite"));
+    assert_eq!(now, pinned(SQLITE), "{ADVICE}");
+}
+
+#[test]
+fn applied_postgres_migrations_are_unchanged() {
+    let now = checksums(&sqlx::migrate!("./migrations/postgres"));
+    assert_eq!(now, pinned(POSTGRES), "{ADVICE}");
+}
