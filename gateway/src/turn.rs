@@ -47,13 +47,7 @@ pub async fn run_turn(
             return e.send(session, surface, &headers).await;
         }
     };
-    let info = RunInfo {
-        run_id: started.run_id.clone(),
-        session_id: started.session_id.clone(),
-        model: started.model.clone(),
-        created_at: chrono::Utc::now().timestamp(),
-        client,
-    };
+    let info = started.info(client);
     let response_id = surface.response_id(&started.run_id);
     let headers = [
         ("x-session-id", started.session_id.as_str()),

@@ -3,7 +3,7 @@
 //! `session_log::checkpoints` for the descriptors, receipts and the state machine).
 
 use pingora::proxy::Session;
-use runtime_adapter::{project, surface, Item, Protocol, RunInfo, TurnRequest};
+use runtime_adapter::{project, surface, Item, Protocol, TurnRequest};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use session_log::checkpoints::{
@@ -302,12 +302,11 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         }
         Err(StartError::TooManyRuns(l)) => return Err(ApiError::limited(&l).into()),
         Err(StartError::ShuttingDown) => {
-            return Err(ControlError {
-                headers: Vec::new(),
-                status: 503,
-                message: "the gateway is shutting down".into(),
-                data: Value::Null,
-            })
+            return Err(ControlError::new(
+                503,
+                "the gateway is shutting down",
+                Value::Null,
+            ))
         }
         Err(e) => return Err(ControlError::unavailable(e)),
     };
@@ -333,13 +332,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
             None => return Err(ControlError::unavailable("the event hub closed")),
         }
     }
-    let info = RunInfo {
-        run_id: started.run_id.clone(),
-        session_id: started.session_id.clone(),
-        model: started.model.clone(),
-        created_at: chrono::Utc::now().timestamp(),
-        client: Value::Null,
-    };
+    let info = started.info(Value::Null);
     let terminal = collected.last().and_then(Event::run_status);
     if terminal == Some(RunStatus::Completed) {
         return Ok(Resumed::Json(
@@ -443,13 +436,7 @@ pub async fn stream_resumed(
     mut events: Subscription,
 ) -> pingora::Result<()> {
     let surface = surface(Protocol::OpenAiResponses);
-    let info = RunInfo {
-        run_id: run.run_id.clone(),
-        session_id: run.session_id.clone(),
-        model: run.model.clone(),
-        created_at: chrono::Utc::now().timestamp(),
-        client: Value::Null,
-    };
+    let info = run.info(Value::Null);
     let headers = [
         ("x-session-id", run.session_id.as_str()),
         ("x-invocation-id", run.invocation_id.as_str()),

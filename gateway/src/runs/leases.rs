@@ -1,5 +1,6 @@
-//! Runs nobody else will end: the leases this replica renews on the runs it drives,
-//! abandoned runs (their replica died) closed as `interrupted`, and the drain at shutdown.
+//! Who drives a run, and the end of runs nobody drives: the leases this replica renews on
+//! its runs, abandoned runs (their replica died) closed as `interrupted`, and the drain
+//! at shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;

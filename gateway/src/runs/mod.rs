@@ -1,12 +1,19 @@
 //! The run manager: starts runs, drives each one from a task of its own (never from the
 //! client's connection), turns the agent's output into log events, and guarantees every
-//! invocation ends with exactly one terminal `run_status`.
+//! invocation ends with exactly one terminal `run_status`. Driving one run is in
+//! `drive`, leases and the ends of runs nobody drives in `leases`, the agent connection
+//! in `agent`, a run's attachments in `attachments`.
+
+pub mod agent;
+pub mod attachments;
+mod drive;
+mod leases;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use runtime_adapter::{project, Cancel, Item, SessionRef, TurnRequest, Upstream};
+use runtime_adapter::{project, Cancel, Item, RunInfo, SessionRef, TurnRequest, Upstream};
 use serde_json::{json, Value};
 use session_log::checkpoints::{CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
@@ -16,17 +23,11 @@ use session_log::{
 };
 use tokio::sync::{oneshot, Notify};
 
-pub mod agent;
-pub mod attachments;
-mod drive;
-mod leases;
-
+use crate::ids::new_id;
+use crate::metrics::METRICS;
 use agent::Agent;
 use drive::{checkpoint_event, drive, AGENT_ANSWER_CAP};
 pub use leases::close_as_interrupted;
-
-use crate::ids::new_id;
-use crate::metrics::METRICS;
 
 /// Why a run could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,20 @@ pub struct StartedRun {
     pub run_id: String,
     pub invocation_id: String,
     pub model: String,
+}
+
+impl StartedRun {
+    /// What a renderer needs to know of the run, as it starts; `client` is what the
+    /// client's request asked to see echoed.
+    pub fn info(&self, client: Value) -> RunInfo {
+        RunInfo {
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            model: self.model.clone(),
+            created_at: chrono::Utc::now().timestamp(),
+            client,
+        }
+    }
 }
 
 struct ActiveRun {

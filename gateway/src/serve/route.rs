@@ -85,24 +85,14 @@ pub async fn route(
         return Ok(true);
     }
     match (method, path) {
-        (Method::POST, "/v1/responses") if state.protocol_surface.is_none() => {
-            Box::pin(openai::serve_turn(
-                state,
-                session,
-                account_id,
-                Protocol::OpenAiResponses,
-            ))
-            .await?;
-            Ok(true)
-        }
-        (Method::POST, "/v1/chat/completions") if state.protocol_surface.is_none() => {
-            Box::pin(openai::serve_turn(
-                state,
-                session,
-                account_id,
-                Protocol::OpenAiChat,
-            ))
-            .await?;
+        (Method::POST, "/v1/responses" | "/v1/chat/completions")
+            if state.protocol_surface.is_none() =>
+        {
+            let protocol = match path {
+                "/v1/responses" => Protocol::OpenAiResponses,
+                _ => Protocol::OpenAiChat,
+            };
+            Box::pin(openai::serve_turn(state, session, account_id, protocol)).await?;
             Ok(true)
         }
         (method, path) if path.starts_with(api::PREFIX) => {
