@@ -2,21 +2,20 @@
 //! and streamed chunk in a durable session log, and forwards to an unmodified agent —
 //! so conversations survive the agent forgetting them.
 
-mod agent;
-mod attachments;
+mod api;
+mod client;
 mod config;
-mod control;
 mod core;
-mod deadline;
-mod framing;
+mod error;
+mod ids;
 mod metrics;
-mod protocol_api;
-mod proxy;
-mod respond;
-mod responses_api;
+mod openai;
+mod passthrough;
+mod protocol;
 mod runs;
-mod stream;
-mod tee;
+mod serve;
+mod state;
+mod turn;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -29,9 +28,11 @@ use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
 use session_log::{Hub, Writer, WriterConfig};
 
+use crate::client::body::InputLimits;
 use crate::config::{Config, Settings};
-use crate::proxy::{Gateway, State};
-use crate::runs::Runs;
+use crate::runs::{agent, Runs};
+use crate::serve::{deadline, Gateway};
+use crate::state::State;
 
 /// jemalloc rather than glibc's malloc: buffers and events are allocated on Pingora's
 /// threads and freed on the core runtime's, which glibc serialises on its arena locks.
@@ -170,7 +171,7 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         ));
     }
     let header_deadline = std::time::Duration::from_secs(config.limits.header_timeout_seconds());
-    let input = proxy::InputLimits {
+    let input = InputLimits {
         max_body_bytes: config.max_body_bytes,
         max_json_depth: config.limits.max_json_depth(),
         min_body_bytes_per_second: config.limits.min_body_bytes_per_second(),

@@ -4,7 +4,7 @@
 //! No label carries an account, session or run id: the page is safe to scrape without
 //! credentials, and its size does not grow with tenants.
 
-use std::fmt::Write;
+use std::fmt::{Display, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 
@@ -115,191 +115,159 @@ pub struct Gauges<'a> {
 /// The whole page.
 pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
     let mut out = String::with_capacity(4096);
+    let out = &mut out;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
 
-    header(
-        &mut out,
-        "tether_requests_total",
-        "counter",
+    let by_class = CLASSES.iter().zip(&m.requests).map(|(c, n)| (*c, load(n)));
+    labelled(
+        out,
+        ("tether_requests_total", "counter"),
         "HTTP requests answered, by status class.",
+        "status",
+        by_class.chain([("none", load(&m.requests_without_response))]),
     );
-    for (class, n) in CLASSES.iter().zip(&m.requests) {
-        let _ = writeln!(
-            out,
-            "tether_requests_total{{status=\"{class}\"}} {}",
-            load(n)
-        );
-    }
-    let _ = writeln!(
+    labelled(
         out,
-        "tether_requests_total{{status=\"none\"}} {}",
-        load(&m.requests_without_response)
-    );
-
-    header(
-        &mut out,
-        "tether_rate_limited_requests_total",
-        "counter",
+        ("tether_rate_limited_requests_total", "counter"),
         "Requests refused by a rate limit, by limit.",
+        "limit",
+        [
+            ("requests", load(&m.rate_limited_requests)),
+            ("concurrent_runs", load(&m.rate_limited_runs)),
+        ],
     );
-    let _ = writeln!(
+    single(
         out,
-        "tether_rate_limited_requests_total{{limit=\"requests\"}} {}",
-        load(&m.rate_limited_requests)
-    );
-    let _ = writeln!(
-        out,
-        "tether_rate_limited_requests_total{{limit=\"concurrent_runs\"}} {}",
-        load(&m.rate_limited_runs)
-    );
-
-    header(
-        &mut out,
-        "tether_runs_started_total",
-        "counter",
+        ("tether_runs_started_total", "counter"),
         "Invocations started on this replica.",
+        load(&m.runs_started),
     );
-    let _ = writeln!(out, "tether_runs_started_total {}", load(&m.runs_started));
-    header(
-        &mut out,
-        "tether_runs_total",
-        "counter",
+    labelled(
+        out,
+        ("tether_runs_total", "counter"),
         "Invocations this replica ended, by terminal status.",
+        "status",
+        TERMINAL
+            .iter()
+            .zip(&m.runs_ended)
+            .map(|(s, n)| (s.as_str(), load(n))),
     );
-    for (status, n) in TERMINAL.iter().zip(&m.runs_ended) {
-        let _ = writeln!(
-            out,
-            "tether_runs_total{{status=\"{}\"}} {}",
-            status.as_str(),
-            load(n)
-        );
-    }
-    header(
-        &mut out,
-        "tether_runs_active",
-        "gauge",
+    single(
+        out,
+        ("tether_runs_active", "gauge"),
         "Invocations this replica is driving.",
+        g.active_runs,
     );
-    let _ = writeln!(out, "tether_runs_active {}", g.active_runs);
 
     let w = g.writer;
-    header(
-        &mut out,
-        "tether_events_committed_total",
-        "counter",
+    single(
+        out,
+        ("tether_events_committed_total", "counter"),
         "Events committed to the session log by this replica.",
+        load(&w.events_committed),
     );
-    let _ = writeln!(
+    single(
         out,
-        "tether_events_committed_total {}",
-        load(&w.events_committed)
-    );
-    header(
-        &mut out,
-        "tether_commit_failures_total",
-        "counter",
+        ("tether_commit_failures_total", "counter"),
         "Failed commit attempts (each is retried).",
+        load(&w.commit_failures),
     );
-    let _ = writeln!(
+    labelled(
         out,
-        "tether_commit_failures_total {}",
-        load(&w.commit_failures)
-    );
-    header(
-        &mut out,
-        "tether_events_dropped_total",
-        "counter",
+        ("tether_events_dropped_total", "counter"),
         "Events not committed, by reason.",
-    );
-    let _ = writeln!(
-        out,
-        "tether_events_dropped_total{{reason=\"queue_full\"}} {}",
-        load(&w.dropped)
-    );
-    let _ = writeln!(
-        out,
-        "tether_events_dropped_total{{reason=\"refused\"}} {}",
-        load(&w.rejected)
+        "reason",
+        [
+            ("queue_full", load(&w.dropped)),
+            ("refused", load(&w.rejected)),
+        ],
     );
     histogram(
-        &mut out,
+        out,
         "tether_writer_batch_size_events",
         "Events per committed transaction.",
         &w.batch_size.snapshot(),
         1.0,
     );
     histogram(
-        &mut out,
+        out,
         "tether_writer_commit_seconds",
         "Duration of one committed transaction.",
         &w.commit_latency_us.snapshot(),
         1e6,
     );
     histogram(
-        &mut out,
+        out,
         "tether_commit_to_forward_seconds",
         "Time from an event's commit to its frame being written to a client.",
         &m.forward_lag_us.snapshot(),
         1e6,
     );
 
-    header(
-        &mut out,
-        "tether_subscribers",
-        "gauge",
+    single(
+        out,
+        ("tether_subscribers", "gauge"),
         "Live event subscribers (client streams) on this replica.",
+        g.subscribers,
     );
-    let _ = writeln!(out, "tether_subscribers {}", g.subscribers);
-    header(
-        &mut out,
-        "tether_followed_sessions",
-        "gauge",
+    single(
+        out,
+        ("tether_followed_sessions", "gauge"),
         "Sessions with live subscribers on this replica.",
+        g.followed_sessions,
     );
-    let _ = writeln!(out, "tether_followed_sessions {}", g.followed_sessions);
 
-    header(
-        &mut out,
-        "tether_session_backend_up",
-        "gauge",
-        "1 while the session log commits, 0 while commits fail.",
-    );
     // While degraded the journal takes the commits, so the writer is not failing; the
     // backend is still down.
     let state = session_log::journal::backend_state();
     let up = u8::from(
         !w.failing.load(Ordering::Relaxed) && state != session_log::journal::BackendState::Degraded,
     );
-    let _ = writeln!(
+    labelled(
         out,
-        "tether_session_backend_up{{backend=\"{}\"}} {up}",
-        g.backend
+        ("tether_session_backend_up", "gauge"),
+        "1 while the session log commits, 0 while commits fail.",
+        "backend",
+        [(g.backend, up)],
     );
-
-    header(
-        &mut out,
-        "tether_session_backend_state",
-        "gauge",
-        "1 for the session backend's current state: healthy, degraded (commits go to the \
-         local journal) or recovering (the journal is being backfilled).",
-    );
-    for s in [
+    let states = [
         session_log::journal::BackendState::Healthy,
         session_log::journal::BackendState::Degraded,
         session_log::journal::BackendState::Recovering,
-    ] {
-        let _ = writeln!(
-            out,
-            "tether_session_backend_state{{state=\"{}\"}} {}",
-            s.as_str(),
-            u8::from(s == state)
-        );
-    }
-    out
+    ];
+    labelled(
+        out,
+        ("tether_session_backend_state", "gauge"),
+        "1 for the session backend's current state: healthy, degraded (commits go to the \
+         local journal) or recovering (the journal is being backfilled).",
+        "state",
+        states.map(|s| (s.as_str(), u8::from(s == state))),
+    );
+    std::mem::take(out)
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A family of one unlabelled sample. `(name, kind)`: kind is `counter` or `gauge`.
+fn single(out: &mut String, (name, kind): (&str, &str), help: &str, value: impl Display) {
+    header(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// A family of samples told apart by one label, one per `(label value, value)`.
+fn labelled<V: Display>(
+    out: &mut String,
+    (name, kind): (&str, &str),
+    help: &str,
+    label: &str,
+    samples: impl IntoIterator<Item = (&'static str, V)>,
+) {
+    header(out, name, kind, help);
+    for (label_value, value) in samples {
+        let _ = writeln!(out, "{name}{{{label}=\"{label_value}\"}} {value}");
+    }
 }
 
 /// `divisor` turns the stored unit into the exported one (1e6: microseconds to seconds);

@@ -10,9 +10,10 @@ use runtime_adapter::sse::SseFrame;
 use session_log::{Event, EventQuery, Subscription};
 use tokio::time::Instant;
 
-use super::{respond_envelope, ControlError, EventView};
-use crate::proxy::State;
-use crate::{respond, stream};
+use super::event::EventView;
+use super::{query_value, respond_envelope, ControlError};
+use crate::client::{respond, stream};
+use crate::state::State;
 
 const ACTION: &str = "SubscribeRunEvents";
 
@@ -35,7 +36,7 @@ fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
         .filter(|p| !p.is_empty())
     {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(v).ok_or_else(|| {
+        let v = query_value(v).ok_or_else(|| {
             ControlError::bad_request(format!("{k} is not valid percent-encoding"))
         })?;
         match k {
@@ -73,30 +74,6 @@ fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
         invocation_id: invocation_id.filter(|s| !s.is_empty()),
         after_seq,
     })
-}
-
-pub(crate) fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 pub async fn handle(

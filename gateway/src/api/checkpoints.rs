@@ -2,7 +2,8 @@
 //! GetCheckpointResumePreview and ResumeRun, all answered from the session log (see
 //! `session_log::checkpoints` for the descriptors, receipts and the state machine).
 
-use runtime_adapter::{project, surface, Item, Protocol, RunInfo, TurnRequest};
+use pingora::proxy::Session;
+use runtime_adapter::{project, surface, Item, Protocol, TurnRequest};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use session_log::checkpoints::{
@@ -11,8 +12,11 @@ use session_log::checkpoints::{
 use session_log::{Event, EventQuery, EventType, RunStatus, Subscription};
 
 use super::{ActionResult, Call, ControlError};
+use crate::client::{respond, stream};
 use crate::core::on_core;
-use crate::runs::{new_id, ResumeFrom, StartError, StartedRun};
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::runs::{ResumeFrom, StartError, StartedRun};
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 200;
@@ -205,7 +209,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         call.state
             .limits
             .try_acquire_run(call.account_id)
-            .map_err(|l| ControlError::from(crate::proxy::ApiError::limited(&l)))?,
+            .map_err(|l| ControlError::from(ApiError::limited(&l)))?,
     );
     let p: ResumeParams = call.params()?;
     let stream = p.stream.unwrap_or(false);
@@ -296,14 +300,13 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
                 ControlError::conflict("the session is busy; try again", Value::Null)
             }))
         }
-        Err(StartError::TooManyRuns(l)) => return Err(crate::proxy::ApiError::limited(&l).into()),
+        Err(StartError::TooManyRuns(l)) => return Err(ApiError::limited(&l).into()),
         Err(StartError::ShuttingDown) => {
-            return Err(ControlError {
-                headers: Vec::new(),
-                status: 503,
-                message: "the gateway is shutting down".into(),
-                data: Value::Null,
-            })
+            return Err(ControlError::new(
+                503,
+                "the gateway is shutting down",
+                Value::Null,
+            ))
         }
         Err(e) => return Err(ControlError::unavailable(e)),
     };
@@ -329,13 +332,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
             None => return Err(ControlError::unavailable("the event hub closed")),
         }
     }
-    let info = RunInfo {
-        run_id: started.run_id.clone(),
-        session_id: started.session_id.clone(),
-        model: started.model.clone(),
-        created_at: chrono::Utc::now().timestamp(),
-        client: Value::Null,
-    };
+    let info = started.info(Value::Null);
     let terminal = collected.last().and_then(Event::run_status);
     if terminal == Some(RunStatus::Completed) {
         return Ok(Resumed::Json(
@@ -429,4 +426,26 @@ fn resume_history(events: &[Event], checkpoint: &Checkpoint) -> Vec<Item> {
         }
     }
     history
+}
+
+/// A resumed invocation streamed like a Responses turn (every frame carries `id: <seq>`);
+/// the client leaving does not stop it.
+pub async fn stream_resumed(
+    session: &mut Session,
+    run: &StartedRun,
+    mut events: Subscription,
+) -> pingora::Result<()> {
+    let surface = surface(Protocol::OpenAiResponses);
+    let info = run.info(Value::Null);
+    let headers = [
+        ("x-session-id", run.session_id.as_str()),
+        ("x-invocation-id", run.invocation_id.as_str()),
+    ];
+    respond::sse_start(session, &headers).await?;
+    let mut renderer = surface.stream_renderer(&info);
+    stream::pump(session, &mut events, None, |event| {
+        stream::render_step(&mut *renderer, event)
+    })
+    .await;
+    Ok(())
 }

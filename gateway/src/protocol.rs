@@ -2,18 +2,20 @@
 //! claims are read, routed by the adapter, and answered from a run, from the log, or by
 //! the agent. Nothing here knows a protocol; the adapter decides what each request means.
 
-use std::time::Duration;
-
 use pingora::proxy::Session;
 use pingora::Result;
-use runtime_adapter::{AgentRequest, ClientRequest, Route, RunInfo, Surface};
+use runtime_adapter::{AgentRequest, ClientRequest, Route, Surface};
 use serde_json::{json, Value};
-use session_log::{Event, EventQuery, EventType, Invocation, NewEvent, Subscription};
+use session_log::{EventType, Invocation, NewEvent, Subscription};
 use tokio::time::Instant;
 
+use crate::client::body::read_body;
+use crate::client::respond;
+use crate::client::stream::{self, render_step};
 use crate::core::on_core;
-use crate::proxy::{read_body, render_step, run_turn, ApiError, State};
-use crate::{control, respond, stream};
+use crate::error::ApiError;
+use crate::state::State;
+use crate::turn::{cancel_and_wait, run_events, run_info, run_query, run_turn};
 
 /// Largest agent answer relayed for a forwarded request (cards, session CRUD, listings).
 const FORWARD_CAP: usize = 16 << 20;
@@ -149,46 +151,6 @@ async fn find(
         .map_err(|e| ApiError::store_unavailable(&e, "cannot look up a run by the agent's id"))
 }
 
-/// Every event of the invocation's run (all its invocations), in seq order.
-pub fn run_query(account_id: &str, inv: &Invocation) -> EventQuery {
-    EventQuery {
-        run_id: Some(inv.run_id.clone()),
-        ..EventQuery::session(account_id, &inv.session_id)
-    }
-}
-
-pub async fn run_events(
-    state: &State,
-    account_id: &str,
-    inv: &Invocation,
-) -> std::result::Result<Vec<Event>, ApiError> {
-    state
-        .store
-        .events(&run_query(account_id, inv))
-        .await
-        .map_err(|e| ApiError::store_unavailable(&e, "cannot read a run"))
-}
-
-/// What a renderer needs to know about a run, from its invocation and events.
-pub fn run_info(inv: &Invocation, events: &[Event], client: Value) -> RunInfo {
-    let model = events
-        .iter()
-        .find_map(|e| {
-            e.run_status()
-                .and(e.metadata.get("model"))
-                .and_then(Value::as_str)
-        })
-        .unwrap_or("agent")
-        .to_owned();
-    RunInfo {
-        run_id: inv.run_id.clone(),
-        session_id: inv.session_id.clone(),
-        model,
-        created_at: inv.started_at.timestamp(),
-        client,
-    }
-}
-
 /// Cancels the run (its adapter tells the agent), waits for its end to be recorded, and
 /// answers with the run as it ended.
 async fn cancel(
@@ -206,31 +168,6 @@ async fn cancel(
             respond::json(session, 200, &body, &[("x-session-id", &inv.session_id)]).await
         }
         Err(e) => e.send(session, surface, &[]).await,
-    }
-}
-
-/// Cancels an invocation and returns its run's events once its end is recorded (or after
-/// 5 s: a stateful agent gets a grace period to take the cancel, the end follows it).
-pub async fn cancel_and_wait(
-    state: &State,
-    account_id: &str,
-    inv: &Invocation,
-) -> std::result::Result<Vec<Event>, ApiError> {
-    control::sessions_cancel(state, account_id, &inv.invocation_id)
-        .await
-        .map_err(|e| ApiError::new(e.status, "server_error", "cancel_failed", e.message))?;
-    let ended = |events: &[Event]| {
-        events.iter().any(|e| {
-            e.is_terminal() && e.invocation_id.as_deref() == Some(inv.invocation_id.as_str())
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let events = run_events(state, account_id, inv).await?;
-        if ended(&events) || Instant::now() >= deadline {
-            return Ok(events);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 

@@ -1,17 +1,21 @@
 //! The run manager: starts runs, drives each one from a task of its own (never from the
 //! client's connection), turns the agent's output into log events, and guarantees every
-//! invocation ends with exactly one terminal `run_status`.
+//! invocation ends with exactly one terminal `run_status`. Driving one run is in
+//! `drive`, leases and the ends of runs nobody drives in `leases`, the agent connection
+//! in `agent`, a run's attachments in `attachments`.
+
+pub mod agent;
+pub mod attachments;
+mod drive;
+mod leases;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use runtime_adapter::{
-    project, AgentRequest, Cancel, Item, Output, Probe, SessionRef, StreamParser, TurnCall,
-    TurnRequest, Upstream,
-};
+use runtime_adapter::{project, Cancel, Item, RunInfo, SessionRef, TurnRequest, Upstream};
 use serde_json::{json, Value};
-use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase, RESUMED_FROM};
+use session_log::checkpoints::{CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
 use session_log::{
     BeforeAppend, Claim, Claimed, Event, EventQuery, EventType, NewEvent, RunStatus, Store,
@@ -19,8 +23,11 @@ use session_log::{
 };
 use tokio::sync::{oneshot, Notify};
 
-use crate::agent::{Agent, AgentResponse};
+use crate::ids::new_id;
 use crate::metrics::METRICS;
+use agent::Agent;
+use drive::{checkpoint_event, drive, AGENT_ANSWER_CAP};
+pub use leases::close_as_interrupted;
 
 /// Why a run could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +65,20 @@ pub struct StartedRun {
     pub run_id: String,
     pub invocation_id: String,
     pub model: String,
+}
+
+impl StartedRun {
+    /// What a renderer needs to know of the run, as it starts; `client` is what the
+    /// client's request asked to see echoed.
+    pub fn info(&self, client: Value) -> RunInfo {
+        RunInfo {
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            model: self.model.clone(),
+            created_at: chrono::Utc::now().timestamp(),
+            client,
+        }
+    }
 }
 
 struct ActiveRun {
@@ -176,12 +197,8 @@ pub struct History {
 /// How long a new run waits for the session's previous run to finish committing its end.
 const FINISHING_WAIT: Duration = Duration::from_secs(10);
 
-/// A new session, run, invocation or checkpoint id. Time-ordered (UUIDv7: milliseconds,
-/// then 74 random bits), so the log's indexes, which lead with these ids, take new entries
-/// at one edge instead of at random pages all over a large file.
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
-}
+/// How long a cancelled run's agent gets to take the cancel and end its stream.
+const CANCEL_GRACE: Duration = Duration::from_secs(2);
 
 impl Runs {
     pub fn new(
@@ -591,121 +608,6 @@ impl Runs {
         mine && self.stop(invocation_id, why)
     }
 
-    /// Renews the leases of this replica's runs every third of the lease, stops the runs
-    /// whose lease was lost or whose cancel another replica requested, and closes open
-    /// invocations nobody renews any more (their replica died) as `interrupted`. Runs
-    /// until the process ends; must run on the core runtime.
-    pub async fn keep_leases(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(self.lease / 3);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            self.heartbeat().await;
-            self.close_abandoned().await;
-        }
-    }
-
-    async fn heartbeat(&self) {
-        let ids: Vec<String> = self
-            .active()
-            .by_invocation
-            .iter()
-            .filter(|(_, r)| r.leased && !r.finishing)
-            .map(|(id, _)| id.clone())
-            .collect();
-        if ids.is_empty() {
-            return;
-        }
-        let renewed = match self.store.renew_leases(&self.owner, &ids, self.lease).await {
-            Ok(r) => r,
-            Err(error) => {
-                // The runs go on: their events are queued for the writer, and the lease
-                // is renewed at the next beat if the database is back by then.
-                tracing::warn!(%error, runs = ids.len(), "could not renew run leases");
-                return;
-            }
-        };
-        for id in &ids {
-            match renewed.iter().find(|r| &r.invocation_id == id) {
-                Some(r) if r.cancel_requested => {
-                    tracing::info!(invocation_id = %id, "cancel requested through another replica");
-                    self.stop(id, Stop::Cancel);
-                }
-                Some(_) => {}
-                // Closed under us (or finished between the listing and the update: then
-                // the stop finds nothing to do).
-                None => {
-                    if self
-                        .active()
-                        .by_invocation
-                        .get(id)
-                        .is_some_and(|r| !r.finishing)
-                    {
-                        tracing::warn!(invocation_id = %id, "run lease lost; stopping the run");
-                        self.stop(id, Stop::LeaseLost);
-                    }
-                }
-            }
-        }
-    }
-
-    async fn close_abandoned(&self) {
-        match self.store.abandoned_invocations(None).await {
-            Ok(open) => {
-                // Ours are renewed by the heartbeat; one found here is being claimed or
-                // finishing, never abandoned.
-                let open: Vec<_> = {
-                    let active = self.active();
-                    open.into_iter()
-                        .filter(|inv| !active.by_invocation.contains_key(&inv.invocation_id))
-                        .collect()
-                };
-                if let Err(error) =
-                    close_as_interrupted(&self.writer, &open, "run_owner_lost").await
-                {
-                    tracing::warn!(%error, "could not close abandoned runs");
-                }
-            }
-            Err(error) => tracing::warn!(%error, "could not look for abandoned runs"),
-        }
-    }
-
-    /// Waits until no run is active, or `timeout` passes; returns whether none is.
-    async fn until_idle(&self, timeout: Duration) -> bool {
-        tokio::time::timeout(timeout, async {
-            loop {
-                let changed = self.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if self.active_count() == 0 {
-                    return;
-                }
-                changed.await;
-            }
-        })
-        .await
-        .is_ok()
-    }
-
-    /// Refuses new runs, waits up to `grace` for running ones to finish, then closes the
-    /// rest as `interrupted` and waits until everything is committed.
-    pub async fn drain(&self, grace: Duration) {
-        self.active().closed = true;
-        if !self.until_idle(grace).await {
-            let ids: Vec<String> = self.active().by_invocation.keys().cloned().collect();
-            tracing::warn!(
-                runs = ids.len(),
-                "closing runs still going at shutdown as interrupted"
-            );
-            for id in ids {
-                self.stop(&id, Stop::Shutdown);
-            }
-            // Their supervisors write the terminal statuses.
-            self.until_idle(Duration::from_secs(2)).await;
-        }
-        let _ = self.writer.flush().await;
-    }
-
     async fn supervise(
         self: Arc<Self>,
         run: StartedRun,
@@ -805,368 +707,5 @@ impl Runs {
             invocation_id = %run.invocation_id, status = outcome.status.as_str(), "run ended"
         );
         METRICS.run_ended(outcome.status);
-    }
-}
-
-/// Appends an `interrupted` terminal status for each invocation (the store drops the ones
-/// someone closed meanwhile, so racing replicas close each run once).
-pub async fn close_as_interrupted(
-    writer: &Writer,
-    open: &[session_log::Invocation],
-    reason: &str,
-) -> Result<(), WriteError> {
-    if open.is_empty() {
-        return Ok(());
-    }
-    let batch: Vec<NewEvent> = open
-        .iter()
-        .map(|inv| {
-            NewEvent::new(
-                &inv.account_id,
-                &inv.session_id,
-                EventType::RunStatus,
-                run_status_content(RunStatus::Interrupted, Some(reason)),
-            )
-            .in_run(&inv.run_id, &inv.invocation_id)
-        })
-        .collect();
-    let closed = writer.append(batch).await?;
-    for event in &closed {
-        tracing::warn!(
-            account_id = %event.account_id, session_id = %event.session_id,
-            run_id = event.run_id.as_deref().unwrap_or_default(),
-            invocation_id = event.invocation_id.as_deref().unwrap_or_default(),
-            reason, "closed an abandoned run as interrupted"
-        );
-    }
-    Ok(())
-}
-
-/// Calls the agent and records what it says. Returns how the run ended; the supervisor
-/// writes that down.
-async fn drive(runs: Arc<Runs>, run: StartedRun, history: History, turn: TurnRequest) -> Outcome {
-    // The log holds upload URIs; the agent gets the content (it cannot read our store).
-    let History { items, events } = history;
-    // This future lives as long as the run streams, and is as large as its largest
-    // state: the one-off steps (attachments, releasing the connection) are boxed.
-    let (items, turn) = match Box::pin(crate::attachments::resolve_for_agent(
-        &*runs.store,
-        &run.account_id,
-        items,
-        turn,
-    ))
-    .await
-    {
-        Ok(v) => v,
-        Err(e) => return Outcome::failed("attachment_unavailable", e),
-    };
-    let call = TurnCall {
-        account_id: &run.account_id,
-        session_id: &run.session_id,
-        run_id: &run.run_id,
-        history: &items,
-        events: &events,
-        turn: &turn,
-        default_model: &runs.default_model,
-    };
-    let answer = Box::pin(ask_agent(&runs, &run, &call)).await;
-    // The history is not needed while the answer streams, which may take minutes.
-    drop((items, events, turn));
-    let (answer, mut parser) = match answer {
-        Ok(v) => v,
-        Err(outcome) => return outcome,
-    };
-    let mut recorder = Recorder {
-        runs: &runs,
-        run: &run,
-        policy: runs.checkpoint_policy(),
-        agent_ref: None,
-        done: None,
-        error: None,
-    };
-    let mut response = match answer {
-        Answer::Read(status, body) => {
-            recorder.record(parser.feed(&body)).await;
-            recorder.record(parser.finish()).await;
-            return recorder.outcome(status, None);
-        }
-        Answer::Streaming(response) => response,
-    };
-    let mut broken = None;
-    loop {
-        match response.chunk().await {
-            Ok(Some(bytes)) => recorder.record(parser.feed(&bytes)).await,
-            Ok(None) => break,
-            Err(e) => {
-                broken = Some(e);
-                break;
-            }
-        }
-    }
-    recorder.record(parser.finish()).await;
-    let status = response.status;
-    if broken.is_none() {
-        Box::pin(runs.agent.release(*response)).await;
-    }
-    recorder.outcome(status, broken)
-}
-
-/// The agent's answer to a turn: still to be read, or read already (an error answer).
-enum Answer {
-    Streaming(Box<AgentResponse>),
-    Read(u16, Vec<u8>),
-}
-
-/// Sends the turn, first restoring the session if the agent says (asked before, or in
-/// its answer) that it forgot it; a "forgot" answer gets one restore and one retry.
-async fn ask_agent(
-    runs: &Runs,
-    run: &StartedRun,
-    call: &TurnCall<'_>,
-) -> Result<(Answer, Box<dyn StreamParser>), Outcome> {
-    let upstream = runs.upstream;
-    let unreachable =
-        |e: crate::agent::AgentError| Outcome::failed("agent_unreachable", e.to_string());
-    let forgot = match upstream.probe(call) {
-        Probe::Skip => None,
-        Probe::Restore => Some("no_agent_handle"),
-        Probe::Ask(request) => {
-            let (status, _, body) = runs
-                .agent
-                .exchange(&request, &run.account_id, AGENT_ANSWER_CAP)
-                .await
-                .map_err(unreachable)?;
-            upstream.forgot(status, &body).then_some("agent_forgot")
-        }
-    };
-    let request = match forgot {
-        Some(reason) => restore(runs, run, call, reason).await?,
-        None => None,
-    };
-    let restored = forgot.is_some();
-    let request = request.unwrap_or_else(|| upstream.request(call));
-    let mut response = runs
-        .agent
-        .send(&request, &run.account_id)
-        .await
-        .map_err(unreachable)?;
-    if restored || (200..300).contains(&response.status) {
-        let parser = upstream.parser(call, &response.content_type);
-        return Ok((Answer::Streaming(Box::new(response)), parser));
-    }
-    let (status, content_type) = (response.status, response.content_type.clone());
-    let Ok(body) = response.read_to_end(AGENT_ANSWER_CAP).await else {
-        return Err(Outcome::failed(
-            "agent_error",
-            format!("the agent answered HTTP {status}"),
-        ));
-    };
-    runs.agent.release(response).await;
-    let parser = upstream.parser(call, &content_type);
-    let retry = match upstream.forgot(status, &body) {
-        true => restore(runs, run, call, "agent_forgot").await?,
-        false => None,
-    };
-    let Some(request) = retry else {
-        // Not forgotten, or nothing to restore: the agent's answer stands.
-        return Ok((Answer::Read(status, body), parser));
-    };
-    let response = runs
-        .agent
-        .send(&request, &run.account_id)
-        .await
-        .map_err(unreachable)?;
-    let parser = upstream.parser(call, &response.content_type);
-    Ok((Answer::Streaming(Box::new(response)), parser))
-}
-
-/// Puts the session back into an agent that forgot it: sends the adapter's restore
-/// requests, records that it did, and returns the turn's request to send next; `None`
-/// when the adapter has nothing to restore.
-async fn restore(
-    runs: &Runs,
-    run: &StartedRun,
-    call: &TurnCall<'_>,
-    reason: &str,
-) -> Result<Option<AgentRequest>, Outcome> {
-    let Some(plan) = runs.upstream.restore(call) else {
-        return Ok(None);
-    };
-    for request in &plan.before {
-        match runs
-            .agent
-            .exchange(request, &run.account_id, AGENT_ANSWER_CAP)
-            .await
-        {
-            Ok((status, _, _)) if (200..300).contains(&status) => {}
-            Ok((status, _, body)) => {
-                let body = String::from_utf8_lossy(&body);
-                return Err(Outcome::failed(
-                    "restore_failed",
-                    format!("the agent refused the restored session (HTTP {status}): {body}"),
-                ));
-            }
-            Err(e) => return Err(Outcome::failed("agent_unreachable", e.to_string())),
-        }
-    }
-    tracing::info!(
-        account_id = %run.account_id, session_id = %run.session_id, run_id = %run.run_id,
-        reason, items = call.history.len(), "restored a session the agent had forgotten"
-    );
-    let note = NewEvent::new(
-        &run.account_id,
-        &run.session_id,
-        EventType::SessionRestore,
-        json!({
-            "reason": reason,
-            "protocol": runs.upstream.protocol().as_str(),
-            "items": call.history.len(),
-            "requests": plan.before.len(),
-        }),
-    )
-    .in_run(&run.run_id, &run.invocation_id);
-    if let Err(e) = runs.writer.submit(vec![note]).await {
-        return Err(Outcome::failed("internal_error", e.to_string()));
-    }
-    Ok(Some(plan.request))
-}
-
-/// How much of an agent answer Tether reads when it only needs to judge it (a probe, a
-/// restore, an error body).
-const AGENT_ANSWER_CAP: usize = 256 * 1024;
-
-/// How long a cancelled run's agent gets to take the cancel and end its stream.
-const CANCEL_GRACE: Duration = Duration::from_secs(2);
-
-/// Turns parser outputs into events and queues them in order.
-struct Recorder<'a> {
-    runs: &'a Runs,
-    run: &'a StartedRun,
-    policy: CheckpointPolicy,
-    agent_ref: Option<String>,
-    done: Option<Option<Value>>,
-    error: Option<(String, String)>,
-}
-
-/// A `run_checkpoint` event Tether records in `run`.
-fn checkpoint_event(
-    run: &StartedRun,
-    phase: Phase,
-    tool_call_ids: &[String],
-    backend: &str,
-    policy: &CheckpointPolicy,
-) -> NewEvent {
-    let content = checkpoint_content(
-        &new_id("ckpt"),
-        phase,
-        tool_call_ids,
-        backend,
-        policy,
-        chrono::Utc::now(),
-    );
-    NewEvent::new(
-        &run.account_id,
-        &run.session_id,
-        EventType::RunCheckpoint,
-        content,
-    )
-    .in_run(&run.run_id, &run.invocation_id)
-}
-
-impl Recorder<'_> {
-    /// How the agent's answer ended, from what was recorded, its HTTP status and whether
-    /// the connection broke.
-    fn outcome(self, status: u16, broken: Option<crate::agent::AgentError>) -> Outcome {
-        match (self.error, self.done, broken) {
-            (Some((code, message)), _, _) => Outcome::failed(&code, message),
-            (None, _, _) if !(200..300).contains(&status) => {
-                Outcome::failed("agent_error", format!("the agent answered HTTP {status}"))
-            }
-            (None, Some(usage), _) => Outcome::completed(usage),
-            (None, None, Some(e)) => Outcome::failed("agent_connection_lost", e.to_string()),
-            (None, None, None) => Outcome::failed(
-                "agent_closed_early",
-                "the agent ended its response before the turn was complete",
-            ),
-        }
-    }
-
-    async fn record(&mut self, outputs: Vec<Output>) {
-        let run = self.run;
-        let event = |t: EventType, content: Value| {
-            NewEvent::new(&run.account_id, &run.session_id, t, content)
-                .in_run(&run.run_id, &run.invocation_id)
-        };
-        let mut batch = Vec::with_capacity(outputs.len());
-        // Consecutive tool calls (or results) share one checkpoint after the last of them,
-        // so parallel calls never leave a checkpoint between siblings.
-        let mut pending: Option<(Phase, Vec<String>)> = None;
-        let flush = |pending: &mut Option<(Phase, Vec<String>)>, batch: &mut Vec<NewEvent>| {
-            if let Some((phase, ids)) = pending.take() {
-                batch.push(checkpoint_event(
-                    run,
-                    phase,
-                    &ids,
-                    self.runs.store.backend(),
-                    &self.policy,
-                ));
-            }
-        };
-        for output in outputs {
-            let step = match &output {
-                Output::Item(Item::ToolCall { call_id, .. }) => {
-                    Some((Phase::AfterToolCall, call_id.clone()))
-                }
-                Output::Item(Item::ToolResult { call_id, .. }) => {
-                    Some((Phase::AfterToolResult, call_id.clone()))
-                }
-                _ => None,
-            };
-            if pending.as_ref().map(|p| p.0) != step.as_ref().map(|s| s.0) {
-                flush(&mut pending, &mut batch);
-            }
-            match output {
-                Output::TextDelta(delta) => {
-                    batch.push(event(EventType::TextDelta, json!({ "delta": delta })))
-                }
-                Output::ReasoningDelta(delta) => {
-                    batch.push(event(EventType::ReasoningDelta, json!({ "delta": delta })))
-                }
-                Output::Item(item) => batch.push(
-                    item.to_event(&run.account_id, &run.session_id)
-                        .in_run(&run.run_id, &run.invocation_id),
-                ),
-                Output::ItemWith(item, metadata) => batch.push(
-                    item.to_event(&run.account_id, &run.session_id)
-                        .in_run(&run.run_id, &run.invocation_id)
-                        .with_metadata(metadata),
-                ),
-                Output::Frame(frame) => batch.push(event(EventType::AgentEvent, frame)),
-                Output::AgentRef(agent_ref) => {
-                    if self.agent_ref.as_deref() != Some(agent_ref.as_str()) {
-                        self.runs.set_agent_ref(run, &agent_ref).await;
-                        self.agent_ref = Some(agent_ref);
-                    }
-                }
-                Output::Error { code, message } => {
-                    self.error.get_or_insert((code, message));
-                }
-                Output::Done { usage } => self.done = Some(usage),
-            }
-            if let Some((phase, id)) = step {
-                pending
-                    .get_or_insert_with(|| (phase, Vec::new()))
-                    .1
-                    .push(id);
-            }
-        }
-        flush(&mut pending, &mut batch);
-        if !batch.is_empty() {
-            // Waits only for queue space: the client sees these once they are committed.
-            if let Err(e) = self.runs.writer.submit(batch).await {
-                self.error
-                    .get_or_insert(("internal_error".into(), e.to_string()));
-            }
-        }
     }
 }

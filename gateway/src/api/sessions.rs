@@ -5,8 +5,10 @@ use serde_json::{json, Value};
 use session_log::event::run_status_content;
 use session_log::{EventQuery, EventType, NewEvent, RunStatus};
 
-use super::{event_json, ActionResult, Call, ControlError};
+use super::event::event_json;
+use super::{ActionResult, Call, ControlError};
 use crate::runs::Stop;
+use crate::state::State;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -117,11 +119,7 @@ pub async fn cancel_run(call: &Call<'_>) -> ActionResult {
 }
 
 /// Shared by CancelRun and the Responses surface's cancel.
-pub async fn cancel(
-    state: &crate::proxy::State,
-    account_id: &str,
-    invocation_id: &str,
-) -> ActionResult {
+pub async fn cancel(state: &State, account_id: &str, invocation_id: &str) -> ActionResult {
     let Some(invocation) = state.store.invocation(account_id, invocation_id).await? else {
         return Ok(
             json!({ "Cancelled": false, "Found": false, "Status": "not_found", "RunnerCancelStatus": "not_found" }),

@@ -12,6 +12,8 @@ use runtime_adapter::sse::{SseFrame, SseParser};
 use serde_json::{json, Map, Value};
 use session_log::{EventType, NewEvent, Writer};
 
+use crate::ids::new_id;
+
 /// Headers never written to the log: they carry credentials.
 const SECRET_HEADERS: &[&str] = &[
     "authorization",
@@ -116,7 +118,7 @@ impl Tee {
             writer,
             account_id: account_id.to_owned(),
             session_id: session_id.to_owned(),
-            exchange_id: crate::runs::new_id("x"),
+            exchange_id: new_id("x"),
             started: Instant::now(),
             cap,
             request: Some(request),

@@ -10,9 +10,11 @@ use runtime_adapter::{surface, Protocol, Surface};
 use serde_json::Value;
 use session_log::{Invocation, Subscription};
 
-use crate::protocol_api::{cancel_and_wait, run_events, run_info, run_query};
-use crate::proxy::{render_step, ApiError, State};
-use crate::{respond, stream};
+use crate::client::respond;
+use crate::client::stream::{self, render_step};
+use crate::error::ApiError;
+use crate::state::State;
+use crate::turn::{cancel_and_wait, run_events, run_info, run_query};
 
 fn responses() -> &'static dyn Surface {
     surface(Protocol::OpenAiResponses)
@@ -71,13 +73,12 @@ async fn find(
     }
 }
 
-fn query_param<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
-    session
-        .req_header()
-        .uri
-        .query()?
-        .split('&')
-        .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+/// The first value of the query parameter `name`, decoded.
+fn query_param(session: &Session, name: &str) -> Option<String> {
+    let query = session.req_header().uri.query()?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 /// `Ok(Err(_))` is an error to send; `Ok(Ok(()))` means the answer went out.
@@ -89,8 +90,8 @@ async fn retrieve(
     account_id: &str,
     inv: &Invocation,
 ) -> Answer {
-    let stream = query_param(session, "stream") == Some("true");
-    let starting_after = match query_param(session, "starting_after").map(str::parse::<i64>) {
+    let stream = query_param(session, "stream").as_deref() == Some("true");
+    let starting_after = match query_param(session, "starting_after").map(|v| v.parse::<i64>()) {
         None => -1,
         Some(Ok(n)) if n >= -1 => n,
         Some(_) => {

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use pingora::proxy::Session;
 use runtime_adapter::sse::SseFrame;
+use runtime_adapter::StreamRenderer;
 use session_log::{Event, Subscription};
 use tokio::time::Instant;
 
@@ -24,6 +25,24 @@ pub enum End {
 pub struct Step {
     pub frames: Vec<SseFrame>,
     pub last: bool,
+}
+
+/// Frames for one event; the terminal event also gets the renderer's closing frames,
+/// stamped with its seq.
+pub fn render_step(renderer: &mut dyn StreamRenderer, event: &Event) -> Step {
+    let mut frames = renderer.render(event);
+    let last = event.is_terminal();
+    if last {
+        let seq = event.seq;
+        frames.extend(renderer.end().into_iter().map(|f| {
+            if f.id.is_none() {
+                f.with_id(seq)
+            } else {
+                f
+            }
+        }));
+    }
+    Step { frames, last }
 }
 
 /// Waits for the next committed event, watching for the client leaving and the deadline.

@@ -1,25 +1,20 @@
-//! Attachments: `input_image`/`input_file` data URLs in a run's input are checked
+//! A run's attachments: `input_image`/`input_file` data URLs in its input are checked
 //! (`[limits]` allowlist and size), stored per account, and replaced in the logged input by
 //! `tether-upload://<file_id>`; the agent still receives the content, because the run
-//! resolves each URI back to a data URL when it builds the agent's request. Also the
-//! control actions `UploadAttachment` (a data URL in, a URI out) and `AttachmentContent`
-//! (the bytes back, for the owning account only; anyone else gets 404).
+//! resolves each URI back to a data URL when it builds the agent's request. (The control
+//! actions that upload and read attachments are in `api::attachments`.)
 //!
 //! Why URIs in the log: a data URL repeated in every later turn's history would be stored
 //! once per event and streamed to every reader of the log; the URI keeps the log small and
 //! puts the bytes behind the account check.
 
 use base64::Engine;
-use pingora::proxy::Session;
-use pingora::Result;
 use policies::input::AttachmentPolicy;
 use runtime_adapter::{Block, Item, TurnRequest};
-use serde_json::json;
 use session_log::{Attachment, Store};
 
-use crate::control::{respond_envelope, ActionResult, Call, ControlError};
-use crate::proxy::{ApiError, State};
-use crate::runs::new_id;
+use crate::error::ApiError;
+use crate::ids::new_id;
 
 /// Scheme of the references Tether puts in the log in place of inline data.
 pub const SCHEME: &str = "tether-upload://";
@@ -36,7 +31,7 @@ fn is_data_url(s: &str) -> bool {
     s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:"))
 }
 
-fn refused(e: policies::InputLimitError) -> ApiError {
+pub fn refused(e: policies::InputLimitError) -> ApiError {
     let code = match e.status() {
         413 => "attachment_too_large",
         415 => "unsupported_attachment_type",
@@ -163,81 +158,4 @@ pub async fn resolve_for_agent(
         }
     }
     Ok((history, turn))
-}
-
-/// `POST /agentengine/api/v1/UploadAttachment` with `{"Data": "data:…", "FileName": …}`:
-/// answers `{"FileUri": "tether-upload://…", "FileId", "MimeType", "SizeBytes"}`.
-pub async fn upload(call: &Call<'_>) -> ActionResult {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct Params {
-        data: String,
-        #[serde(default)]
-        file_name: Option<String>,
-    }
-    let p: Params = call.params()?;
-    let a = call
-        .state
-        .attachments
-        .decode_data_url(&p.data)
-        .map_err(|e| ControlError::from(refused(e)))?;
-    let upload = Upload {
-        file_id: new_id("file"),
-        mime_type: a.mime_type,
-        filename: p.file_name,
-        bytes: a.bytes,
-    };
-    let answer = json!({
-        "FileUri": format!("{SCHEME}{}", upload.file_id),
-        "FileId": upload.file_id,
-        "MimeType": upload.mime_type,
-        "SizeBytes": upload.bytes.len(),
-    });
-    save(&*call.state.store, call.account_id, vec![upload])
-        .await
-        .map_err(ControlError::from)?;
-    Ok(answer)
-}
-
-/// `GET /agentengine/api/v1/AttachmentContent?FileUri=tether-upload://…`: the stored bytes
-/// with their type, for the owning account; any other id is 404 in the control envelope.
-pub async fn content(state: &State, session: &mut Session, account_id: &str) -> Result<()> {
-    const ACTION: &str = "AttachmentContent";
-    let request_id = new_id("req");
-    let uri = session
-        .req_header()
-        .uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .find_map(|p| p.strip_prefix("FileUri="))
-        .and_then(crate::control::subscribe::percent_decode);
-    let Some(uri) = uri.filter(|u| !u.is_empty()) else {
-        let e = ControlError::bad_request("FileUri is required");
-        return respond_envelope(session, ACTION, &request_id, Err(e)).await;
-    };
-    let found = match uri.strip_prefix(SCHEME) {
-        Some(file_id) => state.store.attachment(account_id, file_id).await,
-        None => Ok(None),
-    };
-    match found {
-        Ok(Some(a)) => {
-            let mut h = pingora::http::ResponseHeader::build(200, Some(4))?;
-            h.insert_header("content-type", a.mime_type.as_str())?;
-            h.insert_header("content-length", a.content.len().to_string())?;
-            h.insert_header("cache-control", "private, no-store")?;
-            // Served bytes are the client's own upload; never let a browser sniff them
-            // into something executable.
-            h.insert_header("x-content-type-options", "nosniff")?;
-            session.write_response_header(Box::new(h), false).await?;
-            session
-                .write_response_body(Some(bytes::Bytes::from(a.content)), true)
-                .await
-        }
-        Ok(None) => {
-            let e = ControlError::not_found("attachment", &uri);
-            respond_envelope(session, ACTION, &request_id, Err(e)).await
-        }
-        Err(e) => respond_envelope(session, ACTION, &request_id, Err(e.into())).await,
-    }
 }

@@ -4,7 +4,10 @@ use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::Result;
+use runtime_adapter::Surface;
 use serde_json::Value;
+
+use crate::error::ApiError;
 
 /// A complete JSON response. Extra headers are (name, value) pairs.
 ///
@@ -73,4 +76,24 @@ pub async fn sse_start(session: &mut Session, headers: &[(&str, &str)]) -> Resul
         h.insert_header(name.to_string(), *value)?;
     }
     session.write_response_header(Box::new(h), false).await
+}
+
+impl ApiError {
+    /// Sends this error in `surface`'s format.
+    pub async fn send(
+        &self,
+        session: &mut Session,
+        surface: &dyn Surface,
+        headers: &[(&str, &str)],
+    ) -> Result<()> {
+        let body = surface.error_body(
+            &self.message,
+            self.kind,
+            self.param.as_deref(),
+            Some(self.code),
+        );
+        let mut all: Vec<(&str, &str)> = headers.to_vec();
+        all.extend(self.header_pairs());
+        json(session, self.status, &body, &all).await
+    }
 }

@@ -1,0 +1,256 @@
+//! The control API: `POST /agentengine/api/v1/<Action>` with a JSON body, answered with
+//! the `{Code, Message, RequestId, Action, Data}` envelope; every action is scoped to the
+//! caller's account, and another account's id is "not found". This module reads the
+//! request and writes the envelope; each action family has a file of its own.
+
+mod attachments;
+mod checkpoints;
+mod event;
+pub mod sessions;
+mod subscribe;
+
+use std::borrow::Cow;
+
+use http::Method;
+use pingora::proxy::Session;
+use pingora::Result;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::client::body::read_body;
+use crate::client::respond;
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::state::State;
+
+pub const PREFIX: &str = "/agentengine/api/v1/";
+
+/// A control-API failure: HTTP status, envelope `Code` (= the status), message, and
+/// optional details in `Data`.
+pub struct ControlError {
+    pub status: u16,
+    /// Extra response headers (Retry-After and friends on a 429).
+    pub headers: Vec<(&'static str, String)>,
+    pub message: String,
+    pub data: Value,
+}
+
+impl ControlError {
+    fn new(status: u16, message: impl Into<String>, data: Value) -> Self {
+        ControlError {
+            status,
+            headers: Vec::new(),
+            message: message.into(),
+            data,
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ControlError::new(400, message, Value::Null)
+    }
+
+    pub fn not_found(what: &str, id: &str) -> Self {
+        ControlError::new(404, format!("{what} {id:?} not found"), Value::Null)
+    }
+
+    pub fn conflict(message: impl Into<String>, data: Value) -> Self {
+        ControlError::new(409, message, data)
+    }
+
+    pub fn unavailable(error: impl std::fmt::Display) -> Self {
+        tracing::error!(%error, "control API: store unavailable");
+        ControlError::new(503, "the session store is unavailable", Value::Null)
+    }
+}
+
+impl From<ApiError> for ControlError {
+    fn from(e: ApiError) -> Self {
+        ControlError {
+            status: e.status,
+            message: e.message,
+            data: json!({ "code": e.code }),
+            headers: e.headers,
+        }
+    }
+}
+
+impl From<session_log::StoreError> for ControlError {
+    fn from(e: session_log::StoreError) -> Self {
+        ControlError::unavailable(e)
+    }
+}
+
+pub type ActionResult = std::result::Result<Value, ControlError>;
+
+/// What an action handler gets: the shared state, the caller's account and the body.
+pub struct Call<'a> {
+    pub state: &'a State,
+    pub account_id: &'a str,
+    pub body: Value,
+}
+
+impl Call<'_> {
+    /// The body as the action's parameter struct; wrong types are a 400 naming the field.
+    pub fn params<T: DeserializeOwned>(&self) -> std::result::Result<T, ControlError> {
+        serde_json::from_value(self.body.clone())
+            .map_err(|e| ControlError::bad_request(format!("invalid parameters: {e}")))
+    }
+}
+
+/// Answers a control-API request. `action` is the path after the prefix.
+pub async fn serve(
+    state: &State,
+    session: &mut Session,
+    account_id: &str,
+    method: Method,
+    action: &str,
+) -> Result<()> {
+    let allowed = if matches!(action, "SubscribeRunEvents" | "AttachmentContent") {
+        Method::GET
+    } else {
+        Method::POST
+    };
+    if method != allowed {
+        let mut e = ControlError::new(405, format!("{action} takes {allowed}"), Value::Null);
+        e.headers.push(("allow", allowed.as_str().to_owned()));
+        return respond_envelope(session, action, &new_id("req"), Err(e)).await;
+    }
+    let request_id = new_id("req");
+    match action {
+        "AttachmentContent" => attachments::content(state, session, account_id, &request_id).await,
+        "SubscribeRunEvents" => subscribe::handle(state, session, account_id, &request_id).await,
+        _ => handle(state, session, account_id, action, &request_id).await,
+    }
+}
+
+/// Answers an action that takes a JSON body.
+async fn handle(
+    state: &State,
+    session: &mut Session,
+    account_id: &str,
+    action: &str,
+    request_id: &str,
+) -> Result<()> {
+    let result = match read_json(state, session).await {
+        Ok(body) => {
+            let call = Call {
+                state,
+                account_id,
+                body,
+            };
+            if action == "ResumeRun" {
+                match checkpoints::resume_run(&call).await {
+                    Ok(checkpoints::Resumed::Stream(run, events)) => {
+                        return checkpoints::stream_resumed(session, &run, *events).await
+                    }
+                    Ok(checkpoints::Resumed::Json(data)) => Ok(data),
+                    Err(e) => Err(e),
+                }
+            } else {
+                dispatch(&call, action).await
+            }
+        }
+        Err(e) => Err(e),
+    };
+    respond_envelope(session, action, request_id, result).await
+}
+
+/// A refusal made before the action was looked at (authentication, rate limits), in
+/// the envelope. `action` is the path after the prefix.
+pub async fn refuse(session: &mut Session, action: &str, e: ApiError) -> Result<()> {
+    respond_envelope(session, action, &new_id("req"), Err(e.into())).await
+}
+
+pub async fn respond_envelope(
+    session: &mut Session,
+    action: &str,
+    request_id: &str,
+    result: ActionResult,
+) -> Result<()> {
+    let (status, body, headers) = match result {
+        Ok(data) => (
+            200,
+            json!({ "Code": 0, "Message": "Success", "RequestId": request_id, "Action": action, "Data": data }),
+            Vec::new(),
+        ),
+        Err(e) => (
+            e.status,
+            json!({ "Code": e.status, "Message": e.message, "RequestId": request_id, "Action": action, "Data": e.data }),
+            e.headers,
+        ),
+    };
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    respond::json(session, status, &body, &headers).await
+}
+
+async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
+    match action {
+        "ListSessions" => sessions::list_sessions(call).await,
+        "ListSessionEvents" => sessions::list_session_events(call).await,
+        "CancelRun" => sessions::cancel_run(call).await,
+        "UploadAttachment" => attachments::upload(call).await,
+        "ListSessionCheckpoints" => checkpoints::list_session_checkpoints(call).await,
+        "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
+        "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
+        _ => Err(ControlError::new(
+            404,
+            format!("unknown action {action:?}"),
+            Value::Null,
+        )),
+    }
+}
+
+async fn read_json(
+    state: &State,
+    session: &mut Session,
+) -> std::result::Result<Value, ControlError> {
+    let body = read_body(session, &state.input)
+        .await
+        .map_err(ControlError::from)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(ControlError::bad_request("the body must be a JSON object")),
+        Err(e) => Err(ControlError::bad_request(format!("malformed JSON: {e}"))),
+    }
+}
+
+/// The value of a query-string parameter as sent (`+` for a space, `%XX` escapes)
+/// decoded; `None` when an escape is malformed or the result is not UTF-8, which the
+/// actions refuse rather than guess at.
+fn query_value(raw: &str) -> Option<String> {
+    let malformed = raw.split('%').skip(1).any(|escape| {
+        !escape
+            .get(..2)
+            .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    if malformed {
+        return None;
+    }
+    let spaced = raw.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .ok()
+        .map(Cow::into_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::query_value;
+
+    #[test]
+    fn query_values_decode_as_forms_write_them() {
+        assert_eq!(query_value("sess_1").as_deref(), Some("sess_1"));
+        assert_eq!(query_value("a+b%2Bc%20d").as_deref(), Some("a b+c d"));
+        assert_eq!(
+            query_value("tether-upload%3A%2F%2Ffile_1").as_deref(),
+            Some("tether-upload://file_1")
+        );
+        assert_eq!(query_value("caf%C3%A9").as_deref(), Some("caf\u{e9}"));
+        assert_eq!(query_value("100%"), None);
+        assert_eq!(query_value("%zz"), None);
+        assert_eq!(query_value("%ff"), None);
+    }
+}

@@ -1,0 +1,67 @@
+//! `ApiError`: a refusal or failure as HTTP sees it (status, error type and code, extra
+//! headers), before it is written in the format of the API that was called (see
+//! `client::respond` for the writing, `serve::route` for which format).
+
+use policies::Limited;
+
+/// An error to send in the surface's own format.
+pub struct ApiError {
+    pub status: u16,
+    pub kind: &'static str,
+    pub code: &'static str,
+    pub param: Option<String>,
+    pub message: String,
+    /// Extra response headers (Retry-After and friends on a 429).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    pub fn new(
+        status: u16,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError {
+            status,
+            kind,
+            code,
+            param: None,
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// A 429 from a rate limit or the concurrent-run cap.
+    pub fn limited(l: &Limited) -> Self {
+        let mut e = ApiError::new(
+            Limited::STATUS,
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            l.to_string(),
+        );
+        e.headers = l.headers().to_vec();
+        e
+    }
+
+    /// The store failed: logged here with `context`, told to the client without detail.
+    pub fn store_unavailable(error: &dyn std::fmt::Display, context: &str) -> Self {
+        tracing::error!(%error, "{context}");
+        ApiError::new(
+            503,
+            "server_error",
+            "session_store_unavailable",
+            "the session store is unavailable",
+        )
+    }
+
+    pub fn with_param(mut self, param: &str) -> Self {
+        self.param = Some(param.to_owned());
+        self
+    }
+
+    /// The extra headers as `respond` takes them.
+    pub fn header_pairs(&self) -> Vec<(&str, &str)> {
+        self.headers.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+}

@@ -1,0 +1,162 @@
+//! Who drives a run, and the end of runs nobody drives: the leases this replica renews on
+//! its runs, abandoned runs (their replica died) closed as `interrupted`, and the drain
+//! at shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use session_log::event::run_status_content;
+use session_log::{EventType, NewEvent, RunStatus, WriteError, Writer};
+
+use super::{Runs, Stop};
+
+impl Runs {
+    /// Renews the leases of this replica's runs every third of the lease, stops the runs
+    /// whose lease was lost or whose cancel another replica requested, and closes open
+    /// invocations nobody renews any more (their replica died) as `interrupted`. Runs
+    /// until the process ends; must run on the core runtime.
+    pub async fn keep_leases(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.lease / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.heartbeat().await;
+            self.close_abandoned().await;
+        }
+    }
+
+    async fn heartbeat(&self) {
+        let ids: Vec<String> = self
+            .active()
+            .by_invocation
+            .iter()
+            .filter(|(_, r)| r.leased && !r.finishing)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let renewed = match self.store.renew_leases(&self.owner, &ids, self.lease).await {
+            Ok(r) => r,
+            Err(error) => {
+                // The runs go on: their events are queued for the writer, and the lease
+                // is renewed at the next beat if the database is back by then.
+                tracing::warn!(%error, runs = ids.len(), "could not renew run leases");
+                return;
+            }
+        };
+        for id in &ids {
+            match renewed.iter().find(|r| &r.invocation_id == id) {
+                Some(r) if r.cancel_requested => {
+                    tracing::info!(invocation_id = %id, "cancel requested through another replica");
+                    self.stop(id, Stop::Cancel);
+                }
+                Some(_) => {}
+                // Closed under us (or finished between the listing and the update: then
+                // the stop finds nothing to do).
+                None => {
+                    if self
+                        .active()
+                        .by_invocation
+                        .get(id)
+                        .is_some_and(|r| !r.finishing)
+                    {
+                        tracing::warn!(invocation_id = %id, "run lease lost; stopping the run");
+                        self.stop(id, Stop::LeaseLost);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close_abandoned(&self) {
+        match self.store.abandoned_invocations(None).await {
+            Ok(open) => {
+                // Ours are renewed by the heartbeat; one found here is being claimed or
+                // finishing, never abandoned.
+                let open: Vec<_> = {
+                    let active = self.active();
+                    open.into_iter()
+                        .filter(|inv| !active.by_invocation.contains_key(&inv.invocation_id))
+                        .collect()
+                };
+                if let Err(error) =
+                    close_as_interrupted(&self.writer, &open, "run_owner_lost").await
+                {
+                    tracing::warn!(%error, "could not close abandoned runs");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "could not look for abandoned runs"),
+        }
+    }
+
+    /// Waits until no run is active, or `timeout` passes; returns whether none is.
+    async fn until_idle(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, async {
+            loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if self.active_count() == 0 {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// Refuses new runs, waits up to `grace` for running ones to finish, then closes the
+    /// rest as `interrupted` and waits until everything is committed.
+    pub async fn drain(&self, grace: Duration) {
+        self.active().closed = true;
+        if !self.until_idle(grace).await {
+            let ids: Vec<String> = self.active().by_invocation.keys().cloned().collect();
+            tracing::warn!(
+                runs = ids.len(),
+                "closing runs still going at shutdown as interrupted"
+            );
+            for id in ids {
+                self.stop(&id, Stop::Shutdown);
+            }
+            // Their supervisors write the terminal statuses.
+            self.until_idle(Duration::from_secs(2)).await;
+        }
+        let _ = self.writer.flush().await;
+    }
+}
+
+/// Appends an `interrupted` terminal status for each invocation (the store drops the ones
+/// someone closed meanwhile, so racing replicas close each run once).
+pub async fn close_as_interrupted(
+    writer: &Writer,
+    open: &[session_log::Invocation],
+    reason: &str,
+) -> Result<(), WriteError> {
+    if open.is_empty() {
+        return Ok(());
+    }
+    let batch: Vec<NewEvent> = open
+        .iter()
+        .map(|inv| {
+            NewEvent::new(
+                &inv.account_id,
+                &inv.session_id,
+                EventType::RunStatus,
+                run_status_content(RunStatus::Interrupted, Some(reason)),
+            )
+            .in_run(&inv.run_id, &inv.invocation_id)
+        })
+        .collect();
+    let closed = writer.append(batch).await?;
+    for event in &closed {
+        tracing::warn!(
+            account_id = %event.account_id, session_id = %event.session_id,
+            run_id = event.run_id.as_deref().unwrap_or_default(),
+            invocation_id = event.invocation_id.as_deref().unwrap_or_default(),
+            reason, "closed an abandoned run as interrupted"
+        );
+    }
+    Ok(())
+}

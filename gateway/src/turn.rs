@@ -1,0 +1,327 @@
+//! A run as its client sees it. `run_turn` starts a client's turn (its session
+//! resolved, its attachments stored, its run started on the core runtime) and answers
+//! from the run's committed events, as a stream or as the whole response; the rest reads
+//! a run back from the log for a surface's retrieve, cancel and subscribe.
+
+use std::time::Duration;
+
+use pingora::proxy::Session;
+use pingora::Result;
+use runtime_adapter::sse::SseFrame;
+use runtime_adapter::{RunInfo, SessionRef, Surface, TurnRequest};
+use serde_json::Value;
+use session_log::{Event, EventQuery, Invocation, Subscription};
+use tokio::time::Instant;
+
+use crate::client::respond;
+use crate::client::stream::{self, render_step};
+use crate::core::on_core;
+use crate::error::ApiError;
+use crate::ids::{new_id, valid_session_id};
+use crate::metrics::{Limit, METRICS};
+use crate::runs::{attachments, StartError, StartedRun};
+use crate::state::State;
+
+/// Starts a run for `turn` and answers the client: the run's stream, or its whole
+/// response once it ends.
+pub async fn run_turn(
+    state: &State,
+    session: &mut Session,
+    account_id: &str,
+    surface: &'static dyn Surface,
+    turn: TurnRequest,
+) -> Result<()> {
+    // What the answer needs of the turn; the run's start takes the rest. The start is
+    // boxed so that its future is not kept in this one while the run streams.
+    let stream = turn.stream;
+    let client = turn.extra.get("client").cloned().unwrap_or(Value::Null);
+    let (started, mut events) = match Box::pin(prepare_run(state, account_id, surface, turn)).await
+    {
+        Ok(started) => started,
+        Err((e, session_id)) => {
+            let headers: Vec<(&str, &str)> = session_id
+                .as_deref()
+                .map(|s| ("x-session-id", s))
+                .into_iter()
+                .collect();
+            return e.send(session, surface, &headers).await;
+        }
+    };
+    let info = started.info(client);
+    let response_id = surface.response_id(&started.run_id);
+    let headers = [
+        ("x-session-id", started.session_id.as_str()),
+        ("x-run-id", started.run_id.as_str()),
+        ("x-response-id", response_id.as_str()),
+        ("x-invocation-id", started.invocation_id.as_str()),
+    ];
+    if stream {
+        stream_run(session, surface, &info, &mut events, &headers).await;
+        Ok(())
+    } else {
+        // Boxed too: the streaming path would otherwise carry its larger future.
+        Box::pin(respond_when_done(
+            session,
+            surface,
+            &info,
+            &mut events,
+            &headers,
+        ))
+        .await
+    }
+}
+
+/// Resolves the session and starts the run; returns it with the subscription its client
+/// follows. On error, returns the error and the session id if one was resolved. Nothing
+/// is written before every check has passed.
+async fn prepare_run(
+    state: &State,
+    account_id: &str,
+    surface: &'static dyn Surface,
+    turn: TurnRequest,
+) -> std::result::Result<(StartedRun, Subscription), (ApiError, Option<String>)> {
+    let session_id = resolve_session(state, account_id, surface, &turn.session)
+        .await
+        .map_err(|e| (e, None))?;
+    // Every attachment is checked before any is stored: a refused one writes nothing.
+    let (turn, uploads) = attachments::extract(&state.attachments, turn).map_err(|e| (e, None))?;
+    attachments::save(&*state.store, account_id, uploads)
+        .await
+        .map_err(|e| (e, None))?;
+    let runs = state.runs.clone();
+    let (account, sid) = (account_id.to_owned(), session_id.clone());
+    let follow = Subscription::before_append(state.store.clone(), &state.hub, account_id, &sid);
+    on_core(&state.core, async move {
+        runs.start(&account, &sid, turn, follow).await
+    })
+    .await
+    .map_err(|e| {
+        let err = match e {
+            StartError::SessionBusy(_) => ApiError::new(
+                409,
+                "invalid_request_error",
+                "conversation_busy",
+                format!("{e}; wait for it to finish or cancel it"),
+            ),
+            StartError::ShuttingDown => {
+                ApiError::new(503, "server_error", "shutting_down", e.to_string())
+            }
+            StartError::TooManyRuns(ref l) => {
+                METRICS.rate_limited(Limit::Runs);
+                ApiError::limited(l)
+            }
+            StartError::Store(_) | StartError::Write(_) => {
+                ApiError::store_unavailable(&e, "cannot start a run")
+            }
+        };
+        (err, Some(session_id))
+    })
+}
+
+async fn resolve_session(
+    state: &State,
+    account_id: &str,
+    surface: &dyn Surface,
+    reference: &SessionRef,
+) -> std::result::Result<String, ApiError> {
+    match reference {
+        SessionRef::New => Ok(new_id("sess")),
+        SessionRef::Named(id) if valid_session_id(id) => Ok(id.clone()),
+        SessionRef::Named(id) => Err(ApiError::new(
+            400,
+            "invalid_request_error",
+            "invalid_value",
+            format!(
+                "session id {id:?} is not valid: use 1-128 letters, digits, '-', '_', '.' or ':'"
+            ),
+        )
+        .with_param("conversation")),
+        SessionRef::AfterResponse(response_id) => {
+            let not_found = || {
+                ApiError::new(
+                    404,
+                    "invalid_request_error",
+                    "previous_response_not_found",
+                    format!("Previous response with id '{response_id}' not found."),
+                )
+                .with_param("previous_response_id")
+            };
+            let run_id = surface.run_id(response_id).ok_or_else(not_found)?;
+            match state.store.run(account_id, &run_id).await {
+                Ok(Some(run)) => Ok(run.session_id),
+                Ok(None) => Err(not_found()),
+                Err(e) => Err(ApiError::store_unavailable(
+                    &e,
+                    "cannot resolve previous_response_id",
+                )),
+            }
+        }
+    }
+}
+
+/// Streams the run to the client until its terminal event, or until the client leaves
+/// (the run goes on without it). The SSE header waits for the first frame: a run that
+/// fails before its surface has anything to show (an A2A or ADK agent refusing the turn)
+/// is answered with the surface's plain error response, as the agent itself would.
+async fn stream_run(
+    session: &mut Session,
+    surface: &dyn Surface,
+    info: &RunInfo,
+    events: &mut Subscription,
+    headers: &[(&str, &str)],
+) {
+    let mut renderer = surface.stream_renderer(info);
+    let mut watch_client = true;
+    // What came before the first frame, for the plain response of a run that fails
+    // first. Dropped when the stream starts: it would otherwise stay for the stream's life.
+    let mut held = Vec::new();
+    let first = loop {
+        let event = match stream::next_event(session, events, &mut watch_client, None).await {
+            Ok(event) => event,
+            Err(stream::End::LogUnavailable) => break None,
+            Err(_) => return, // the client left; the run goes on
+        };
+        let step = render_step(&mut *renderer, &event);
+        held.push((*event).clone());
+        if step.last && event.run_status() != Some(session_log::RunStatus::Completed) {
+            let (status, body) = surface.final_response(info, &held);
+            let _ = respond::json(session, status, &body, headers).await;
+            return;
+        }
+        if !step.frames.is_empty() || step.last {
+            break Some(step);
+        }
+    };
+    drop(held);
+    if respond::sse_start(session, headers).await.is_err() {
+        return;
+    }
+    let end = match first {
+        Some(step) => {
+            if stream::write_frames(session, &step.frames, step.last)
+                .await
+                .is_err()
+            {
+                return;
+            }
+            if step.last {
+                return;
+            }
+            stream::pump(session, events, None, |event| {
+                render_step(&mut *renderer, event)
+            })
+            .await
+        }
+        None => stream::End::LogUnavailable,
+    };
+    if end == stream::End::LogUnavailable {
+        // Say so in the stream rather than hang; the client can resume from its last id.
+        let body = surface.error_body(
+            "the session log is unavailable; resume later",
+            "server_error",
+            None,
+            Some("session_store_unavailable"),
+        );
+        let _ = stream::write_frames(session, &[SseFrame::json(&body)], true).await;
+    }
+}
+
+/// Waits for the run to end and answers with the whole response.
+async fn respond_when_done(
+    session: &mut Session,
+    surface: &dyn Surface,
+    info: &RunInfo,
+    events: &mut Subscription,
+    headers: &[(&str, &str)],
+) -> Result<()> {
+    let mut collected = Vec::new();
+    let mut watch_client = true;
+    loop {
+        match stream::next_event(session, events, &mut watch_client, None).await {
+            Ok(event) => {
+                let last = event.is_terminal();
+                collected.push((*event).clone());
+                if last {
+                    break;
+                }
+            }
+            Err(stream::End::LogUnavailable) => {
+                let body = surface.error_body(
+                    "the session log is unavailable",
+                    "server_error",
+                    None,
+                    Some("session_store_unavailable"),
+                );
+                return respond::json(session, 503, &body, headers).await;
+            }
+            Err(_) => return Ok(()), // the client left; the run goes on
+        }
+    }
+    let (status, body) = surface.final_response(info, &collected);
+    respond::json(session, status, &body, headers).await
+}
+
+/// Every event of the invocation's run (all its invocations), in seq order.
+pub fn run_query(account_id: &str, inv: &Invocation) -> EventQuery {
+    EventQuery {
+        run_id: Some(inv.run_id.clone()),
+        ..EventQuery::session(account_id, &inv.session_id)
+    }
+}
+
+pub async fn run_events(
+    state: &State,
+    account_id: &str,
+    inv: &Invocation,
+) -> std::result::Result<Vec<Event>, ApiError> {
+    state
+        .store
+        .events(&run_query(account_id, inv))
+        .await
+        .map_err(|e| ApiError::store_unavailable(&e, "cannot read a run"))
+}
+
+/// What a renderer needs to know about a run, from its invocation and events.
+pub fn run_info(inv: &Invocation, events: &[Event], client: Value) -> RunInfo {
+    let model = events
+        .iter()
+        .find_map(|e| {
+            e.run_status()
+                .and(e.metadata.get("model"))
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("agent")
+        .to_owned();
+    RunInfo {
+        run_id: inv.run_id.clone(),
+        session_id: inv.session_id.clone(),
+        model,
+        created_at: inv.started_at.timestamp(),
+        client,
+    }
+}
+
+/// Cancels an invocation and returns its run's events once its end is recorded (or after
+/// 5 s: a stateful agent gets a grace period to take the cancel, the end follows it).
+pub async fn cancel_and_wait(
+    state: &State,
+    account_id: &str,
+    inv: &Invocation,
+) -> std::result::Result<Vec<Event>, ApiError> {
+    crate::api::sessions::cancel(state, account_id, &inv.invocation_id)
+        .await
+        .map_err(|e| ApiError::new(e.status, "server_error", "cancel_failed", e.message))?;
+    let ended = |events: &[Event]| {
+        events.iter().any(|e| {
+            e.is_terminal() && e.invocation_id.as_deref() == Some(inv.invocation_id.as_str())
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let events = run_events(state, account_id, inv).await?;
+        if ended(&events) || Instant::now() >= deadline {
+            return Ok(events);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
