@@ -121,20 +121,27 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         .build()?;
     let handle = core.handle().clone();
 
+    // Store errors say which store (never its password): sqlx's alone name nothing.
+    let store_name = config::describe_store(&config.store);
+    let in_store = |e: session_log::StoreError| format!("{store_name}: {e}");
     let (raw_store, writer, hub) = core.block_on(async {
         let store: Arc<dyn session_log::Store> = if config.store.starts_with("postgres://")
             || config.store.starts_with("postgresql://")
         {
+            let pg = session_log::postgres::PgStore::connect(&config.store)
+                .await
+                .map_err(in_store)?;
             // Commits go to a local journal while PostgreSQL is unreachable, and are
             // backfilled when it is back (a journal left by a previous life, here).
-            session_log::journal::open(
-                &config.store,
+            session_log::journal::JournaledStore::new(
+                pg,
                 &config.journal_path,
                 session_log::journal::JournalConfig::default(),
             )
-            .await?
+            .await
+            .map_err(|e| format!("journal {}: {e}", config.journal_path))?
         } else {
-            session_log::open(&config.store).await?
+            session_log::open(&config.store).await.map_err(in_store)?
         };
         let hub = Hub::new();
         let writer = Writer::spawn(
@@ -151,8 +158,11 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         // other replicas sharing the store.
         let abandoned = store
             .abandoned_invocations(Some(&config.replica_id))
-            .await?;
-        runs::close_as_interrupted(&writer, &abandoned, "gateway_restarted").await?;
+            .await
+            .map_err(in_store)?;
+        runs::close_as_interrupted(&writer, &abandoned, "gateway_restarted")
+            .await
+            .map_err(|e| format!("{store_name}: {e}"))?;
         Ok::<_, Box<dyn std::error::Error>>((store, writer, hub))
     })?;
     let store = core::CoreStore::shared(raw_store.clone(), handle.clone());
