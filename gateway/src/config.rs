@@ -268,7 +268,12 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
         }
         span = item.span().or(span);
         for index in parts {
-            match index.trim_end_matches(']').parse::<usize>().ok().and_then(|i| item.get(i)) {
+            match index
+                .trim_end_matches(']')
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| item.get(i))
+            {
                 Some(next) => item = next,
                 None => break 'walk,
             }
@@ -313,9 +318,8 @@ impl Settings {
     pub fn load(self) -> Result<Config, ConfigError> {
         let (file, text) = match &self.conf {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    bad(FILE_KEY, format!("cannot read {}: {e}", path.display()))
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| bad(FILE_KEY, format!("cannot read {}: {e}", path.display())))?;
                 (parse_file(path, &text)?, Some((path.clone(), text)))
             }
             None => (Settings::default(), None),
@@ -674,6 +678,161 @@ mod tests {
         .load()
         .unwrap();
         assert!(!c.listen.ip().is_loopback());
+    }
+}
+
+#[cfg(test)]
+mod errors_say_where {
+    use super::*;
+
+    fn load_file(toml: &str, args: &[&str]) -> (String, ConfigError) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(&path, toml).unwrap();
+        let path = path.to_str().unwrap().to_owned();
+        let mut all = vec!["serve", "--conf", &path];
+        all.extend_from_slice(args);
+        let e = Settings::try_parse_from(all).unwrap().load().unwrap_err();
+        (path, e)
+    }
+
+    #[test]
+    fn a_wrongly_typed_value_names_file_line_and_key() {
+        let (path, e) = load_file("upstream = \"http://x\"\n\nthreads = \"two\"\n", &[]);
+        assert_eq!(e.key, "threads");
+        assert_eq!(
+            e.to_string(),
+            format!("{path}:3: threads: invalid type: string \"two\", expected usize")
+        );
+    }
+
+    #[test]
+    fn keys_in_tables_are_dotted() {
+        let (path, e) = load_file("upstream = \"http://x\"\n[[auth.api_keys]]\nid = 3\n", &[]);
+        assert_eq!(e.key, "auth.api_keys[0].id");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{path}:3: auth.api_keys[0].id: ")),
+            "{e}"
+        );
+        let (_, e) = load_file(
+            "upstream = \"http://x\"\n[limits]\nmax_bodybytes = 5\n",
+            &[],
+        );
+        assert_eq!(e.key, "limits.max_bodybytes");
+        assert_eq!(e.location.unwrap().rsplit(':').next(), Some("3"));
+    }
+
+    #[test]
+    fn a_refused_value_from_the_file_names_its_line() {
+        let (path, e) = load_file(
+            "upstream = \"http://x\"\n[limits]\nmax_json_depth = 0\n",
+            &[],
+        );
+        assert_eq!(e.key, "limits.max_json_depth");
+        assert_eq!(e.location.as_deref(), Some(format!("{path}:3").as_str()));
+        let (path, e) = load_file("upstream = \"http://x\"\nthreads = 0\n", &[]);
+        assert_eq!(
+            e.to_string(),
+            format!("{path}:2: threads: must be greater than 0")
+        );
+        // The same key given as a flag is the flag's error, not the file's.
+        let (_, e) = load_file(
+            "upstream = \"http://x\"\nthreads = 3\n",
+            &["--threads", "0"],
+        );
+        assert_eq!(e.key, "threads");
+        assert_eq!(e.location, None);
+        assert_eq!(
+            e.to_string(),
+            "configuration key `threads`: must be greater than 0"
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_toml_names_its_line() {
+        let (path, e) = load_file("upstream = \"http://x\nthreads = 2\n", &[]);
+        assert_eq!(e.key, FILE_KEY);
+        assert!(e.to_string().starts_with(&format!("{path}:1: ")), "{e}");
+    }
+
+    #[test]
+    fn stores_are_named_without_their_password() {
+        assert_eq!(
+            describe_store("postgres://tether:s3cret@db.internal:6543/log?sslmode=require"),
+            "PostgreSQL store at db.internal:6543 (database log)"
+        );
+        assert_eq!(
+            describe_store("postgresql://u:p@db/log"),
+            "PostgreSQL store at db:5432 (database log)"
+        );
+        assert_eq!(
+            describe_store("postgres://[::1]/x"),
+            "PostgreSQL store at [::1]:5432 (database x)"
+        );
+        assert_eq!(
+            describe_store("postgres:///x"),
+            "PostgreSQL store at localhost:5432 (database x)"
+        );
+        assert_eq!(describe_store("sqlite:/var/t.db"), "SQLite store /var/t.db");
+        assert_eq!(
+            describe_store(".tether/s.sqlite"),
+            "SQLite store .tether/s.sqlite"
+        );
+    }
+
+    #[test]
+    fn boolean_flags_work_bare_and_with_a_value() {
+        let parse = |args: &[&str]| {
+            Settings::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap()
+        };
+        assert_eq!(parse(&["--tee"]).tee, Some(true));
+        assert_eq!(parse(&["--tee", "false"]).tee, Some(false));
+        assert_eq!(parse(&["--tee=false"]).tee, Some(false));
+        assert_eq!(parse(&["--tee", "true"]).tee, Some(true));
+        assert_eq!(parse(&[]).tee, None);
+        let s = parse(&[
+            "--allow-unauthenticated",
+            "--threads",
+            "3",
+            "--forward-authorization",
+        ]);
+        assert_eq!(s.allow_unauthenticated, Some(true));
+        assert_eq!(s.forward_authorization, Some(true));
+        assert_eq!(s.threads, Some(3));
+        assert_eq!(
+            parse(&["--checkpoint-replay-allowed"]).checkpoint_replay_allowed,
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn help_shows_the_defaults_the_gateway_uses() {
+        use clap::CommandFactory;
+        let help = Settings::command().render_help().to_string();
+        let c = Settings {
+            upstream: Some("http://x".into()),
+            ..Default::default()
+        }
+        .load()
+        .unwrap();
+        for default in [
+            format!("[default: {}]", c.listen),
+            format!("[default: {}]", c.store),
+            format!("[default: {}]", c.journal_path),
+            format!("[default: {}]", c.model),
+            format!("[default: {}]", c.max_body_bytes),
+            format!("[default: {}]", c.tee),
+            format!("[default: {}]", c.tee_body_cap_bytes),
+            format!("[default: {}]", c.shutdown_grace.as_secs()),
+            format!("[default: {}]", c.threads),
+            format!("[default: {}]", c.writer_max_batch),
+            format!("[default: {}]", c.run_lease.as_secs()),
+            format!("[default: {}]", c.forward_authorization),
+        ] {
+            assert!(help.contains(&default), "--help lacks {default}:\n{help}");
+        }
+        assert!(help.contains("Required"), "{help}");
     }
 }
 
