@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
 use policies::config::{AuthConfig, LimitsConfig, RateLimitConfig};
 use runtime_adapter::Protocol;
 use serde::Deserialize;
@@ -15,34 +15,44 @@ use serde::Deserialize;
 /// names (`max_body_bytes` is `--max-body-bytes` and `TETHER_MAX_BODY_BYTES`).
 #[derive(Debug, Default, Deserialize, Parser)]
 #[serde(deny_unknown_fields)]
-#[command(name = "tether serve", about = "Run the gateway")]
+#[command(
+    name = "tether serve",
+    about = "Run the gateway",
+    after_help = "Every key can also be set in the --conf file and as TETHER_<KEY>; flags win \
+                  over the environment, which wins over the file. A boolean flag alone means \
+                  true (--tee); --tee false or --tee=false turns it off."
+)]
 pub struct Settings {
     /// TOML configuration file.
     #[arg(long, env = "TETHER_CONF")]
     #[serde(skip)]
     pub conf: Option<PathBuf>,
-    /// Address to listen on.
+    /// Address to listen on. [default: 127.0.0.1:8080]
     #[arg(long, env = "TETHER_LISTEN")]
     pub listen: Option<String>,
-    /// Base URL of the agent, e.g. http://127.0.0.1:9000.
+    /// Base URL of the agent, e.g. http://127.0.0.1:9000. Required: this flag,
+    /// TETHER_UPSTREAM or `upstream` in the file.
     #[arg(long, env = "TETHER_UPSTREAM")]
     pub upstream: Option<String>,
     /// Protocol the agent speaks: openai-chat, openai-responses, a2a or adk.
+    /// [default: openai-chat]
     #[arg(long, env = "TETHER_PROTOCOL")]
     pub protocol: Option<String>,
     /// Tether's address as clients reach it (e.g. https://agents.example.com), written
-    /// into the A2A agent card in place of the agent's own. Default: from each request's
-    /// Host header.
+    /// into the A2A agent card in place of the agent's own. [default: from each request's
+    /// Host header]
     #[arg(long, env = "TETHER_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// Session store: a SQLite file path (or sqlite:PATH) or a postgres:// URL.
+    /// [default: .tether/sessions.sqlite]
     #[arg(long, env = "TETHER_STORE")]
     pub store: Option<String>,
     /// With a PostgreSQL store: the local SQLite file events are committed to while
     /// PostgreSQL is unreachable, and backfilled from when it is back.
+    /// [default: .tether/journal.sqlite]
     #[arg(long, env = "TETHER_JOURNAL_PATH")]
     pub journal_path: Option<String>,
-    /// Model name sent to the agent when the client names none.
+    /// Model name sent to the agent when the client names none. [default: agent]
     #[arg(long, env = "TETHER_MODEL")]
     pub model: Option<String>,
     /// Header added to every request toward the agent, as "Name: value" (repeatable).
@@ -56,60 +66,66 @@ pub struct Settings {
     /// Headers added toward the agent (file form: a table of name = value).
     #[arg(skip)]
     pub upstream_headers: Option<BTreeMap<String, String>>,
-    /// Forward the caller's Authorization header to the agent.
-    #[arg(long, env = "TETHER_FORWARD_AUTHORIZATION")]
+    /// Forward the caller's Authorization header to the agent. [default: false]
+    #[arg(long, env = "TETHER_FORWARD_AUTHORIZATION", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub forward_authorization: Option<bool>,
     /// Listen on a non-loopback address although no authentication is configured.
-    #[arg(long, env = "TETHER_ALLOW_UNAUTHENTICATED")]
+    /// [default: false]
+    #[arg(long, env = "TETHER_ALLOW_UNAUTHENTICATED", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub allow_unauthenticated: Option<bool>,
-    /// Largest request body accepted, in bytes.
+    /// Largest request body accepted, in bytes. [default: 10485760]
     #[arg(long, env = "TETHER_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
-    /// Record pass-through exchanges in the log.
-    #[arg(long, env = "TETHER_TEE")]
+    /// Record pass-through exchanges in the log. [default: true]
+    #[arg(long, env = "TETHER_TEE", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub tee: Option<bool>,
     /// Bytes of each pass-through request and response body kept in the log.
+    /// [default: 65536]
     #[arg(long, env = "TETHER_TEE_BODY_CAP_BYTES")]
     pub tee_body_cap_bytes: Option<usize>,
-    /// Seconds to connect to the agent before a run fails.
+    /// Seconds to connect to the agent before a run fails. [default: 10]
     #[arg(long, env = "TETHER_UPSTREAM_CONNECT_TIMEOUT_SECONDS")]
     pub upstream_connect_timeout_seconds: Option<u64>,
     /// Seconds the agent may stay silent mid-response before a run fails.
+    /// [default: 300]
     #[arg(long, env = "TETHER_UPSTREAM_IDLE_TIMEOUT_SECONDS")]
     pub upstream_idle_timeout_seconds: Option<u64>,
-    /// On SIGTERM, seconds to let running runs finish before they are closed as interrupted.
+    /// On SIGTERM, the most seconds to let running runs finish before they are closed as
+    /// interrupted (an idle gateway exits at once). [default: 10]
     #[arg(long, env = "TETHER_SHUTDOWN_GRACE_SECONDS")]
     pub shutdown_grace_seconds: Option<u64>,
     /// Seconds a SubscribeRunEvents stream stays open without its run ending.
+    /// [default: 300]
     #[arg(long, env = "TETHER_SUBSCRIBE_TIMEOUT_SECONDS")]
     pub subscribe_timeout_seconds: Option<u64>,
-    /// Worker threads serving connections.
+    /// Worker threads serving connections. [default: 2]
     #[arg(long, env = "TETHER_THREADS")]
     pub threads: Option<usize>,
-    /// Most events committed in one transaction.
+    /// Most events committed in one transaction. [default: 1024]
     #[arg(long, env = "TETHER_WRITER_MAX_BATCH")]
     pub writer_max_batch: Option<usize>,
     /// This replica's name as owner of the runs it drives. A replica restarted under the
     /// same name closes its own abandoned runs at once instead of waiting for their leases
-    /// to run out. Default: "local" with a SQLite store (one gateway per file), a random
-    /// name with PostgreSQL.
+    /// to run out. [default: "local" with a SQLite store (one gateway per file), a random
+    /// name with PostgreSQL]
     #[arg(long, env = "TETHER_REPLICA_ID")]
     pub replica_id: Option<String>,
     /// Seconds a run's lease lasts without a heartbeat (renewed every third of it); a run
     /// whose replica stops renewing is closed as interrupted by any other replica.
+    /// [default: 15]
     #[arg(long, env = "TETHER_RUN_LEASE_SECONDS")]
     pub run_lease_seconds: Option<u64>,
-    /// Log format: text or json.
+    /// Log format: text or json. [default: text]
     #[arg(long, env = "TETHER_LOG_FORMAT")]
     pub log_format: Option<String>,
-    /// Seconds after which a recorded checkpoint expires (default: never).
+    /// Seconds after which a recorded checkpoint expires. [default: never]
     #[arg(long, env = "TETHER_CHECKPOINT_TTL_SECONDS")]
     pub checkpoint_ttl_seconds: Option<u64>,
-    /// Whether a checkpoint may be resumed more than once.
-    #[arg(long, env = "TETHER_CHECKPOINT_REPLAY_ALLOWED")]
+    /// Whether a checkpoint may be resumed more than once. [default: true]
+    #[arg(long, env = "TETHER_CHECKPOINT_REPLAY_ALLOWED", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub checkpoint_replay_allowed: Option<bool>,
     /// Tools known to have no side effects (comma-separated); every other tool is assumed
-    /// to have them when a resume's risk is assessed.
+    /// to have them when a resume's risk is assessed. [default: none]
     #[arg(long, env = "TETHER_SIDE_EFFECT_FREE_TOOLS", value_delimiter = ',')]
     pub side_effect_free_tools: Option<Vec<String>>,
     /// `[auth]`: API keys and JWT verification (file only: key material and long lists do
@@ -167,49 +183,170 @@ pub struct Upstream {
     pub base_path: String,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("configuration key `{key}`: {message}")]
+/// A refused configuration value, by key (dotted for tables: `limits.max_json_depth`).
+#[derive(Debug)]
 pub struct ConfigError {
     pub key: String,
     pub message: String,
+    /// `file:line` when the value came from the file and its line is known.
+    pub location: Option<String>,
 }
+
+/// The key of an error about the file as a whole (unreadable, not TOML).
+const FILE_KEY: &str = "conf";
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.location {
+            Some(at) if self.key == FILE_KEY => write!(f, "{at}: {}", self.message),
+            Some(at) => write!(f, "{at}: {}: {}", self.key, self.message),
+            None => write!(f, "configuration key `{}`: {}", self.key, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         key: key.to_owned(),
         message: message.into(),
+        location: None,
     }
 }
 
 impl From<policies::ConfigError> for ConfigError {
     fn from(e: policies::ConfigError) -> Self {
+        bad(&e.key, e.message)
+    }
+}
+
+/// Parses the configuration file, naming the key and line of a value it refuses.
+fn parse_file(path: &std::path::Path, text: &str) -> Result<Settings, ConfigError> {
+    serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+        let path_to_key = e.path().to_string();
+        let e = e.into_inner();
+        let message = e.message().trim_end().to_owned();
+        // The path of an unknown key ends with that key; an empty one (".") is a file that
+        // is not TOML.
+        let key = match path_to_key.as_str() {
+            "." => FILE_KEY.to_owned(),
+            _ => path_to_key,
+        };
+        let location = match e.span() {
+            Some(span) => format!("{}:{}", path.display(), line_at(text, span.start)),
+            None => path.display().to_string(),
+        };
         ConfigError {
-            key: e.key,
-            message: e.message,
+            key,
+            message,
+            location: Some(location),
         }
+    })
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_at(text: &str, offset: usize) -> usize {
+    1 + text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+}
+
+/// The line of `key` (`a.b`, `a[0].b`) in the file: of its value, or of the deepest table
+/// on its way that the file has (a required key left out of `[auth.jwt]` is that table's).
+fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut item = doc.as_item();
+    let mut span = None;
+    'walk: for segment in key.split('.') {
+        let mut parts = segment.split('[');
+        let name = parts.next().unwrap_or_default();
+        match item.get(name) {
+            Some(next) => item = next,
+            None => break,
+        }
+        span = item.span().or(span);
+        for index in parts {
+            match index
+                .trim_end_matches(']')
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| item.get(i))
+            {
+                Some(next) => item = next,
+                None => break 'walk,
+            }
+            span = item.span().or(span);
+        }
+    }
+    span.map(|s| line_at(text, s.start))
+}
+
+/// The store as an error message may name it: the SQLite path, or PostgreSQL's host, port
+/// and database — never the password (nor the user, which an error does not need).
+pub fn describe_store(store: &str) -> String {
+    let Some(rest) = store
+        .strip_prefix("postgres://")
+        .or_else(|| store.strip_prefix("postgresql://"))
+    else {
+        let path = store
+            .strip_prefix("sqlite://")
+            .or_else(|| store.strip_prefix("sqlite:"))
+            .unwrap_or(store);
+        return format!("SQLite store {path}");
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host_port = match host_port {
+        "" => "localhost:5432".to_owned(),
+        h if h.contains(':') && !h.ends_with(']') => h.to_owned(),
+        h => format!("{h}:5432"),
+    };
+    let database = tail
+        .strip_prefix('/')
+        .and_then(|t| t.split('?').next())
+        .filter(|d| !d.is_empty());
+    match database {
+        Some(db) => format!("PostgreSQL store at {host_port} (database {db})"),
+        None => format!("PostgreSQL store at {host_port}"),
     }
 }
 
 impl Settings {
     /// Reads the file named by `--conf` (if any) under the flags/env already parsed.
     pub fn load(self) -> Result<Config, ConfigError> {
-        let file = match &self.conf {
+        let (file, text) = match &self.conf {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
-                    .map_err(|e| bad("conf", format!("cannot read {}: {e}", path.display())))?;
-                toml::from_str::<Settings>(&text)
-                    .map_err(|e| bad("conf", format!("{}: {}", path.display(), e.message())))?
+                    .map_err(|e| bad(FILE_KEY, format!("cannot read {}: {e}", path.display())))?;
+                (parse_file(path, &text)?, Some((path.clone(), text)))
             }
-            None => Settings::default(),
+            None => (Settings::default(), None),
         };
-        self.over(file).validate()
+        let (settings, from_flags) = self.over(file);
+        settings.validate().map_err(|mut e| {
+            let top = e.key.split(['.', '[']).next().unwrap_or_default();
+            if let Some((path, text)) = text.filter(|_| !from_flags.contains(&top)) {
+                e.location =
+                    line_of_key(&text, &e.key).map(|line| format!("{}:{line}", path.display()));
+            }
+            e
+        })
     }
 
     /// `self` wins over `file`, key by key.
-    fn over(self, file: Settings) -> Settings {
+    /// Also returns the keys `self` set, whose errors are not the file's.
+    fn over(self, file: Settings) -> (Settings, Vec<&'static str>) {
         macro_rules! pick {
-            ($($k:ident),*) => { Settings { $($k: self.$k.or(file.$k),)* conf: self.conf,
-                upstream_header: if self.upstream_header.is_empty() { file.upstream_header } else { self.upstream_header } } };
+            ($($k:ident),*) => {{
+                let mut from_flags = Vec::new();
+                $(if self.$k.is_some() { from_flags.push(stringify!($k)); })*
+                if !self.upstream_header.is_empty() { from_flags.push("upstream_headers"); }
+                (Settings { $($k: self.$k.or(file.$k),)* conf: self.conf,
+                    upstream_header: if self.upstream_header.is_empty() { file.upstream_header } else { self.upstream_header } },
+                 from_flags)
+            }};
         }
         pick!(
             listen,
@@ -541,6 +678,161 @@ mod tests {
         .load()
         .unwrap();
         assert!(!c.listen.ip().is_loopback());
+    }
+}
+
+#[cfg(test)]
+mod errors_say_where {
+    use super::*;
+
+    fn load_file(toml: &str, args: &[&str]) -> (String, ConfigError) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(&path, toml).unwrap();
+        let path = path.to_str().unwrap().to_owned();
+        let mut all = vec!["serve", "--conf", &path];
+        all.extend_from_slice(args);
+        let e = Settings::try_parse_from(all).unwrap().load().unwrap_err();
+        (path, e)
+    }
+
+    #[test]
+    fn a_wrongly_typed_value_names_file_line_and_key() {
+        let (path, e) = load_file("upstream = \"http://x\"\n\nthreads = \"two\"\n", &[]);
+        assert_eq!(e.key, "threads");
+        assert_eq!(
+            e.to_string(),
+            format!("{path}:3: threads: invalid type: string \"two\", expected usize")
+        );
+    }
+
+    #[test]
+    fn keys_in_tables_are_dotted() {
+        let (path, e) = load_file("upstream = \"http://x\"\n[[auth.api_keys]]\nid = 3\n", &[]);
+        assert_eq!(e.key, "auth.api_keys[0].id");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{path}:3: auth.api_keys[0].id: ")),
+            "{e}"
+        );
+        let (_, e) = load_file(
+            "upstream = \"http://x\"\n[limits]\nmax_bodybytes = 5\n",
+            &[],
+        );
+        assert_eq!(e.key, "limits.max_bodybytes");
+        assert_eq!(e.location.unwrap().rsplit(':').next(), Some("3"));
+    }
+
+    #[test]
+    fn a_refused_value_from_the_file_names_its_line() {
+        let (path, e) = load_file(
+            "upstream = \"http://x\"\n[limits]\nmax_json_depth = 0\n",
+            &[],
+        );
+        assert_eq!(e.key, "limits.max_json_depth");
+        assert_eq!(e.location.as_deref(), Some(format!("{path}:3").as_str()));
+        let (path, e) = load_file("upstream = \"http://x\"\nthreads = 0\n", &[]);
+        assert_eq!(
+            e.to_string(),
+            format!("{path}:2: threads: must be greater than 0")
+        );
+        // The same key given as a flag is the flag's error, not the file's.
+        let (_, e) = load_file(
+            "upstream = \"http://x\"\nthreads = 3\n",
+            &["--threads", "0"],
+        );
+        assert_eq!(e.key, "threads");
+        assert_eq!(e.location, None);
+        assert_eq!(
+            e.to_string(),
+            "configuration key `threads`: must be greater than 0"
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_toml_names_its_line() {
+        let (path, e) = load_file("upstream = \"http://x\nthreads = 2\n", &[]);
+        assert_eq!(e.key, FILE_KEY);
+        assert!(e.to_string().starts_with(&format!("{path}:1: ")), "{e}");
+    }
+
+    #[test]
+    fn stores_are_named_without_their_password() {
+        assert_eq!(
+            describe_store("postgres://tether:s3cret@db.internal:6543/log?sslmode=require"),
+            "PostgreSQL store at db.internal:6543 (database log)"
+        );
+        assert_eq!(
+            describe_store("postgresql://u:p@db/log"),
+            "PostgreSQL store at db:5432 (database log)"
+        );
+        assert_eq!(
+            describe_store("postgres://[::1]/x"),
+            "PostgreSQL store at [::1]:5432 (database x)"
+        );
+        assert_eq!(
+            describe_store("postgres:///x"),
+            "PostgreSQL store at localhost:5432 (database x)"
+        );
+        assert_eq!(describe_store("sqlite:/var/t.db"), "SQLite store /var/t.db");
+        assert_eq!(
+            describe_store(".tether/s.sqlite"),
+            "SQLite store .tether/s.sqlite"
+        );
+    }
+
+    #[test]
+    fn boolean_flags_work_bare_and_with_a_value() {
+        let parse = |args: &[&str]| {
+            Settings::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap()
+        };
+        assert_eq!(parse(&["--tee"]).tee, Some(true));
+        assert_eq!(parse(&["--tee", "false"]).tee, Some(false));
+        assert_eq!(parse(&["--tee=false"]).tee, Some(false));
+        assert_eq!(parse(&["--tee", "true"]).tee, Some(true));
+        assert_eq!(parse(&[]).tee, None);
+        let s = parse(&[
+            "--allow-unauthenticated",
+            "--threads",
+            "3",
+            "--forward-authorization",
+        ]);
+        assert_eq!(s.allow_unauthenticated, Some(true));
+        assert_eq!(s.forward_authorization, Some(true));
+        assert_eq!(s.threads, Some(3));
+        assert_eq!(
+            parse(&["--checkpoint-replay-allowed"]).checkpoint_replay_allowed,
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn help_shows_the_defaults_the_gateway_uses() {
+        use clap::CommandFactory;
+        let help = Settings::command().render_help().to_string();
+        let c = Settings {
+            upstream: Some("http://x".into()),
+            ..Default::default()
+        }
+        .load()
+        .unwrap();
+        for default in [
+            format!("[default: {}]", c.listen),
+            format!("[default: {}]", c.store),
+            format!("[default: {}]", c.journal_path),
+            format!("[default: {}]", c.model),
+            format!("[default: {}]", c.max_body_bytes),
+            format!("[default: {}]", c.tee),
+            format!("[default: {}]", c.tee_body_cap_bytes),
+            format!("[default: {}]", c.shutdown_grace.as_secs()),
+            format!("[default: {}]", c.threads),
+            format!("[default: {}]", c.writer_max_batch),
+            format!("[default: {}]", c.run_lease.as_secs()),
+            format!("[default: {}]", c.forward_authorization),
+        ] {
+            assert!(help.contains(&default), "--help lacks {default}:\n{help}");
+        }
+        assert!(help.contains("Required"), "{help}");
     }
 }
 

@@ -24,7 +24,9 @@ use async_trait::async_trait;
 use clap::{Parser, Subcommand};
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
-use pingora::server::{RunArgs, Server, ShutdownWatch};
+use pingora::server::{
+    RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch, UnixShutdownSignalWatch,
+};
 use pingora::services::background::{background_service, BackgroundService};
 use session_log::{Hub, Writer, WriterConfig};
 
@@ -76,10 +78,15 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(&config);
+    let log_json = config.log_json;
     match serve(config, auth) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        // One line, in the log's format: a JSON log stays parseable, a terminal reads it.
+        Err(e) if log_json => {
             tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
             eprintln!("tether: {e}");
             ExitCode::FAILURE
         }
@@ -100,6 +107,14 @@ fn init_tracing(config: &Config) {
 }
 
 fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn std::error::Error>> {
+    // Pingora binds inside its server, retrying a port in use for 30 s and then panicking
+    // on a service thread, which leaves the process alive and serving nothing; and 0.9
+    // takes no listener bound beforehand. So the address is bound here first, and held
+    // until just before Pingora binds it: a port in use is an error before anything else
+    // happens — in particular before a second gateway on the same store closes the first
+    // one's runs as abandoned.
+    let reserved = std::net::TcpListener::bind(config.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let core = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("tether-core")
@@ -107,20 +122,27 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         .build()?;
     let handle = core.handle().clone();
 
+    // Store errors say which store (never its password): sqlx's alone name nothing.
+    let store_name = config::describe_store(&config.store);
+    let in_store = |e: session_log::StoreError| format!("{store_name}: {e}");
     let (raw_store, writer, hub) = core.block_on(async {
         let store: Arc<dyn session_log::Store> = if config.store.starts_with("postgres://")
             || config.store.starts_with("postgresql://")
         {
+            let pg = session_log::postgres::PgStore::connect(&config.store)
+                .await
+                .map_err(in_store)?;
             // Commits go to a local journal while PostgreSQL is unreachable, and are
             // backfilled when it is back (a journal left by a previous life, here).
-            session_log::journal::open(
-                &config.store,
+            session_log::journal::JournaledStore::new(
+                pg,
                 &config.journal_path,
                 session_log::journal::JournalConfig::default(),
             )
-            .await?
+            .await
+            .map_err(|e| format!("journal {}: {e}", config.journal_path))?
         } else {
-            session_log::open(&config.store).await?
+            session_log::open(&config.store).await.map_err(in_store)?
         };
         let hub = Hub::new();
         let writer = Writer::spawn(
@@ -137,8 +159,11 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         // other replicas sharing the store.
         let abandoned = store
             .abandoned_invocations(Some(&config.replica_id))
-            .await?;
-        runs::close_as_interrupted(&writer, &abandoned, "gateway_restarted").await?;
+            .await
+            .map_err(in_store)?;
+        runs::close_as_interrupted(&writer, &abandoned, "gateway_restarted")
+            .await
+            .map_err(|e| format!("{store_name}: {e}"))?;
         Ok::<_, Box<dyn std::error::Error>>((store, writer, hub))
     })?;
     let store = core::CoreStore::shared(raw_store.clone(), handle.clone());
@@ -190,9 +215,9 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
     let grace = config.shutdown_grace;
     let server_conf = ServerConf {
         threads: config.threads,
-        // Pingora waits this long after SIGTERM before stopping its runtimes; the drain
-        // service below uses it to let runs finish and commit.
-        grace_period_seconds: Some(grace.as_secs() + 1),
+        // Pingora sleeps this long after SIGTERM whatever is running; the waiting is done
+        // before it is told to stop instead (`DrainOnTerm`), for as long as runs need.
+        grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(1),
         ..Default::default()
     };
@@ -201,6 +226,12 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
     let listen = config.listen.to_string();
     let protocol_surface =
         (!config.protocol.sends_history()).then(|| runtime_adapter::surface(config.protocol));
+    let drain_on_term = DrainOnTerm {
+        runs: runs.clone(),
+        hub: hub.clone(),
+        core: handle.clone(),
+        grace,
+    };
     let state = Arc::new(State {
         protocol_surface,
         identity_headers: policies::IdentityHeaders::new(&config.auth.identity_headers),
@@ -241,15 +272,10 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
             state: state.clone(),
         },
     ));
-    server.add_service(background_service(
-        "drain",
-        Drain {
-            runs: runs.clone(),
-            core: handle.clone(),
-            grace,
-        },
-    ));
-    server.run(RunArgs::default());
+    drop(reserved);
+    server.run(RunArgs {
+        shutdown_signal: Box::new(drain_on_term),
+    });
 
     // Pingora has stopped serving; whatever is still queued gets committed.
     core.block_on(async {
@@ -294,24 +320,56 @@ impl BackgroundService for PolicyUpkeep {
     }
 }
 
-/// On graceful shutdown: let running runs finish within the grace period, close the rest
-/// as interrupted, and commit everything.
-struct Drain {
+/// Pingora's shutdown signals, with SIGTERM's grace spent before Pingora hears of it:
+/// runs still going get up to the grace period to finish (the rest are closed as
+/// interrupted), client streams of them a moment more to write their ends, and then
+/// Pingora stops at once. An idle gateway exits immediately.
+struct DrainOnTerm {
     runs: Arc<Runs>,
+    hub: Hub,
     core: tokio::runtime::Handle,
     grace: std::time::Duration,
 }
 
+/// After the runs, how much longer client streams get to write what they ended with.
+const STREAMS_TAIL: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[async_trait]
-impl BackgroundService for Drain {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let _ = shutdown.changed().await;
+impl ShutdownSignalWatch for DrainOnTerm {
+    async fn recv(&self) -> ShutdownSignal {
+        let signal = UnixShutdownSignalWatch.recv().await;
+        if !matches!(signal, ShutdownSignal::GracefulTerminate) {
+            return signal;
+        }
         tracing::info!(
             runs = self.runs.active_count(),
-            "shutting down: draining runs"
+            streams = self.hub.subscribers(),
+            grace_seconds = self.grace.as_secs(),
+            "SIGTERM: draining runs"
         );
-        let (runs, grace) = (self.runs.clone(), self.grace);
-        core::on_core(&self.core, async move { runs.drain(grace).await }).await;
-        tracing::info!("drained");
+        let deadline = tokio::time::Instant::now() + self.grace;
+        let (runs, hub, grace) = (self.runs.clone(), self.hub.clone(), self.grace);
+        let drained = core::on_core(&self.core, async move {
+            // Refuses new runs from here on, and closes as interrupted what outlives grace.
+            runs.drain(grace).await;
+            let streams_until = deadline.max(tokio::time::Instant::now()) + STREAMS_TAIL;
+            while hub.subscribers() > 0 && tokio::time::Instant::now() < streams_until {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        });
+        // A SIGINT while draining still means "now".
+        let interrupt = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+                Ok(mut s) => s.recv().await,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = drained => {
+                tracing::info!("drained");
+                signal
+            }
+            _ = interrupt => ShutdownSignal::FastShutdown,
+        }
     }
 }

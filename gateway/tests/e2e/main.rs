@@ -15,6 +15,7 @@ mod interop;
 mod metrics;
 mod outage;
 mod passthrough;
+mod process;
 mod rate_limits;
 mod replicas;
 mod seed;

@@ -1,0 +1,298 @@
+//! The gateway as a process: how it fails to start (one line naming what and where, a
+//! non-zero exit, at once), how it stops on SIGTERM (as soon as its runs are done), and
+//! its command line (bare boolean flags, defaults in `--help`).
+
+use std::net::TcpListener;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use session_log::RunStatus;
+
+use crate::harness::*;
+
+/// Runs `tether` with `args` until it exits or `timeout` passes (then kills it).
+/// Returns its exit status (`None`: still running at the timeout), stderr and how long it ran.
+fn run_tether(args: &[&str], timeout: Duration) -> (Option<ExitStatus>, String, Duration) {
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .env_remove("TETHER_CONF")
+        .stdout(Stdio::null())
+        .stderr(stderr.reopen().unwrap())
+        .spawn()
+        .expect("start tether");
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let elapsed = start.elapsed();
+    (
+        status,
+        std::fs::read_to_string(stderr.path()).unwrap(),
+        elapsed,
+    )
+}
+
+/// The one line a failed start prints, checked to be one and not a panic.
+fn one_line(stderr: &str) -> &str {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line of error, not: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    lines[0]
+}
+
+fn serve_args<'a>(listen: &'a str, store: &'a str) -> Vec<&'a str> {
+    vec![
+        "serve",
+        "--listen",
+        listen,
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--store",
+        store,
+    ]
+}
+
+#[test]
+fn a_port_in_use_is_one_line_and_a_failed_exit_at_once() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("sessions.sqlite");
+    let (status, stderr, elapsed) = run_tether(
+        &serve_args(&listen, store.to_str().unwrap()),
+        Duration::from_secs(10),
+    );
+    let status = status.expect("tether exits by itself");
+    assert!(!status.success(), "{status}: {stderr}");
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "exited after {elapsed:?}, not within a second"
+    );
+    let line = one_line(&stderr);
+    assert!(line.contains(&listen), "names the address: {line}");
+    assert!(line.contains("in use"), "says why: {line}");
+    assert!(
+        !store.exists(),
+        "the store is not touched (a second gateway must not close the first one's runs)"
+    );
+}
+
+#[test]
+fn sigterm_on_an_idle_gateway_exits_within_a_second() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    // A grace period far longer than the exit may take: an idle gateway must not wait it.
+    let mut tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &store.url,
+        &["--shutdown-grace-seconds", "30"],
+    );
+    // One finished run, so that the gateway has served something before it is idle.
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("hello", None, false),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let start = Instant::now();
+    assert!(
+        tether.signal("TERM", Duration::from_secs(30)),
+        "tether exits after SIGTERM"
+    );
+    let elapsed = start.elapsed();
+    // Measured from sending the signal (with `kill`, a process of its own) to the exit.
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "idle SIGTERM took {elapsed:?}: {}",
+        tether.log_text()
+    );
+}
+
+#[test]
+fn sigterm_waits_for_a_running_run_which_completes() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let mut tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &store.url,
+        &["--shutdown-grace-seconds", "30"],
+    );
+    // 20 deltas 100 ms apart: about 2 s of run left when the signal arrives.
+    let mut sse = SseStream::post(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("slow:20:100", None, true),
+    );
+    let session = sse.session_id.clone().unwrap();
+    let first = sse.next_event().unwrap();
+    let start = Instant::now();
+    // Send the signal without waiting, to see a new run refused while the old one drains.
+    assert!(!tether.signal("TERM", Duration::ZERO));
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = post_json(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("hello", None, false),
+    );
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(
+        tether.signal("TERM", Duration::from_secs(30)),
+        "tether exits once its run is done"
+    );
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed > Duration::from_millis(1000),
+        "exited after {elapsed:?}, before the run could finish"
+    );
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "exited after {elapsed:?}: it waited for more than the run"
+    );
+
+    // The client got the whole answer and its end, and the log holds the run completed.
+    let mut events = vec![first];
+    events.extend(sse.collect());
+    let text: String = events.iter().map(|e| Surface::Chat.delta(e)).collect();
+    let expected: String = (1..=20).map(|i| format!("w{i} ")).collect();
+    assert_eq!(text, expected);
+    assert_eq!(events.last().map(|e| e.data.as_str()), Some("[DONE]"));
+    let statuses: Vec<RunStatus> = store
+        .events("local", &session)
+        .iter()
+        .filter(|e| e.is_terminal())
+        .filter_map(|e| e.run_status())
+        .collect();
+    assert_eq!(statuses, [RunStatus::Completed]);
+}
+
+#[test]
+fn a_config_error_names_file_line_and_key() {
+    let conf = Conf::write("upstream = \"http://127.0.0.1:9\"\n\nthreads = \"two\"\n");
+    let (status, stderr, _) =
+        run_tether(&["serve", "--conf", &conf.arg()], Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    let line = one_line(&stderr);
+    assert_eq!(
+        line,
+        format!(
+            "tether: {}:3: threads: invalid type: string \"two\", expected usize",
+            conf.arg()
+        )
+    );
+
+    let conf = Conf::write("upstream = \"http://127.0.0.1:9\"\n[limits]\nmax_json_depth = 0\n");
+    let (status, stderr, _) =
+        run_tether(&["serve", "--conf", &conf.arg()], Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    let line = one_line(&stderr);
+    assert!(
+        line.starts_with(&format!(
+            "tether: {}:3: limits.max_json_depth: ",
+            conf.arg()
+        )),
+        "{line}"
+    );
+}
+
+#[test]
+fn an_unusable_sqlite_store_is_named_by_its_path() {
+    // A path under a regular file cannot be created, even by root.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let store = file.path().join("sub/sessions.sqlite");
+    let store = store.to_str().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (status, stderr, _) = run_tether(&serve_args(&listen, store), Duration::from_secs(10));
+    let status = status.expect("tether exits by itself");
+    assert!(!status.success(), "{stderr}");
+    let line = one_line(&stderr);
+    assert!(line.contains(store), "names the path: {line}");
+}
+
+#[test]
+fn an_unreachable_postgres_is_named_by_host_and_port_without_the_password() {
+    let listen = format!("127.0.0.1:{}", free_port());
+    // Nothing listens there: the pool times out (after its 10 s acquire timeout).
+    let port = free_port();
+    let url = format!("postgres://tether:s3cret-pw@127.0.0.1:{port}/log");
+    let (status, stderr, _) = run_tether(&serve_args(&listen, &url), Duration::from_secs(30));
+    let status = status.expect("tether exits by itself");
+    assert!(!status.success(), "{stderr}");
+    let line = one_line(&stderr);
+    assert!(line.contains(&format!("127.0.0.1:{port}")), "{line}");
+    assert!(line.contains("log"), "names the database: {line}");
+    assert!(!stderr.contains("s3cret-pw"), "no password: {stderr}");
+}
+
+#[test]
+fn an_unusable_journal_is_named_by_its_path() {
+    let Some(url) = postgres_url() else { return };
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let journal = file.path().join("sub/journal.sqlite");
+    let journal = journal.to_str().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = serve_args(&listen, &url);
+    args.extend(["--journal-path", journal]);
+    let (status, stderr, _) = run_tether(&args, Duration::from_secs(30));
+    let status = status.expect("tether exits by itself");
+    assert!(!status.success(), "{stderr}");
+    // Whatever else it logged on the way (PostgreSQL's own warnings), the error names it.
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("tether: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(error.contains(journal), "{error}");
+}
+
+#[test]
+fn boolean_flags_work_bare() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    // Bare, followed by another flag, and with a value: all three forms.
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &store.url,
+        &[
+            "--tee",
+            "--forward-authorization",
+            "--checkpoint-replay-allowed=false",
+            "--allow-unauthenticated",
+            "false",
+        ],
+    );
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("hello", None, false),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+#[test]
+fn help_shows_defaults_and_what_is_required() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let (status, help) = (out.status, String::from_utf8_lossy(&out.stdout));
+    assert!(status.success());
+    for expected in [
+        "[default: 127.0.0.1:8080]",
+        "[default: .tether/sessions.sqlite]",
+        "[default: 10]",
+        "--tee [<TEE>]",
+        "Required",
+    ] {
+        assert!(
+            help.contains(expected),
+            "--help lacks {expected:?}:\n{help}"
+        );
+    }
+}
