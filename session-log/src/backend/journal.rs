@@ -31,19 +31,20 @@
 //! invocation row is there). Lookups by handle consult the journal's handles too.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Row;
 
+use super::plan::{self, InvocationOp};
+use super::postgres::{self, PgStore};
+use super::sql;
+use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
-use crate::postgres::PgStore;
-use crate::sql::{self, InvocationOp};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
 };
@@ -159,10 +160,6 @@ struct JournalClaim {
     lease_expires_ms: i64,
 }
 
-fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
-}
-
 fn lease_ms(lease: Duration) -> i64 {
     i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 4)
 }
@@ -185,21 +182,10 @@ impl JournaledStore {
         journal_path: &str,
         config: JournalConfig,
     ) -> Result<Arc<JournaledStore>, StoreError> {
-        if let Some(dir) = Path::new(journal_path).parent() {
-            if !dir.as_os_str().is_empty() {
-                tokio::fs::create_dir_all(dir)
-                    .await
-                    .map_err(sqlx::Error::Io)?;
-            }
-        }
-        crate::sqlite::configure_sqlite();
-        let options = SqliteConnectOptions::new()
-            .filename(journal_path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
+        let options = sqlite::file_options(journal_path)
+            .await?
             // The journal is the only copy of what it holds: every commit is synced.
-            .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(5));
+            .synchronous(SqliteSynchronous::Full);
         let journal = SqlitePoolOptions::new()
             .max_connections(2)
             .connect_with(options)
@@ -504,11 +490,11 @@ impl Inner {
         // Appends wait meanwhile, so the check for "nothing left" and the hand-back
         // cannot miss a batch journaled in between.
         let _route = self.route.lock().await;
-        let rows = sqlx::query(
-            "SELECT account_id, session_id, seq, run_id, invocation_id, event_type, role, \
-             content_json, metadata_json, created_at FROM journal_events \
-             WHERE account_id = ? AND session_id = ? ORDER BY seq LIMIT ?",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            sql::event_columns!(),
+            " FROM journal_events WHERE account_id = ? AND session_id = ? ORDER BY seq LIMIT ?"
+        ))
         .bind(&key.0)
         .bind(&key.1)
         .bind(BACKFILL_CHUNK)
@@ -516,7 +502,7 @@ impl Inner {
         .await?;
         let events: Vec<Event> = rows
             .iter()
-            .map(crate::sqlite::event_from_row)
+            .map(sqlite::event_from_row)
             .collect::<Result<_, _>>()?;
         let claims = self.journal_claims(&key.0, &key.1).await?;
         if events.is_empty() && claims.is_empty() {
@@ -753,12 +739,12 @@ impl Inner {
 
     /// Commits `batch` to the journal (the caller holds `route`).
     async fn journal_append(&self, batch: &[NewEvent]) -> Result<Appended, StoreError> {
-        let now = sql::commit_time();
+        let now = plan::commit_time();
         let mut tx = self.journal.begin().await?;
         let mut keep = vec![true; batch.len()];
         let mut closing: HashSet<(&str, &str)> = HashSet::new();
         let mut taken = Vec::new();
-        for (i, op) in sql::invocation_ops(batch) {
+        for (i, op) in plan::invocation_ops(batch) {
             keep[i] = match op {
                 InvocationOp::Open {
                     account_id,
@@ -811,7 +797,7 @@ impl Inner {
                 InvocationOp::Drop => false,
             };
         }
-        let counts = sql::session_counts(batch, &keep);
+        let counts = plan::session_counts(batch, &keep);
         let mut last_seqs = Vec::with_capacity(counts.len());
         for ((account_id, session_id), n) in &counts {
             let key = ((*account_id).to_owned(), (*session_id).to_owned());
@@ -825,7 +811,7 @@ impl Inner {
             let base = self.known_seq(&key).max(journal_max.unwrap_or(0));
             last_seqs.push(Some(base + n));
         }
-        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        let seqs = plan::assign_seqs(batch, &keep, &counts, &last_seqs)?;
         let rows: Vec<(&NewEvent, Seq, String, String)> = batch
             .iter()
             .zip(&seqs)
@@ -833,12 +819,12 @@ impl Inner {
                 Some((
                     e,
                     (*seq)?,
-                    sql::json_text(&e.content),
-                    sql::json_text(&e.metadata),
+                    plan::json_text(&e.content),
+                    plan::json_text(&e.metadata),
                 ))
             })
             .collect();
-        crate::sqlite::insert_event_rows(&mut tx, "journal_events", &rows, now).await?;
+        sqlite::insert_event_rows(&mut tx, "journal_events", &rows, now).await?;
         tx.commit().await?;
         self.pg.pending.written(taken);
         if let Ok(mut pending) = self.pending.lock() {
@@ -996,17 +982,17 @@ impl Inner {
         session_id: &str,
         after_seq: Seq,
     ) -> Result<Vec<Event>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT account_id, session_id, seq, run_id, invocation_id, event_type, role, \
-             content_json, metadata_json, created_at FROM journal_events \
-             WHERE account_id = ? AND session_id = ? AND seq > ? ORDER BY seq",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            sql::event_columns!(),
+            " FROM journal_events WHERE account_id = ? AND session_id = ? AND seq > ? ORDER BY seq"
+        ))
         .bind(account_id)
         .bind(session_id)
         .bind(after_seq)
         .fetch_all(&self.journal)
         .await?;
-        rows.iter().map(crate::sqlite::event_from_row).collect()
+        rows.iter().map(sqlite::event_from_row).collect()
     }
 
     /// The terminal status the journal holds for an invocation, if any.
@@ -1103,10 +1089,10 @@ async fn backfill(
         }
     }
     // The session row lock serialises this with every other writer of the session.
-    sqlx::query(
-        "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
-         VALUES ($1, $2, 0, $3, $3) ON CONFLICT (account_id, session_id) DO NOTHING",
-    )
+    sqlx::query(concat!(
+        sql::insert_sessions!(),
+        "VALUES ($1, $2, 0, $3, $3) ON CONFLICT (account_id, session_id) DO NOTHING"
+    ))
     .bind(account_id)
     .bind(session_id)
     .bind(first_at)
@@ -1122,8 +1108,8 @@ async fn backfill(
 
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let contents: Vec<String> = events.iter().map(|e| sql::json_text(&e.content)).collect();
-    let metadata: Vec<String> = events.iter().map(|e| sql::json_text(&e.metadata)).collect();
+    let contents: Vec<String> = events.iter().map(|e| plan::json_text(&e.content)).collect();
+    let metadata: Vec<String> = events.iter().map(|e| plan::json_text(&e.metadata)).collect();
     let collides: Vec<i64> = sqlx::query_scalar(
         "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
          JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
@@ -1154,11 +1140,7 @@ async fn backfill(
             continue;
         };
         if status.is_terminal() {
-            let closed = sqlx::query(
-                "UPDATE invocations SET status = $1, ended_at = $2 \
-                 WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
-                 AND status = 'in_progress'",
-            )
+            let closed = sqlx::query(sql::close_invocation!())
             .bind(status.as_str())
             .bind(e.created_at)
             .bind(account_id)
@@ -1206,14 +1188,14 @@ async fn backfill(
     };
     let k_seqs: Vec<i64> = kept.iter().map(|&i| events[i].seq).collect();
     let k_at: Vec<DateTime<Utc>> = kept.iter().map(|&i| events[i].created_at).collect();
-    sqlx::query(
-        "INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
-         event_type, role, content_json, metadata_json, created_at) \
-         SELECT $1, $2, q, r, i, t, ro, c::jsonb, m::jsonb, at FROM UNNEST(\
+    sqlx::query(concat!(
+        "INSERT INTO events (",
+        sql::event_columns!(),
+        ") SELECT $1, $2, q, r, i, t, ro, c::jsonb, m::jsonb, at FROM UNNEST(\
          $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
          $9::text[], $10::timestamptz[]) AS u(q, r, i, t, ro, c, m, at) \
-         ON CONFLICT (account_id, session_id, seq) DO NOTHING",
-    )
+         ON CONFLICT (account_id, session_id, seq) DO NOTHING"
+    ))
     .bind(account_id)
     .bind(session_id)
     .bind(&k_seqs)
@@ -1221,8 +1203,8 @@ async fn backfill(
     .bind(col(&|e| e.invocation_id.clone()))
     .bind(col(&|e| Some(e.event_type.as_str().to_owned())))
     .bind(col(&|e| e.role.clone()))
-    .bind(col(&|e| Some(sql::json_text(&e.content))))
-    .bind(col(&|e| Some(sql::json_text(&e.metadata))))
+    .bind(col(&|e| Some(plan::json_text(&e.content))))
+    .bind(col(&|e| Some(plan::json_text(&e.metadata))))
     .bind(&k_at)
     .execute(&mut *tx)
     .await?;
@@ -1350,7 +1332,7 @@ impl Store for JournaledStore {
         }
         let inner = &*self.inner;
         // What PostgreSQL would store, so the journal's copy equals it.
-        crate::postgres::replace_nuls(batch);
+        postgres::replace_nuls(batch);
         let _route = inner.route.lock().await;
         // A batch touching a session that still has journaled rows goes to the journal
         // whole: its seqs must follow the journal's, and one batch stays one commit.
