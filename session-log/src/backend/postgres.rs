@@ -18,8 +18,7 @@ use super::plan::{self, InvocationOp};
 use super::sql;
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store,
-    StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -516,7 +515,7 @@ impl Store for PgStore {
         account_id: &str,
         session_id: &str,
     ) -> Result<Option<Session>, StoreError> {
-        let row = sql::session(account_id, session_id)
+        let row = sql::keyed(sql::SESSION, account_id, session_id)
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(sql::session_from_row).transpose()
@@ -557,15 +556,12 @@ impl Store for PgStore {
     }
 
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(sql::COUNT_EVENTS)
-            .bind(account_id)
-            .bind(session_id)
-            .fetch_one(&self.pool)
-            .await?)
+        let count = sql::keyed(sql::COUNT_EVENTS, account_id, session_id);
+        Ok(count.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
     async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
-        let row = sql::run(account_id, run_id)
+        let row = sql::keyed(sql::RUN, account_id, run_id)
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(sql::invocation_from_row).transpose()
@@ -576,7 +572,7 @@ impl Store for PgStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let row = sql::invocation(account_id, invocation_id)
+        let row = sql::keyed(sql::INVOCATION, account_id, invocation_id)
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(sql::invocation_from_row).transpose()
@@ -588,7 +584,8 @@ impl Store for PgStore {
         invocation_id: &str,
         agent_ref: &str,
     ) -> Result<(), StoreError> {
-        let done = sql::set_agent_ref(account_id, invocation_id, agent_ref)
+        let done = sql::keyed(sql::SET_AGENT_REF, account_id, invocation_id)
+            .bind(agent_ref)
             .execute(&self.pool)
             .await?;
         if done.rows_affected() == 0 {
@@ -604,7 +601,7 @@ impl Store for PgStore {
         account_id: &str,
         agent_ref: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let row = sql::invocation_by_agent_ref(account_id, agent_ref)
+        let row = sql::keyed(sql::INVOCATION_BY_AGENT_REF, account_id, agent_ref)
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(sql::invocation_from_row).transpose()
@@ -723,7 +720,7 @@ impl Store for PgStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<bool, StoreError> {
-        let done = sql::request_cancel(account_id, invocation_id)
+        let done = sql::keyed(sql::REQUEST_CANCEL, account_id, invocation_id)
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() == 1)
@@ -744,9 +741,7 @@ impl Store for PgStore {
     }
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
-        sql::put_attachment(attachment)
-            .execute(&self.pool)
-            .await?;
+        sql::put_attachment(attachment).execute(&self.pool).await?;
         Ok(())
     }
 
@@ -755,7 +750,7 @@ impl Store for PgStore {
         account_id: &str,
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError> {
-        let row = sql::attachment(account_id, file_id)
+        let row = sql::keyed(sql::ATTACHMENT, account_id, file_id)
             .fetch_optional(&self.pool)
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
@@ -1023,13 +1018,13 @@ async fn settle_one_by_one<'a>(
             } => {
                 let row: Option<String> =
                     sqlx::query_scalar(concat!(sql::close_invocation!(), " RETURNING ctid::text"))
-                .bind(status.as_str())
-                .bind(now)
-                .bind(account_id)
-                .bind(invocation_id)
-                .bind(session_id)
-                .fetch_optional(&mut *conn)
-                .await?;
+                        .bind(status.as_str())
+                        .bind(now)
+                        .bind(account_id)
+                        .bind(invocation_id)
+                        .bind(session_id)
+                        .fetch_optional(&mut *conn)
+                        .await?;
                 let kept = row.is_some();
                 closed.extend(row.map(|row| ((account_id, session_id), row)));
                 kept

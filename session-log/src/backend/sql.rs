@@ -28,7 +28,10 @@ pub(crate) use event_value_columns;
 /// Every column of an event row, in the order inserts bind them.
 macro_rules! event_columns {
     () => {
-        concat!("account_id, session_id, ", $crate::backend::sql::event_value_columns!())
+        concat!(
+            "account_id, session_id, ",
+            $crate::backend::sql::event_value_columns!()
+        )
     };
 }
 pub(crate) use event_columns;
@@ -38,6 +41,7 @@ macro_rules! invocation_columns {
         "account_id, invocation_id, session_id, run_id, status, started_at, ended_at, agent_ref"
     };
 }
+pub(crate) use invocation_columns;
 
 macro_rules! session_columns {
     () => {
@@ -82,21 +86,25 @@ pub(crate) use close_invocation;
 /// A statement with its arguments bound, to run on whichever connection its store uses.
 pub(crate) type Statement<'q, DB> = Query<'q, DB, <DB as Database>::Arguments<'q>>;
 
-pub(crate) fn session<'q, DB: Database>(
+/// `text`, a statement about one row of an account (`$1` the account, `$2` the row's own
+/// id), with both bound; the statement's further arguments, if any, follow.
+pub(crate) fn keyed<'q, DB: Database>(
+    text: &'q str,
     account_id: &'q str,
-    session_id: &'q str,
+    id: &'q str,
 ) -> Statement<'q, DB>
 where
     &'q str: Encode<'q, DB> + Type<DB>,
 {
-    sqlx::query(concat!(
-        "SELECT ",
-        session_columns!(),
-        " FROM sessions WHERE account_id = $1 AND session_id = $2"
-    ))
-    .bind(account_id)
-    .bind(session_id)
+    sqlx::query(text).bind(account_id).bind(id)
 }
+
+/// A session, by `keyed` account and session.
+pub(crate) const SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE account_id = $1 AND session_id = $2"
+);
 
 /// A page of an account's sessions, most recently updated first.
 pub(crate) fn sessions<'q, DB: Database>(
@@ -121,57 +129,32 @@ where
 
 pub(crate) const COUNT_SESSIONS: &str = "SELECT COUNT(*) FROM sessions WHERE account_id = $1";
 
+/// The events of a `keyed` account and session.
 pub(crate) const COUNT_EVENTS: &str =
     "SELECT COUNT(*) FROM events WHERE account_id = $1 AND session_id = $2";
 
-/// The most recent invocation of a run.
-pub(crate) fn run<'q, DB: Database>(account_id: &'q str, run_id: &'q str) -> Statement<'q, DB>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(concat!(
-        "SELECT ",
-        invocation_columns!(),
-        " FROM invocations WHERE account_id = $1 AND run_id = $2 \
-         ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
-    ))
-    .bind(account_id)
-    .bind(run_id)
-}
+/// The most recent invocation of a `keyed` account and run.
+pub(crate) const RUN: &str = concat!(
+    "SELECT ",
+    invocation_columns!(),
+    " FROM invocations WHERE account_id = $1 AND run_id = $2 \
+     ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
+);
 
-pub(crate) fn invocation<'q, DB: Database>(
-    account_id: &'q str,
-    invocation_id: &'q str,
-) -> Statement<'q, DB>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(concat!(
-        "SELECT ",
-        invocation_columns!(),
-        " FROM invocations WHERE account_id = $1 AND invocation_id = $2"
-    ))
-    .bind(account_id)
-    .bind(invocation_id)
-}
+/// An invocation, by `keyed` account and invocation.
+pub(crate) const INVOCATION: &str = concat!(
+    "SELECT ",
+    invocation_columns!(),
+    " FROM invocations WHERE account_id = $1 AND invocation_id = $2"
+);
 
-/// The most recent invocation with this agent handle.
-pub(crate) fn invocation_by_agent_ref<'q, DB: Database>(
-    account_id: &'q str,
-    agent_ref: &'q str,
-) -> Statement<'q, DB>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(concat!(
-        "SELECT ",
-        invocation_columns!(),
-        " FROM invocations WHERE account_id = $1 AND agent_ref = $2 \
-         ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
-    ))
-    .bind(account_id)
-    .bind(agent_ref)
-}
+/// The most recent invocation of a `keyed` account and agent handle.
+pub(crate) const INVOCATION_BY_AGENT_REF: &str = concat!(
+    "SELECT ",
+    invocation_columns!(),
+    " FROM invocations WHERE account_id = $1 AND agent_ref = $2 \
+     ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
+);
 
 /// The start of a read of open invocations; each store adds its own lease conditions to
 /// find the abandoned ones.
@@ -184,7 +167,6 @@ macro_rules! select_open_invocations {
         )
     };
 }
-pub(crate) use invocation_columns;
 pub(crate) use select_open_invocations;
 
 pub(crate) const OPEN_INVOCATIONS: &str = concat!(
@@ -192,37 +174,14 @@ pub(crate) const OPEN_INVOCATIONS: &str = concat!(
     "ORDER BY started_at, account_id, invocation_id"
 );
 
-pub(crate) fn set_agent_ref<'q, DB: Database>(
-    account_id: &'q str,
-    invocation_id: &'q str,
-    agent_ref: &'q str,
-) -> Statement<'q, DB>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(
-        "UPDATE invocations SET agent_ref = $1 WHERE account_id = $2 AND invocation_id = $3",
-    )
-    .bind(agent_ref)
-    .bind(account_id)
-    .bind(invocation_id)
-}
+/// Sets the agent handle (`$3`) of a `keyed` account and invocation.
+pub(crate) const SET_AGENT_REF: &str =
+    "UPDATE invocations SET agent_ref = $3 WHERE account_id = $1 AND invocation_id = $2";
 
-/// Flags an open invocation for cancellation (SQLite stores `TRUE` as 1).
-pub(crate) fn request_cancel<'q, DB: Database>(
-    account_id: &'q str,
-    invocation_id: &'q str,
-) -> Statement<'q, DB>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(
-        "UPDATE invocations SET cancel_requested = TRUE \
-         WHERE account_id = $1 AND invocation_id = $2 AND status = 'in_progress'",
-    )
-    .bind(account_id)
-    .bind(invocation_id)
-}
+/// Flags an open invocation, by `keyed` account and invocation, for cancellation (SQLite
+/// stores `TRUE` as 1).
+pub(crate) const REQUEST_CANCEL: &str = "UPDATE invocations SET cancel_requested = TRUE \
+     WHERE account_id = $1 AND invocation_id = $2 AND status = 'in_progress'";
 
 /// Stores an attachment unless the account has one with its file id.
 pub(crate) fn put_attachment<'q, DB: Database>(a: &'q Attachment) -> Statement<'q, DB>
@@ -247,20 +206,9 @@ where
     .bind(Utc::now())
 }
 
-pub(crate) fn attachment<'q, DB: Database>(
-    account_id: &'q str,
-    file_id: &'q str,
-) -> Statement<'q, DB>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(
-        "SELECT mime_type, filename, content FROM attachments \
-         WHERE account_id = $1 AND file_id = $2",
-    )
-    .bind(account_id)
-    .bind(file_id)
-}
+/// An attachment, by `keyed` account and file id.
+pub(crate) const ATTACHMENT: &str = "SELECT mime_type, filename, content FROM attachments \
+     WHERE account_id = $1 AND file_id = $2";
 
 /// From ` FROM events` to the end of a read of `query`'s events: the session, the seqs
 /// after `after_seq`, the optional filters, the order and the limit. The optional

@@ -24,8 +24,7 @@ use super::plan::{self, InvocationOp};
 use super::sql;
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store,
-    StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -502,13 +501,13 @@ impl SqliteStore {
                     status,
                 } => {
                     let closed = sqlx::query(sql::close_invocation!())
-                    .bind(status.as_str())
-                    .bind(now)
-                    .bind(account_id)
-                    .bind(invocation_id)
-                    .bind(session_id)
-                    .execute(&mut *conn)
-                    .await?;
+                        .bind(status.as_str())
+                        .bind(now)
+                        .bind(account_id)
+                        .bind(invocation_id)
+                        .bind(session_id)
+                        .execute(&mut *conn)
+                        .await?;
                     closed.rows_affected() == 1
                 }
                 InvocationOp::Drop => false,
@@ -557,7 +556,7 @@ impl Store for SqliteStore {
         account_id: &str,
         session_id: &str,
     ) -> Result<Option<Session>, StoreError> {
-        let row = sql::session(account_id, session_id)
+        let row = sql::keyed(sql::SESSION, account_id, session_id)
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(sql::session_from_row).transpose()
@@ -608,15 +607,12 @@ impl Store for SqliteStore {
     }
 
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(sql::COUNT_EVENTS)
-            .bind(account_id)
-            .bind(session_id)
-            .fetch_one(&self.pool)
-            .await?)
+        let count = sql::keyed(sql::COUNT_EVENTS, account_id, session_id);
+        Ok(count.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
     async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
-        let row = sql::run(account_id, run_id)
+        let row = sql::keyed(sql::RUN, account_id, run_id)
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(sql::invocation_from_row).transpose()
@@ -627,7 +623,7 @@ impl Store for SqliteStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let row = sql::invocation(account_id, invocation_id)
+        let row = sql::keyed(sql::INVOCATION, account_id, invocation_id)
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(sql::invocation_from_row).transpose()
@@ -640,7 +636,8 @@ impl Store for SqliteStore {
         agent_ref: &str,
     ) -> Result<(), StoreError> {
         let mut turn = self.write_turn().await?;
-        let done = sql::set_agent_ref(account_id, invocation_id, agent_ref)
+        let done = sql::keyed(sql::SET_AGENT_REF, account_id, invocation_id)
+            .bind(agent_ref)
             .execute(&mut *turn)
             .await?;
         if done.rows_affected() == 0 {
@@ -657,7 +654,7 @@ impl Store for SqliteStore {
         account_id: &str,
         agent_ref: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let row = sql::invocation_by_agent_ref(account_id, agent_ref)
+        let row = sql::keyed(sql::INVOCATION_BY_AGENT_REF, account_id, agent_ref)
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(sql::invocation_from_row).transpose()
@@ -782,7 +779,7 @@ impl Store for SqliteStore {
         invocation_id: &str,
     ) -> Result<bool, StoreError> {
         let mut turn = self.write_turn().await?;
-        let done = sql::request_cancel(account_id, invocation_id)
+        let done = sql::keyed(sql::REQUEST_CANCEL, account_id, invocation_id)
             .execute(&mut *turn)
             .await?;
         Ok(done.rows_affected() == 1)
@@ -790,9 +787,7 @@ impl Store for SqliteStore {
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
         let mut turn = self.write_turn().await?;
-        sql::put_attachment(attachment)
-            .execute(&mut *turn)
-            .await?;
+        sql::put_attachment(attachment).execute(&mut *turn).await?;
         Ok(())
     }
 
@@ -801,7 +796,7 @@ impl Store for SqliteStore {
         account_id: &str,
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError> {
-        let row = sql::attachment(account_id, file_id)
+        let row = sql::keyed(sql::ATTACHMENT, account_id, file_id)
             .fetch_optional(&self.pool)
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
