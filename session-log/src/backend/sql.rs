@@ -3,11 +3,12 @@
 //! both return.
 //!
 //! Placeholders are `$n` throughout: PostgreSQL's own, and sqlx's SQLite driver binds
-//! `$n` to the n-th argument as well. Texts are macros, not constants, so that a backend
-//! can `concat!` them into its own statements at compile time: nothing is formatted per
-//! call. What really differs between the dialects (the append statements, claims and
-//! leases, the `ctid` close, NOTIFY, the events page) stays in `sqlite.rs` and
-//! `postgres.rs`.
+//! `$n` to the n-th argument as well. Whole statements are constants or builders; the
+//! pieces other statements embed are macros, so that a backend can `concat!` them into
+//! its own statements at compile time: nothing is formatted per call. What really
+//! differs between the dialects (the append statements, claims and leases, the `ctid`
+//! close, NOTIFY, the events page) stays in `sqlite.rs` and `postgres.rs`; the journal's
+//! own tables, which only SQLite has, stay in `journal/`.
 
 use chrono::{DateTime, Utc};
 use sqlx::query::Query;

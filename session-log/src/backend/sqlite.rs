@@ -29,7 +29,7 @@ use crate::store::{
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
 /// 500 rows of 10 columns stays far below that while amortising the round trip.
-pub(crate) const INSERT_CHUNK: usize = 500;
+const INSERT_CHUNK: usize = 500;
 
 /// Readers run beside the writer (WAL lets them); a few connections are plenty.
 const POOL_SIZE: u32 = 4;
