@@ -1,7 +1,5 @@
-//! The `Store` trait every backend implements, the queries the gateway needs, and
-//! `open`, which picks a backend from a URL.
-
-use std::sync::Arc;
+//! The `Store` trait every backend implements and the types of what it stores and
+//! answers. It names no backend: [`open`](crate::open) builds one from a URL.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -332,18 +330,4 @@ pub trait Store: Send + Sync + 'static {
         account_id: &str,
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError>;
-}
-
-/// Opens (creating if needed) and migrates the store that `url` names: `postgres://…` or
-/// `postgresql://…` for PostgreSQL, `sqlite:…` or a plain file path for SQLite.
-pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(crate::postgres::PgStore::connect(url).await?))
-    } else {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url);
-        Ok(Arc::new(crate::sqlite::SqliteStore::open(path).await?))
-    }
 }

@@ -13,11 +13,12 @@ use sqlx::query::Query;
 use sqlx::types::Json;
 use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
-use crate::claims::{PendingClaim, PendingClaims};
+use super::claims::{PendingClaim, PendingClaims};
+use super::plan::{self, InvocationOp};
+use super::sql;
 use crate::event::{Event, NewEvent, Seq, Session};
-use crate::sql::{self, InvocationOp};
 use crate::store::{
-    Appended, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -39,23 +40,14 @@ const INSERT_CHUNK: usize = 5000;
 /// `append_plain` can embed it in its statement at compile time.
 macro_rules! upsert_sessions {
     () => {
-        "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
-         SELECT a, s, n, $4, $4 FROM UNNEST($1::text[], $2::text[], $3::bigint[]) \
-         AS t(a, s, n) \
-         ON CONFLICT (account_id, session_id) DO UPDATE SET \
-         last_seq = sessions.last_seq + excluded.last_seq, \
-         updated_at = excluded.updated_at \
-         RETURNING account_id, session_id, last_seq"
+        concat!(
+            sql::insert_sessions!(),
+            "SELECT a, s, n, $4, $4 FROM UNNEST($1::text[], $2::text[], $3::bigint[]) \
+             AS t(a, s, n)",
+            sql::bump_sessions!()
+        )
     };
 }
-
-/// What a read selects of each event, in `event_from_row`'s order: the account and
-/// session are the query's own, so they are neither sent nor decoded per row.
-const EVENT_COLUMNS: &str =
-    "seq, run_id, invocation_id, event_type, role, content_json, metadata_json, created_at";
-const INVOCATION_COLUMNS: &str =
-    "account_id, invocation_id, session_id, run_id, status, started_at, ended_at, agent_ref";
-const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, updated_at";
 
 /// A session log in a PostgreSQL database, safe to share between gateway processes.
 pub struct PgStore {
@@ -202,18 +194,18 @@ impl PgStore {
         now: DateTime<Utc>,
     ) -> Result<Appended, StoreError> {
         let keep = vec![true; batch.len()];
-        let counts = sql::session_counts(batch, &keep);
+        let counts = plan::session_counts(batch, &keep);
         let (accounts, sessions, ns) = session_columns(&counts);
         let mut columns = EventColumns::with_capacity(batch.len());
-        for (event, below) in sql::rows_below(batch, &keep, &counts)? {
+        for (event, below) in plan::rows_below(batch, &keep, &counts)? {
             columns.push(event, below);
         }
         let query = sqlx::query(concat!(
             "WITH s AS (",
             upsert_sessions!(),
-            "), e AS (INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
-             event_type, role, content_json, metadata_json, created_at) \
-             SELECT u.a, u.s, s.last_seq - u.below, u.r, u.i, u.t, u.ro, u.c::jsonb, \
+            "), e AS (INSERT INTO events (",
+            sql::event_columns!(),
+            ") SELECT u.a, u.s, s.last_seq - u.below, u.r, u.i, u.t, u.ro, u.c::jsonb, \
              u.m::jsonb, $4 FROM UNNEST($5::text[], $6::text[], $7::bigint[], $8::text[], \
              $9::text[], $10::text[], $11::text[], $12::text[], $13::text[]) \
              AS u(a, s, below, r, i, t, ro, c, m) \
@@ -226,7 +218,7 @@ impl PgStore {
         .bind(now);
         let rows = columns.bind(query).fetch_all(conn).await?;
         let last_seqs = returned_last_seqs(&rows, &counts)?;
-        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        let seqs = plan::assign_seqs(batch, &keep, &counts, &last_seqs)?;
         Ok(Appended::at(seqs, now))
     }
 
@@ -276,7 +268,7 @@ impl PgStore {
         if op_column.is_empty() {
             return Ok(Appended::at(vec![None; batch.len()], now));
         }
-        let query = sqlx::query(
+        let query = sqlx::query(concat!(
             "WITH u AS (SELECT * FROM UNNEST($2::text[], $3::text[], $4::bigint[], \
              $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
              $11::text[], $12::text[], $13::float8[], $14::text[]) \
@@ -299,25 +291,23 @@ impl PgStore {
              SELECT u.* FROM u JOIN closing \
              ON closing.account_id = u.a AND closing.invocation_id = u.i WHERE u.op <> 'open'), \
              counted AS (SELECT a, s, count(*) AS n FROM kept GROUP BY a, s), \
-             upserted AS (INSERT INTO sessions (account_id, session_id, last_seq, created_at, \
-             updated_at) SELECT a, s, n, $1, $1 FROM counted ORDER BY a, s \
-             ON CONFLICT (account_id, session_id) DO UPDATE SET \
-             last_seq = sessions.last_seq + excluded.last_seq, \
-             updated_at = excluded.updated_at \
-             RETURNING account_id, session_id, last_seq), \
-             closed AS (UPDATE invocations AS v SET status = closing.op, ended_at = $1, \
+             upserted AS (",
+            sql::insert_sessions!(),
+            "SELECT a, s, n, $1, $1 FROM counted ORDER BY a, s",
+            sql::bump_sessions!(),
+            "), closed AS (UPDATE invocations AS v SET status = closing.op, ended_at = $1, \
              end_seq = n.last_seq FROM closing JOIN upserted AS n \
              ON n.account_id = closing.account_id AND n.session_id = closing.session_id \
              WHERE v.ctid = closing.row_id RETURNING v.account_id, v.invocation_id), \
-             e AS (INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
-             event_type, role, content_json, metadata_json, created_at) \
-             SELECT k.a, k.s, n.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY k.ord), \
+             e AS (INSERT INTO events (",
+            sql::event_columns!(),
+            ") SELECT k.a, k.s, n.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY k.ord), \
              k.r, k.i, k.t, k.ro, k.c::jsonb, k.m::jsonb, $1 \
              FROM kept AS k JOIN upserted AS n ON n.account_id = k.a AND n.session_id = k.s \
              WINDOW w AS (PARTITION BY k.a, k.s) ORDER BY k.a, k.s, k.ord) \
              SELECT account_id, session_id, last_seq FROM upserted \
-             UNION ALL SELECT account_id, invocation_id, NULL FROM closed",
-        )
+             UNION ALL SELECT account_id, invocation_id, NULL FROM closed"
+        ))
         .bind(now);
         let rows = opened
             .bind(columns.bind(query).bind(&op_column))
@@ -344,9 +334,9 @@ impl PgStore {
                 keep[i] = closed.contains(&(account_id, invocation_id));
             }
         }
-        let counts = sql::session_counts(batch, &keep);
+        let counts = plan::session_counts(batch, &keep);
         let last_seqs = returned_last_seqs(sessions, &counts)?;
-        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        let seqs = plan::assign_seqs(batch, &keep, &counts, &last_seqs)?;
         Ok(Appended::at(seqs, now))
     }
 
@@ -358,12 +348,12 @@ impl PgStore {
         ops: &[(usize, InvocationOp<'_>)],
         claims: &OpenClaims,
     ) -> Result<Appended, StoreError> {
-        let now = sql::commit_time();
+        let now = plan::commit_time();
         if batch.len() <= INSERT_CHUNK {
             if ops.is_empty() {
                 return self.append_plain(conn, batch, now).await;
             }
-            if sql::one_op_per_invocation(ops) {
+            if plan::one_op_per_invocation(ops) {
                 return self.append_in_one(conn, batch, ops, claims, now).await;
             }
         }
@@ -376,7 +366,7 @@ impl PgStore {
         // `status` after it commits, finds it no longer open and updates nothing, so
         // racing closers (across gateways too) end an invocation once.
         let mut keep = vec![true; batch.len()];
-        let closed = if sql::one_op_per_invocation(ops) {
+        let closed = if plan::one_op_per_invocation(ops) {
             settle_in_bulk(&mut tx, ops, claims, now, &mut keep).await?
         } else {
             settle_one_by_one(&mut tx, ops, claims, now, &mut keep).await?
@@ -386,7 +376,7 @@ impl PgStore {
         // bump takes is held to commit, so concurrent writers of a session (in any
         // process) get disjoint seq ranges; rows are locked in key order (`counts` is
         // sorted) so two writers never wait on each other in a cycle.
-        let counts = sql::session_counts(batch, &keep);
+        let counts = plan::session_counts(batch, &keep);
         let mut last_seqs = vec![None; counts.len()];
         if !counts.is_empty() {
             let (accounts, sessions, ns) = session_columns(&counts);
@@ -405,7 +395,7 @@ impl PgStore {
             let mut ends = Vec::with_capacity(closed.len());
             let mut rows = Vec::with_capacity(closed.len());
             for (key, row) in closed {
-                let end = sql::session_index(&counts, key).and_then(|i| last_seqs[i]);
+                let end = plan::session_index(&counts, key).and_then(|i| last_seqs[i]);
                 ends.push(end.ok_or_else(|| {
                     StoreError::Corrupt("a closed invocation's session was not upserted".into())
                 })?);
@@ -421,7 +411,7 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         }
-        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        let seqs = plan::assign_seqs(batch, &keep, &counts, &last_seqs)?;
 
         // Column arrays through UNNEST: one prepared statement whatever the batch size,
         // and far fewer bind parameters than a multi-row VALUES list.
@@ -440,13 +430,13 @@ impl PgStore {
             for (event, seq) in chunk {
                 columns.push(event, *seq);
             }
-            let query = sqlx::query(
-                "INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
-                 event_type, role, content_json, metadata_json, created_at) \
-                 SELECT a, s, q, r, i, t, ro, c::jsonb, m::jsonb, $10 FROM UNNEST(\
+            let query = sqlx::query(concat!(
+                "INSERT INTO events (",
+                sql::event_columns!(),
+                ") SELECT a, s, q, r, i, t, ro, c::jsonb, m::jsonb, $10 FROM UNNEST(\
                  $1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], \
-                 $7::text[], $8::text[], $9::text[]) AS u(a, s, q, r, i, t, ro, c, m)",
-            );
+                 $7::text[], $8::text[], $9::text[]) AS u(a, s, q, r, i, t, ro, c, m)"
+            ));
             columns.bind(query).bind(now).execute(&mut *tx).await?;
         }
         tx.commit().await?;
@@ -500,7 +490,7 @@ impl Store for PgStore {
         if batch.is_empty() {
             return Ok(Appended::default());
         }
-        let ops = sql::invocation_ops(batch);
+        let ops = plan::invocation_ops(batch);
         let claims = self.claims_opened(batch.len(), &ops);
         let mut turn = self.write_turn().await?;
         let appended = self.append_with(turn.conn(), batch, &ops, &claims).await?;
@@ -525,14 +515,10 @@ impl Store for PgStore {
         account_id: &str,
         session_id: &str,
     ) -> Result<Option<Session>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE account_id = $1 AND session_id = $2"
-        ))
-        .bind(account_id)
-        .bind(session_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(session_from_row).transpose()
+        let row = sql::keyed(sql::SESSION, account_id, session_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sql::session_from_row).transpose()
     }
 
     async fn list_sessions(
@@ -541,22 +527,16 @@ impl Store for PgStore {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE account_id = $1 \
-             ORDER BY updated_at DESC, session_id LIMIT $2 OFFSET $3"
-        ))
-        .bind(account_id)
-        .bind(sql::non_negative(limit))
-        .bind(sql::non_negative(offset))
-        .fetch_all(&self.pool)
-        .await?;
-        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE account_id = $1")
+        let rows = sql::sessions(account_id, offset, limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let total: i64 = sqlx::query_scalar(sql::COUNT_SESSIONS)
             .bind(account_id)
             .fetch_one(&self.pool)
             .await?;
         let sessions = rows
             .iter()
-            .map(session_from_row)
+            .map(sql::session_from_row)
             .collect::<Result<_, _>>()?;
         Ok((sessions, total))
     }
@@ -565,29 +545,10 @@ impl Store for PgStore {
         if query.event_types.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new()); // and `IN ()` is not valid SQL everywhere
         }
-        // The optional filters are added only when set, so each combination is its own
-        // prepared statement with a plan that can use the matching index.
-        let mut select = QueryBuilder::<Postgres>::new("SELECT ");
-        select
-            .push(EVENT_COLUMNS)
-            .push(" FROM events WHERE account_id = ")
-            .push_bind(&query.account_id)
-            .push(" AND session_id = ")
-            .push_bind(&query.session_id)
-            .push(" AND seq > ")
-            .push_bind(query.after_seq);
-        sql::push_run_filter(&mut select, query);
-        if let Some(types) = &query.event_types {
-            select.push(" AND event_type IN (");
-            let mut list = select.separated(", ");
-            for t in types {
-                list.push_bind(t.as_str());
-            }
-            select.push(")");
-        }
-        select
-            .push(" ORDER BY seq LIMIT ")
-            .push_bind(sql::non_negative(query.limit));
+        // The account and session are the query's own: neither sent nor decoded per row.
+        let mut select =
+            QueryBuilder::<Postgres>::new(concat!("SELECT ", sql::event_value_columns!()));
+        sql::push_events_read(&mut select, query);
         let rows = select.build().fetch_all(&self.pool).await?;
         rows.iter()
             .map(|row| event_from_row(&query.account_id, &query.session_id, row))
@@ -595,25 +556,15 @@ impl Store for PgStore {
     }
 
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM events WHERE account_id = $1 AND session_id = $2",
-        )
-        .bind(account_id)
-        .bind(session_id)
-        .fetch_one(&self.pool)
-        .await?)
+        let count = sql::keyed(sql::COUNT_EVENTS, account_id, session_id);
+        Ok(count.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
     async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE account_id = $1 AND run_id = $2 \
-             ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
-        ))
-        .bind(account_id)
-        .bind(run_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(invocation_from_row).transpose()
+        let row = sql::keyed(sql::RUN, account_id, run_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sql::invocation_from_row).transpose()
     }
 
     async fn invocation(
@@ -621,15 +572,10 @@ impl Store for PgStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations \
-             WHERE account_id = $1 AND invocation_id = $2"
-        ))
-        .bind(account_id)
-        .bind(invocation_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(invocation_from_row).transpose()
+        let row = sql::keyed(sql::INVOCATION, account_id, invocation_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sql::invocation_from_row).transpose()
     }
 
     async fn set_agent_ref(
@@ -638,14 +584,10 @@ impl Store for PgStore {
         invocation_id: &str,
         agent_ref: &str,
     ) -> Result<(), StoreError> {
-        let done = sqlx::query(
-            "UPDATE invocations SET agent_ref = $1 WHERE account_id = $2 AND invocation_id = $3",
-        )
-        .bind(agent_ref)
-        .bind(account_id)
-        .bind(invocation_id)
-        .execute(&self.pool)
-        .await?;
+        let done = sql::keyed(sql::SET_AGENT_REF, account_id, invocation_id)
+            .bind(agent_ref)
+            .execute(&self.pool)
+            .await?;
         if done.rows_affected() == 0 {
             // A fresh claim whose `in_progress` is not committed yet: its append writes it.
             self.pending
@@ -659,26 +601,17 @@ impl Store for PgStore {
         account_id: &str,
         agent_ref: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations \
-             WHERE account_id = $1 AND agent_ref = $2 \
-             ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
-        ))
-        .bind(account_id)
-        .bind(agent_ref)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(invocation_from_row).transpose()
+        let row = sql::keyed(sql::INVOCATION_BY_AGENT_REF, account_id, agent_ref)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sql::invocation_from_row).transpose()
     }
 
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
-             ORDER BY started_at, account_id, invocation_id"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(invocation_from_row).collect()
+        let rows = sqlx::query(sql::OPEN_INVOCATIONS)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(sql::invocation_from_row).collect()
     }
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
@@ -697,7 +630,7 @@ impl Store for PgStore {
         .bind(claim.invocation_id)
         .bind(claim.owner)
         .bind(claim.lease.as_secs_f64())
-        .bind(sql::commit_time())
+        .bind(plan::commit_time())
         .fetch_optional(&self.pool)
         .await?;
         Ok(match busy {
@@ -747,16 +680,16 @@ impl Store for PgStore {
         &self,
         restarted_owner: Option<&str>,
     ) -> Result<Vec<Invocation>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
-             AND (lease_expires_at <= now() \
+        let rows = sqlx::query(concat!(
+            sql::select_open_invocations!(),
+            "AND (lease_expires_at <= now() \
              OR ($1::text IS NOT NULL AND (owner IS NULL OR owner = $1))) \
              ORDER BY started_at, account_id, invocation_id"
         ))
         .bind(restarted_owner)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(invocation_from_row).collect()
+        rows.iter().map(sql::invocation_from_row).collect()
     }
 
     async fn lease(
@@ -787,14 +720,9 @@ impl Store for PgStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE invocations SET cancel_requested = TRUE \
-             WHERE account_id = $1 AND invocation_id = $2 AND status = 'in_progress'",
-        )
-        .bind(account_id)
-        .bind(invocation_id)
-        .execute(&self.pool)
-        .await?;
+        let done = sql::keyed(sql::REQUEST_CANCEL, account_id, invocation_id)
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -812,21 +740,8 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn put_attachment(&self, a: &crate::store::Attachment) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO attachments \
-             (account_id, file_id, mime_type, filename, size_bytes, content, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (account_id, file_id) DO NOTHING",
-        )
-        .bind(&a.account_id)
-        .bind(&a.file_id)
-        .bind(&a.mime_type)
-        .bind(&a.filename)
-        .bind(a.content.len() as i64)
-        .bind(&a.content)
-        .bind(chrono::Utc::now())
-        .execute(&self.pool)
-        .await?;
+    async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
+        sql::put_attachment(attachment).execute(&self.pool).await?;
         Ok(())
     }
 
@@ -834,25 +749,12 @@ impl Store for PgStore {
         &self,
         account_id: &str,
         file_id: &str,
-    ) -> Result<Option<crate::store::Attachment>, StoreError> {
-        let row = sqlx::query(
-            "SELECT mime_type, filename, content FROM attachments \
-             WHERE account_id = $1 AND file_id = $2",
-        )
-        .bind(account_id)
-        .bind(file_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| {
-            Ok(crate::store::Attachment {
-                account_id: account_id.to_owned(),
-                file_id: file_id.to_owned(),
-                mime_type: r.try_get("mime_type")?,
-                filename: r.try_get("filename")?,
-                content: r.try_get("content")?,
-            })
-        })
-        .transpose()
+    ) -> Result<Option<Attachment>, StoreError> {
+        let row = sql::keyed(sql::ATTACHMENT, account_id, file_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
+            .transpose()
     }
 }
 
@@ -912,8 +814,8 @@ impl<'a> EventColumns<'a> {
         self.invocation_id.push(event.invocation_id.as_deref());
         self.event_type.push(event.event_type.as_str());
         self.role.push(event.role.as_deref());
-        self.content.push(sql::json_text(&event.content));
-        self.metadata.push(sql::json_text(&event.metadata));
+        self.content.push(plan::json_text(&event.content));
+        self.metadata.push(plan::json_text(&event.metadata));
     }
 }
 
@@ -979,7 +881,7 @@ async fn insert_opens(
 
 /// `counts` as the upsert's three column arrays: accounts, sessions, event counts.
 fn session_columns<'a>(
-    counts: &[(sql::SessionKey<'a>, i64)],
+    counts: &[(plan::SessionKey<'a>, i64)],
 ) -> (Vec<&'a str>, Vec<&'a str>, Vec<i64>) {
     let accounts = counts.iter().map(|((a, _), _)| *a).collect();
     let sessions = counts.iter().map(|((_, s), _)| *s).collect();
@@ -990,13 +892,13 @@ fn session_columns<'a>(
 /// Each session's `last_seq` from the rows an upsert returned, parallel to `counts`.
 fn returned_last_seqs<'r>(
     rows: impl IntoIterator<Item = &'r PgRow>,
-    counts: &[(sql::SessionKey<'_>, i64)],
+    counts: &[(plan::SessionKey<'_>, i64)],
 ) -> Result<Vec<Option<Seq>>, StoreError> {
     let mut last_seqs = vec![None; counts.len()];
     for row in rows {
         let account_id: &str = row.try_get(0)?;
         let session_id: &str = row.try_get(1)?;
-        let i = sql::session_index(counts, (account_id, session_id)).ok_or_else(|| {
+        let i = plan::session_index(counts, (account_id, session_id)).ok_or_else(|| {
             StoreError::Corrupt("upsert returned a session not in the batch".into())
         })?;
         last_seqs[i] = Some(row.try_get(2)?);
@@ -1064,7 +966,7 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// An event of the given session from a row of `EVENT_COLUMNS`, read by position: by name,
+/// An event of the given session from a row of `sql::event_value_columns!()`, read by position: by name,
 /// each column costs a hash lookup on every row of a replay.
 fn event_from_row(account_id: &str, session_id: &str, row: &PgRow) -> Result<Event, StoreError> {
     Ok(Event {
@@ -1081,34 +983,11 @@ fn event_from_row(account_id: &str, session_id: &str, row: &PgRow) -> Result<Eve
     })
 }
 
-fn session_from_row(row: &PgRow) -> Result<Session, StoreError> {
-    Ok(Session {
-        account_id: row.try_get("account_id")?,
-        session_id: row.try_get("session_id")?,
-        last_seq: row.try_get("last_seq")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn invocation_from_row(row: &PgRow) -> Result<Invocation, StoreError> {
-    Ok(Invocation {
-        account_id: row.try_get("account_id")?,
-        session_id: row.try_get("session_id")?,
-        run_id: row.try_get("run_id")?,
-        invocation_id: row.try_get("invocation_id")?,
-        status: sql::parse_status(row.try_get("status")?)?,
-        started_at: row.try_get("started_at")?,
-        ended_at: row.try_get("ended_at")?,
-        agent_ref: row.try_get("agent_ref")?,
-    })
-}
-
 /// The invocations a transaction closed: each one's session and the `ctid` of its row.
-type Closed<'a> = Vec<(sql::SessionKey<'a>, String)>;
+type Closed<'a> = Vec<(plan::SessionKey<'a>, String)>;
 
 /// Settles invocation operations in order, one statement each (see
-/// [`sql::invocation_ops`]); each keeps or drops the event it comes from.
+/// [`plan::invocation_ops`]); each keeps or drops the event it comes from.
 async fn settle_one_by_one<'a>(
     conn: &mut PgConnection,
     ops: &[(usize, InvocationOp<'a>)],
@@ -1137,18 +1016,15 @@ async fn settle_one_by_one<'a>(
                 session_id,
                 status,
             } => {
-                let row: Option<String> = sqlx::query_scalar(
-                    "UPDATE invocations SET status = $1, ended_at = $2 \
-                     WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
-                     AND status = 'in_progress' RETURNING ctid::text",
-                )
-                .bind(status.as_str())
-                .bind(now)
-                .bind(account_id)
-                .bind(invocation_id)
-                .bind(session_id)
-                .fetch_optional(&mut *conn)
-                .await?;
+                let row: Option<String> =
+                    sqlx::query_scalar(concat!(sql::close_invocation!(), " RETURNING ctid::text"))
+                        .bind(status.as_str())
+                        .bind(now)
+                        .bind(account_id)
+                        .bind(invocation_id)
+                        .bind(session_id)
+                        .fetch_optional(&mut *conn)
+                        .await?;
                 let kept = row.is_some();
                 closed.extend(row.map(|row| ((account_id, session_id), row)));
                 kept
@@ -1159,7 +1035,7 @@ async fn settle_one_by_one<'a>(
     Ok(closed)
 }
 
-/// Settles operations on distinct invocations (see [`sql::one_op_per_invocation`]) with
+/// Settles operations on distinct invocations (see [`plan::one_op_per_invocation`]) with
 /// one statement for every close and one for every open.
 async fn settle_in_bulk<'a>(
     conn: &mut PgConnection,

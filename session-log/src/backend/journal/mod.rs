@@ -31,19 +31,23 @@
 //! invocation row is there). Lookups by handle consult the journal's handles too.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Row;
 
+mod backfill;
+
+use self::backfill::{backfill, Backfilled, JournalClaim};
+use super::plan::{self, InvocationOp};
+use super::postgres::{self, PgStore};
+use super::sql;
+use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
-use crate::postgres::PgStore;
-use crate::sql::{self, InvocationOp};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
 };
@@ -149,20 +153,6 @@ struct LiveClaim {
     expires: std::time::Instant,
 }
 
-/// A claim granted locally and recorded in the journal, not yet in PostgreSQL.
-struct JournalClaim {
-    invocation_id: String,
-    run_id: String,
-    owner: String,
-    claimed_at: DateTime<Utc>,
-    /// Unix milliseconds (local clock).
-    lease_expires_ms: i64,
-}
-
-fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
-}
-
 fn lease_ms(lease: Duration) -> i64 {
     i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 4)
 }
@@ -185,21 +175,10 @@ impl JournaledStore {
         journal_path: &str,
         config: JournalConfig,
     ) -> Result<Arc<JournaledStore>, StoreError> {
-        if let Some(dir) = Path::new(journal_path).parent() {
-            if !dir.as_os_str().is_empty() {
-                tokio::fs::create_dir_all(dir)
-                    .await
-                    .map_err(sqlx::Error::Io)?;
-            }
-        }
-        crate::sqlite::configure_sqlite();
-        let options = SqliteConnectOptions::new()
-            .filename(journal_path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
+        let options = sqlite::file_options(journal_path)
+            .await?
             // The journal is the only copy of what it holds: every commit is synced.
-            .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(5));
+            .synchronous(SqliteSynchronous::Full);
         let journal = SqlitePoolOptions::new()
             .max_connections(2)
             .connect_with(options)
@@ -504,11 +483,11 @@ impl Inner {
         // Appends wait meanwhile, so the check for "nothing left" and the hand-back
         // cannot miss a batch journaled in between.
         let _route = self.route.lock().await;
-        let rows = sqlx::query(
-            "SELECT account_id, session_id, seq, run_id, invocation_id, event_type, role, \
-             content_json, metadata_json, created_at FROM journal_events \
-             WHERE account_id = ? AND session_id = ? ORDER BY seq LIMIT ?",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            sql::event_columns!(),
+            " FROM journal_events WHERE account_id = ? AND session_id = ? ORDER BY seq LIMIT ?"
+        ))
         .bind(&key.0)
         .bind(&key.1)
         .bind(BACKFILL_CHUNK)
@@ -516,7 +495,7 @@ impl Inner {
         .await?;
         let events: Vec<Event> = rows
             .iter()
-            .map(crate::sqlite::event_from_row)
+            .map(sqlite::event_from_row)
             .collect::<Result<_, _>>()?;
         let claims = self.journal_claims(&key.0, &key.1).await?;
         if events.is_empty() && claims.is_empty() {
@@ -753,12 +732,12 @@ impl Inner {
 
     /// Commits `batch` to the journal (the caller holds `route`).
     async fn journal_append(&self, batch: &[NewEvent]) -> Result<Appended, StoreError> {
-        let now = sql::commit_time();
+        let now = plan::commit_time();
         let mut tx = self.journal.begin().await?;
         let mut keep = vec![true; batch.len()];
         let mut closing: HashSet<(&str, &str)> = HashSet::new();
         let mut taken = Vec::new();
-        for (i, op) in sql::invocation_ops(batch) {
+        for (i, op) in plan::invocation_ops(batch) {
             keep[i] = match op {
                 InvocationOp::Open {
                     account_id,
@@ -811,7 +790,7 @@ impl Inner {
                 InvocationOp::Drop => false,
             };
         }
-        let counts = sql::session_counts(batch, &keep);
+        let counts = plan::session_counts(batch, &keep);
         let mut last_seqs = Vec::with_capacity(counts.len());
         for ((account_id, session_id), n) in &counts {
             let key = ((*account_id).to_owned(), (*session_id).to_owned());
@@ -825,7 +804,7 @@ impl Inner {
             let base = self.known_seq(&key).max(journal_max.unwrap_or(0));
             last_seqs.push(Some(base + n));
         }
-        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        let seqs = plan::assign_seqs(batch, &keep, &counts, &last_seqs)?;
         let rows: Vec<(&NewEvent, Seq, String, String)> = batch
             .iter()
             .zip(&seqs)
@@ -833,12 +812,12 @@ impl Inner {
                 Some((
                     e,
                     (*seq)?,
-                    sql::json_text(&e.content),
-                    sql::json_text(&e.metadata),
+                    plan::json_text(&e.content),
+                    plan::json_text(&e.metadata),
                 ))
             })
             .collect();
-        crate::sqlite::insert_event_rows(&mut tx, "journal_events", &rows, now).await?;
+        sqlite::insert_event_rows(&mut tx, "journal_events", &rows, now).await?;
         tx.commit().await?;
         self.pg.pending.written(taken);
         if let Ok(mut pending) = self.pending.lock() {
@@ -996,17 +975,17 @@ impl Inner {
         session_id: &str,
         after_seq: Seq,
     ) -> Result<Vec<Event>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT account_id, session_id, seq, run_id, invocation_id, event_type, role, \
-             content_json, metadata_json, created_at FROM journal_events \
-             WHERE account_id = ? AND session_id = ? AND seq > ? ORDER BY seq",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            sql::event_columns!(),
+            " FROM journal_events WHERE account_id = ? AND session_id = ? AND seq > ? ORDER BY seq"
+        ))
         .bind(account_id)
         .bind(session_id)
         .bind(after_seq)
         .fetch_all(&self.journal)
         .await?;
-        rows.iter().map(crate::sqlite::event_from_row).collect()
+        rows.iter().map(sqlite::event_from_row).collect()
     }
 
     /// The terminal status the journal holds for an invocation, if any.
@@ -1050,14 +1029,6 @@ impl Inner {
     }
 }
 
-enum Backfilled {
-    /// The rows are in PostgreSQL; terminal statuses at `dropped` seqs were not inserted
-    /// because their invocation was already closed.
-    Committed { dropped: Vec<Seq> },
-    /// PostgreSQL holds other events at `seqs`; nothing was written.
-    Collides { last_seq: Seq, seqs: Vec<Seq> },
-}
-
 /// Records a claim granted while PostgreSQL could not take it; its lease runs from now.
 async fn record_claim(
     journal: impl sqlx::SqliteExecutor<'_>,
@@ -1078,239 +1049,6 @@ async fn record_claim(
     .bind(now.saturating_add(lease_ms(claim.lease)))
     .execute(journal)
     .await?;
-    Ok(())
-}
-
-/// One backfill transaction: the session's journaled `events` (in seq order) into
-/// PostgreSQL, applying invocation opens and closes as `append` does. Rows already there
-/// (a retried backfill, or an append that committed after it timed out) are skipped.
-async fn backfill(
-    pg: &PgStore,
-    account_id: &str,
-    session_id: &str,
-    events: &[Event],
-    claims: &[JournalClaim],
-) -> Result<Backfilled, StoreError> {
-    let first_at = events.first().map_or_else(Utc::now, |e| e.created_at);
-    let mut tx = pg.pool().begin().await?;
-    if !claims.is_empty() {
-        backfill_claims(&mut tx, account_id, session_id, claims).await?;
-        if events.is_empty() {
-            tx.commit().await?;
-            return Ok(Backfilled::Committed {
-                dropped: Vec::new(),
-            });
-        }
-    }
-    // The session row lock serialises this with every other writer of the session.
-    sqlx::query(
-        "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
-         VALUES ($1, $2, 0, $3, $3) ON CONFLICT (account_id, session_id) DO NOTHING",
-    )
-    .bind(account_id)
-    .bind(session_id)
-    .bind(first_at)
-    .execute(&mut *tx)
-    .await?;
-    let last_seq: i64 = sqlx::query_scalar(
-        "SELECT last_seq FROM sessions WHERE account_id = $1 AND session_id = $2 FOR UPDATE",
-    )
-    .bind(account_id)
-    .bind(session_id)
-    .fetch_one(&mut *tx)
-    .await?;
-
-    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let contents: Vec<String> = events.iter().map(|e| sql::json_text(&e.content)).collect();
-    let metadata: Vec<String> = events.iter().map(|e| sql::json_text(&e.metadata)).collect();
-    let collides: Vec<i64> = sqlx::query_scalar(
-        "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
-         JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
-         WHERE NOT (e.event_type = u.t AND e.content_json = u.c::jsonb \
-                    AND e.metadata_json = u.m::jsonb) ORDER BY u.q",
-    )
-    .bind(account_id)
-    .bind(session_id)
-    .bind(&seqs)
-    .bind(&types)
-    .bind(&contents)
-    .bind(&metadata)
-    .fetch_all(&mut *tx)
-    .await?;
-    if !collides.is_empty() {
-        tx.rollback().await?;
-        return Ok(Backfilled::Collides {
-            last_seq,
-            seqs: collides,
-        });
-    }
-
-    let mut keep = vec![true; events.len()];
-    let mut dropped = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        let (Some(status), Some(invocation_id)) = (e.run_status(), e.invocation_id.as_deref())
-        else {
-            continue;
-        };
-        if status.is_terminal() {
-            let closed = sqlx::query(
-                "UPDATE invocations SET status = $1, ended_at = $2 \
-                 WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
-                 AND status = 'in_progress'",
-            )
-            .bind(status.as_str())
-            .bind(e.created_at)
-            .bind(account_id)
-            .bind(invocation_id)
-            .bind(session_id)
-            .execute(&mut *tx)
-            .await?;
-            if closed.rows_affected() == 0 {
-                // Already closed: by this very event in an earlier try (then the row is
-                // there and the insert skips it), or by someone else (then a second
-                // terminal status must not enter the log).
-                keep[i] = false;
-                let present: Option<i32> = sqlx::query_scalar(
-                    "SELECT 1 FROM events WHERE account_id = $1 AND session_id = $2 AND seq = $3",
-                )
-                .bind(account_id)
-                .bind(session_id)
-                .bind(e.seq)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if present.is_none() {
-                    dropped.push(e.seq);
-                }
-            }
-        } else if let Some(run_id) = e.run_id.as_deref() {
-            sqlx::query(
-                "INSERT INTO invocations \
-                 (account_id, invocation_id, session_id, run_id, status, started_at) \
-                 VALUES ($1, $2, $3, $4, 'in_progress', $5) \
-                 ON CONFLICT (account_id, invocation_id) DO NOTHING",
-            )
-            .bind(account_id)
-            .bind(invocation_id)
-            .bind(session_id)
-            .bind(run_id)
-            .bind(e.created_at)
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
-
-    let kept: Vec<usize> = (0..events.len()).filter(|i| keep[*i]).collect();
-    let col = |f: &dyn Fn(&Event) -> Option<String>| -> Vec<Option<String>> {
-        kept.iter().map(|&i| f(&events[i])).collect()
-    };
-    let k_seqs: Vec<i64> = kept.iter().map(|&i| events[i].seq).collect();
-    let k_at: Vec<DateTime<Utc>> = kept.iter().map(|&i| events[i].created_at).collect();
-    sqlx::query(
-        "INSERT INTO events (account_id, session_id, seq, run_id, invocation_id, \
-         event_type, role, content_json, metadata_json, created_at) \
-         SELECT $1, $2, q, r, i, t, ro, c::jsonb, m::jsonb, at FROM UNNEST(\
-         $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
-         $9::text[], $10::timestamptz[]) AS u(q, r, i, t, ro, c, m, at) \
-         ON CONFLICT (account_id, session_id, seq) DO NOTHING",
-    )
-    .bind(account_id)
-    .bind(session_id)
-    .bind(&k_seqs)
-    .bind(col(&|e| e.run_id.clone()))
-    .bind(col(&|e| e.invocation_id.clone()))
-    .bind(col(&|e| Some(e.event_type.as_str().to_owned())))
-    .bind(col(&|e| e.role.clone()))
-    .bind(col(&|e| Some(sql::json_text(&e.content))))
-    .bind(col(&|e| Some(sql::json_text(&e.metadata))))
-    .bind(&k_at)
-    .execute(&mut *tx)
-    .await?;
-    let max_seq = events.iter().map(|e| e.seq).max().unwrap_or(0);
-    let max_at = events
-        .iter()
-        .map(|e| e.created_at)
-        .max()
-        .unwrap_or(first_at);
-    sqlx::query(
-        "UPDATE sessions SET last_seq = GREATEST(last_seq, $3), \
-         updated_at = GREATEST(updated_at, $4) WHERE account_id = $1 AND session_id = $2",
-    )
-    .bind(account_id)
-    .bind(session_id)
-    .bind(max_seq)
-    .bind(max_at)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(Backfilled::Committed { dropped })
-}
-
-/// The invocation rows of claims granted locally, with their owner and what is left of
-/// their lease, in the backfill's transaction (before the session's events, whose
-/// `in_progress` then finds the row there). Another replica's run opened in the session
-/// meanwhile is logged; both runs stand.
-async fn backfill_claims(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    account_id: &str,
-    session_id: &str,
-    claims: &[JournalClaim],
-) -> Result<(), StoreError> {
-    // The lock `PgStore::claim` takes: claims of the session wait for this transaction.
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\\n' || $2, 0))")
-        .bind(account_id)
-        .bind(session_id)
-        .execute(&mut **tx)
-        .await?;
-    let ours: Vec<String> = claims.iter().map(|c| c.invocation_id.clone()).collect();
-    let first_claimed = claims
-        .iter()
-        .map(|c| c.claimed_at)
-        .min()
-        .unwrap_or_else(Utc::now);
-    let others = sqlx::query(
-        "SELECT invocation_id, run_id, owner, status FROM invocations \
-         WHERE account_id = $1 AND session_id = $2 AND invocation_id <> ALL($3) \
-         AND ((status = 'in_progress' AND owner IS NOT NULL AND lease_expires_at > now()) \
-              OR started_at >= $4)",
-    )
-    .bind(account_id)
-    .bind(session_id)
-    .bind(&ours)
-    .bind(first_claimed)
-    .fetch_all(&mut **tx)
-    .await?;
-    for row in &others {
-        let other: String = row.try_get(0)?;
-        let other_run: String = row.try_get(1)?;
-        let owner: Option<String> = row.try_get(2)?;
-        let status: String = row.try_get(3)?;
-        tracing::warn!(
-            account_id, session_id, journaled_invocations = ?ours,
-            other_invocation_id = %other, other_run_id = %other_run, other_owner = ?owner,
-            other_status = %status,
-            "a run claimed locally during the outage overlaps another replica's run in the same session; both are kept, the journaled events follow the other run's"
-        );
-    }
-    let now = now_ms();
-    for c in claims {
-        let remaining = (c.lease_expires_ms - now).max(0) as f64 / 1000.0;
-        sqlx::query(
-            "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
-             started_at, owner, lease_expires_at) \
-             VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, now() + make_interval(secs => $7)) \
-             ON CONFLICT (account_id, invocation_id) DO NOTHING",
-        )
-        .bind(account_id)
-        .bind(&c.invocation_id)
-        .bind(session_id)
-        .bind(&c.run_id)
-        .bind(c.claimed_at)
-        .bind(&c.owner)
-        .bind(remaining)
-        .execute(&mut **tx)
-        .await?;
-    }
     Ok(())
 }
 
@@ -1350,7 +1088,7 @@ impl Store for JournaledStore {
         }
         let inner = &*self.inner;
         // What PostgreSQL would store, so the journal's copy equals it.
-        crate::postgres::replace_nuls(batch);
+        postgres::replace_nuls(batch);
         let _route = inner.route.lock().await;
         // A batch touching a session that still has journaled rows goes to the journal
         // whole: its seqs must follow the journal's, and one batch stays one commit.

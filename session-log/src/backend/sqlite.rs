@@ -19,12 +19,17 @@ use sqlx::sqlite::{
 };
 use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
-use crate::claims::{PendingClaim, PendingClaims};
+use super::claims::{PendingClaim, PendingClaims};
+use super::plan::{self, InvocationOp};
+use super::sql;
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
-use crate::sql::{self, InvocationOp, INSERT_CHUNK};
 use crate::store::{
-    Appended, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
 };
+
+/// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
+/// 500 rows of 10 columns stays far below that while amortising the round trip.
+const INSERT_CHUNK: usize = 500;
 
 /// Readers run beside the writer (WAL lets them); a few connections are plenty.
 const POOL_SIZE: u32 = 4;
@@ -48,12 +53,6 @@ const CHECKPOINT_AFTER: Duration = Duration::from_secs(1);
 const OPEN_BY_SESSION: &str = "INDEXED BY invocations_open_by_session";
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-const EVENT_COLUMNS: &str = "account_id, session_id, seq, run_id, invocation_id, event_type, \
-                             role, content_json, metadata_json, created_at";
-const INVOCATION_COLUMNS: &str =
-    "account_id, invocation_id, session_id, run_id, status, started_at, ended_at, agent_ref";
-const SESSION_COLUMNS: &str = "account_id, session_id, last_seq, created_at, updated_at";
 
 /// A session log in one SQLite database file.
 pub struct SqliteStore {
@@ -105,17 +104,8 @@ impl SqliteStore {
             let pool = read_pool(options).await?;
             return Ok(Self::with_connections(pool, writer, Arc::default(), None));
         }
-        if let Some(dir) = Path::new(path).parent() {
-            if !dir.as_os_str().is_empty() {
-                tokio::fs::create_dir_all(dir)
-                    .await
-                    .map_err(sqlx::Error::Io)?;
-            }
-        }
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
+        let options = file_options(path)
+            .await?
             // In WAL mode NORMAL loses at most the last commits on power loss, never
             // consistency; FULL would fsync every group commit.
             .synchronous(SqliteSynchronous::Normal)
@@ -124,7 +114,6 @@ impl SqliteStore {
             // it to a temporary file, opened and closed per batch: a sixth of the
             // writer thread's time at 1,000 streams. In memory it is a copy.
             .pragma("temp_store", "memory")
-            .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
         let mut writer = options
             .clone()
@@ -213,9 +202,9 @@ impl SqliteStore {
         batch: &'b [NewEvent],
         settled: &mut Vec<(&'b str, &'b str, bool)>,
     ) -> Result<Appended, StoreError> {
-        let now = sql::commit_time();
+        let now = plan::commit_time();
         let mut keep = vec![true; batch.len()];
-        let ops = sql::invocation_ops(batch);
+        let ops = plan::invocation_ops(batch);
         // IMMEDIATE takes the write lock up front: a deferred transaction that reads
         // first could not upgrade if another connection wrote in between. The bulk
         // settlement begins it itself, with its first statement.
@@ -242,11 +231,9 @@ impl SqliteStore {
             }
         }
 
-        let counts = sql::session_counts(batch, &keep);
+        let counts = plan::session_counts(batch, &keep);
         for chunk in counts.chunks(INSERT_CHUNK) {
-            tail.push(
-                "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) ",
-            );
+            tail.push(sql::insert_sessions!());
             tail.push_values(chunk, |mut row, ((account_id, session_id), n)| {
                 row.push_bind(*account_id)
                     .push_bind(*session_id)
@@ -254,12 +241,7 @@ impl SqliteStore {
                     .push_bind(now)
                     .push_bind(now);
             });
-            tail.push(
-                " ON CONFLICT (account_id, session_id) DO UPDATE SET \
-                 last_seq = sessions.last_seq + excluded.last_seq, \
-                 updated_at = excluded.updated_at \
-                 RETURNING account_id, session_id, last_seq; ",
-            );
+            tail.push(concat!(sql::bump_sessions!(), "; "));
         }
         // Where the closed invocations' events end: the sessions' `last_seq`, upserted.
         let closed = closed_invocations(&ops, &keep);
@@ -275,21 +257,23 @@ impl SqliteStore {
             });
             tail.push("); ");
         }
-        let rows: Vec<(&NewEvent, i64, String, String)> = sql::rows_below(batch, &keep, &counts)?
+        let rows: Vec<(&NewEvent, i64, String, String)> = plan::rows_below(batch, &keep, &counts)?
             .into_iter()
             .map(|(event, below)| {
                 let (content, metadata) = (
-                    sql::json_text(&event.content),
-                    sql::json_text(&event.metadata),
+                    plan::json_text(&event.content),
+                    plan::json_text(&event.metadata),
                 );
                 (event, below, content, metadata)
             })
             .collect();
         for chunk in rows.chunks(INSERT_CHUNK) {
-            tail.push("INSERT INTO events (").push(EVENT_COLUMNS).push(
+            tail.push(concat!(
+                "INSERT INTO events (",
+                sql::event_columns!(),
                 ") SELECT v.column1, v.column2, s.last_seq - v.column3, v.column4, v.column5, \
-                 v.column6, v.column7, v.column8, v.column9, v.column10 FROM (",
-            );
+                 v.column6, v.column7, v.column8, v.column9, v.column10 FROM ("
+            ));
             tail.push_values(chunk, |row, (event, below, content, metadata)| {
                 push_event_row(row, event, *below, content, metadata, now)
             });
@@ -304,12 +288,12 @@ impl SqliteStore {
         for row in tail.build().fetch_all(&mut *conn).await? {
             let account_id: &str = row.try_get(0)?;
             let session_id: &str = row.try_get(1)?;
-            let i = sql::session_index(&counts, (account_id, session_id)).ok_or_else(|| {
+            let i = plan::session_index(&counts, (account_id, session_id)).ok_or_else(|| {
                 StoreError::Corrupt("upsert returned a session not in the batch".into())
             })?;
             last_seqs[i] = Some(row.try_get(2)?);
         }
-        let seqs = sql::assign_seqs(batch, &keep, &counts, &last_seqs)?;
+        let seqs = plan::assign_seqs(batch, &keep, &counts, &last_seqs)?;
         Ok(Appended::at(seqs, now))
     }
 
@@ -317,7 +301,7 @@ impl SqliteStore {
     /// each kind: every invocation appears once and no two claims open the same session
     /// (then no operation depends on another's outcome). The rest are settled one by one.
     fn settles_in_bulk(&self, ops: &[(usize, InvocationOp<'_>)]) -> bool {
-        if !sql::one_op_per_invocation(ops) {
+        if !plan::one_op_per_invocation(ops) {
             return false;
         }
         let mut claimed_sessions = HashSet::new();
@@ -458,7 +442,7 @@ impl SqliteStore {
     }
 
     /// Settles invocation operations in order, one statement each (see
-    /// [`sql::invocation_ops`] for what each does to the events it comes from).
+    /// [`plan::invocation_ops`] for what each does to the events it comes from).
     async fn settle_one_by_one<'b>(
         &self,
         conn: &mut SqliteConnection,
@@ -516,18 +500,14 @@ impl SqliteStore {
                     session_id,
                     status,
                 } => {
-                    let closed = sqlx::query(
-                        "UPDATE invocations SET status = ?, ended_at = ? \
-                             WHERE account_id = ? AND invocation_id = ? AND session_id = ? \
-                             AND status = 'in_progress'",
-                    )
-                    .bind(status.as_str())
-                    .bind(now)
-                    .bind(account_id)
-                    .bind(invocation_id)
-                    .bind(session_id)
-                    .execute(&mut *conn)
-                    .await?;
+                    let closed = sqlx::query(sql::close_invocation!())
+                        .bind(status.as_str())
+                        .bind(now)
+                        .bind(account_id)
+                        .bind(invocation_id)
+                        .bind(session_id)
+                        .execute(&mut *conn)
+                        .await?;
                     closed.rows_affected() == 1
                 }
                 InvocationOp::Drop => false,
@@ -576,14 +556,10 @@ impl Store for SqliteStore {
         account_id: &str,
         session_id: &str,
     ) -> Result<Option<Session>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE account_id = ? AND session_id = ?"
-        ))
-        .bind(account_id)
-        .bind(session_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(session_from_row).transpose()
+        let row = sql::keyed(sql::SESSION, account_id, session_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sql::session_from_row).transpose()
     }
 
     async fn list_sessions(
@@ -592,22 +568,16 @@ impl Store for SqliteStore {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE account_id = ? \
-             ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
-        ))
-        .bind(account_id)
-        .bind(sql::non_negative(limit))
-        .bind(sql::non_negative(offset))
-        .fetch_all(&self.pool)
-        .await?;
-        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE account_id = ?")
+        let rows = sql::sessions(account_id, offset, limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let total: i64 = sqlx::query_scalar(sql::COUNT_SESSIONS)
             .bind(account_id)
             .fetch_one(&self.pool)
             .await?;
         let sessions = rows
             .iter()
-            .map(session_from_row)
+            .map(sql::session_from_row)
             .collect::<Result<_, _>>()?;
         Ok((sessions, total))
     }
@@ -616,9 +586,6 @@ impl Store for SqliteStore {
         if query.event_types.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new()); // and `IN ()` is not valid SQL everywhere
         }
-        // The optional filters are added only when set, so each combination is its own
-        // cached statement that can use the matching index.
-        //
         // The page comes back as ONE row, a JSON array of `[seq, run_id, ...]` arrays
         // built inside SQLite: sqlx runs SQLite on a worker thread and hands each row over
         // a channel with its values copied, so 1,000 rows cost 1,000 hand-offs. Reading
@@ -628,55 +595,27 @@ impl Store for SqliteStore {
         // neighbours. The subquery picks the page; SQL does not promise that the aggregate
         // sees it in that order (an ORDER BY inside the aggregate would, but costs a sort
         // of its own), so `events_from_page` sorts, which is free on sorted input.
-        let mut select = QueryBuilder::<Sqlite>::new(
+        let mut select = QueryBuilder::<Sqlite>::new(concat!(
             "SELECT json_group_array(json_array(seq, run_id, invocation_id, event_type, \
-             role, json(content_json), json(metadata_json), created_at)) \
-             FROM (SELECT seq, run_id, invocation_id, event_type, role, content_json, \
-             metadata_json, created_at FROM events WHERE account_id = ",
-        );
-        select
-            .push_bind(&query.account_id)
-            .push(" AND session_id = ")
-            .push_bind(&query.session_id)
-            .push(" AND seq > ")
-            .push_bind(query.after_seq);
-        sql::push_run_filter(&mut select, query);
-        if let Some(types) = &query.event_types {
-            select.push(" AND event_type IN (");
-            let mut list = select.separated(", ");
-            for t in types {
-                list.push_bind(t.as_str());
-            }
-            select.push(")");
-        }
-        select
-            .push(" ORDER BY seq LIMIT ")
-            .push_bind(sql::non_negative(query.limit))
-            .push(")");
+             role, json(content_json), json(metadata_json), created_at)) FROM (SELECT ",
+            sql::event_value_columns!()
+        ));
+        sql::push_events_read(&mut select, query);
+        select.push(")");
         let row = select.build().fetch_one(&self.pool).await?;
         events_from_page(&query.account_id, &query.session_id, row.try_get(0)?)
     }
 
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM events WHERE account_id = ? AND session_id = ?",
-        )
-        .bind(account_id)
-        .bind(session_id)
-        .fetch_one(&self.pool)
-        .await?)
+        let count = sql::keyed(sql::COUNT_EVENTS, account_id, session_id);
+        Ok(count.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
     async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE account_id = ? AND run_id = ? \
-             ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
-        ))
-        .bind(account_id)
-        .bind(run_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(invocation_from_row).transpose()
+        let row = sql::keyed(sql::RUN, account_id, run_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sql::invocation_from_row).transpose()
     }
 
     async fn invocation(
@@ -684,15 +623,10 @@ impl Store for SqliteStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations \
-             WHERE account_id = ? AND invocation_id = ?"
-        ))
-        .bind(account_id)
-        .bind(invocation_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(invocation_from_row).transpose()
+        let row = sql::keyed(sql::INVOCATION, account_id, invocation_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sql::invocation_from_row).transpose()
     }
 
     async fn set_agent_ref(
@@ -702,14 +636,10 @@ impl Store for SqliteStore {
         agent_ref: &str,
     ) -> Result<(), StoreError> {
         let mut turn = self.write_turn().await?;
-        let done = sqlx::query(
-            "UPDATE invocations SET agent_ref = ? WHERE account_id = ? AND invocation_id = ?",
-        )
-        .bind(agent_ref)
-        .bind(account_id)
-        .bind(invocation_id)
-        .execute(&mut *turn)
-        .await?;
+        let done = sql::keyed(sql::SET_AGENT_REF, account_id, invocation_id)
+            .bind(agent_ref)
+            .execute(&mut *turn)
+            .await?;
         if done.rows_affected() == 0 {
             // A claim whose `in_progress` is still queued has no row yet: the append that
             // inserts it (which waits for the write lock held here) writes the handle too.
@@ -724,25 +654,17 @@ impl Store for SqliteStore {
         account_id: &str,
         agent_ref: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE account_id = ? AND agent_ref = ? \
-             ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
-        ))
-        .bind(account_id)
-        .bind(agent_ref)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(invocation_from_row).transpose()
+        let row = sql::keyed(sql::INVOCATION_BY_AGENT_REF, account_id, agent_ref)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sql::invocation_from_row).transpose()
     }
 
     async fn open_invocations(&self) -> Result<Vec<Invocation>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
-             ORDER BY started_at, account_id, invocation_id"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(invocation_from_row).collect()
+        let rows = sqlx::query(sql::OPEN_INVOCATIONS)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(sql::invocation_from_row).collect()
     }
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
@@ -814,9 +736,9 @@ impl Store for SqliteStore {
         &self,
         restarted_owner: Option<&str>,
     ) -> Result<Vec<Invocation>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE status = 'in_progress' \
-             AND (lease_expires_ms <= ?1 \
+        let rows = sqlx::query(concat!(
+            sql::select_open_invocations!(),
+            "AND (lease_expires_ms <= ?1 \
              OR (?2 IS NOT NULL AND (owner IS NULL OR owner = ?2))) \
              ORDER BY started_at, account_id, invocation_id"
         ))
@@ -824,7 +746,7 @@ impl Store for SqliteStore {
         .bind(restarted_owner)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(invocation_from_row).collect()
+        rows.iter().map(sql::invocation_from_row).collect()
     }
 
     async fn lease(
@@ -857,33 +779,15 @@ impl Store for SqliteStore {
         invocation_id: &str,
     ) -> Result<bool, StoreError> {
         let mut turn = self.write_turn().await?;
-        let done = sqlx::query(
-            "UPDATE invocations SET cancel_requested = 1 \
-             WHERE account_id = ? AND invocation_id = ? AND status = 'in_progress'",
-        )
-        .bind(account_id)
-        .bind(invocation_id)
-        .execute(&mut *turn)
-        .await?;
+        let done = sql::keyed(sql::REQUEST_CANCEL, account_id, invocation_id)
+            .execute(&mut *turn)
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
-    async fn put_attachment(&self, a: &crate::store::Attachment) -> Result<(), StoreError> {
+    async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
         let mut turn = self.write_turn().await?;
-        sqlx::query(
-            "INSERT INTO attachments \
-             (account_id, file_id, mime_type, filename, size_bytes, content, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, file_id) DO NOTHING",
-        )
-        .bind(&a.account_id)
-        .bind(&a.file_id)
-        .bind(&a.mime_type)
-        .bind(&a.filename)
-        .bind(a.content.len() as i64)
-        .bind(&a.content)
-        .bind(chrono::Utc::now())
-        .execute(&mut *turn)
-        .await?;
+        sql::put_attachment(attachment).execute(&mut *turn).await?;
         Ok(())
     }
 
@@ -891,30 +795,15 @@ impl Store for SqliteStore {
         &self,
         account_id: &str,
         file_id: &str,
-    ) -> Result<Option<crate::store::Attachment>, StoreError> {
-        let row = sqlx::query(
-            "SELECT mime_type, filename, content FROM attachments \
-             WHERE account_id = ? AND file_id = ?",
-        )
-        .bind(account_id)
-        .bind(file_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| {
-            Ok(crate::store::Attachment {
-                account_id: account_id.to_owned(),
-                file_id: file_id.to_owned(),
-                mime_type: r.try_get("mime_type")?,
-                filename: r.try_get("filename")?,
-                content: r.try_get("content")?,
-            })
-        })
-        .transpose()
+    ) -> Result<Option<Attachment>, StoreError> {
+        let row = sql::keyed(sql::ATTACHMENT, account_id, file_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
+            .transpose()
     }
 }
 
-/// Lease times in SQLite: Unix milliseconds from this host's clock (every process sharing
-/// the file is on this host).
 /// The pool reads go through. A connection to a file in this process does not go stale
 /// the way a network connection does: the check sqlx makes before handing one out, a
 /// round trip to the connection's thread, is left out.
@@ -926,7 +815,9 @@ async fn read_pool(options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Er
         .await
 }
 
-fn now_ms() -> i64 {
+/// Lease times in SQLite: Unix milliseconds from this host's clock (every process sharing
+/// the file is on this host).
+pub(crate) fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
@@ -1005,29 +896,6 @@ pub(crate) fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
         content: json("content_json", row.try_get("content_json")?)?,
         metadata: json("metadata_json", row.try_get("metadata_json")?)?,
         created_at: row.try_get::<DateTime<Utc>, _>("created_at")?,
-    })
-}
-
-fn session_from_row(row: &SqliteRow) -> Result<Session, StoreError> {
-    Ok(Session {
-        account_id: row.try_get("account_id")?,
-        session_id: row.try_get("session_id")?,
-        last_seq: row.try_get("last_seq")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn invocation_from_row(row: &SqliteRow) -> Result<Invocation, StoreError> {
-    Ok(Invocation {
-        account_id: row.try_get("account_id")?,
-        session_id: row.try_get("session_id")?,
-        run_id: row.try_get("run_id")?,
-        invocation_id: row.try_get("invocation_id")?,
-        status: sql::parse_status(row.try_get("status")?)?,
-        started_at: row.try_get("started_at")?,
-        ended_at: row.try_get("ended_at")?,
-        agent_ref: row.try_get("agent_ref")?,
     })
 }
 
@@ -1126,6 +994,25 @@ async fn keep_wal(pool: SqlitePool, wal: PathBuf, writes: Arc<AtomicU64>) {
     }
 }
 
+/// How every SQLite file of this crate is opened (the store's, and the outage journal's):
+/// SQLite configured first, the file and its directories created if missing, in WAL mode,
+/// with a busy timeout. Each adds its own durability setting.
+pub(crate) async fn file_options(path: &str) -> Result<SqliteConnectOptions, StoreError> {
+    configure_sqlite();
+    if let Some(dir) = Path::new(path).parent() {
+        if !dir.as_os_str().is_empty() {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(sqlx::Error::Io)?;
+        }
+    }
+    Ok(SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(BUSY_TIMEOUT))
+}
+
 /// Multi-row inserts of committed event rows (event, seq, content JSON, metadata JSON) into
 /// `table`: the store's `events`, or the outage journal's `journal_events`, which share
 /// their columns.
@@ -1137,7 +1024,7 @@ pub(crate) async fn insert_event_rows(
 ) -> Result<(), StoreError> {
     for chunk in rows.chunks(INSERT_CHUNK) {
         let mut insert = QueryBuilder::<Sqlite>::new(format!("INSERT INTO {table} ("));
-        insert.push(EVENT_COLUMNS).push(") ");
+        insert.push(sql::event_columns!()).push(") ");
         insert.push_values(chunk, |row, (event, seq, content, metadata)| {
             push_event_row(row, event, *seq, content, metadata, now)
         });
@@ -1222,7 +1109,7 @@ fn push_opens<'a>(insert: &mut QueryBuilder<'a, Sqlite>, opens: &[Open<'a>], now
     insert.push(") AS v WHERE true ON CONFLICT (account_id, invocation_id) DO NOTHING; ");
 }
 
-/// Binds one event row in `EVENT_COLUMNS` order. `seq` is the seq itself, or, in the
+/// Binds one event row in `sql::event_columns!()` order. `seq` is the seq itself, or, in the
 /// store's append, how far below its session's new `last_seq` it is.
 fn push_event_row<'a>(
     mut row: Separated<'_, 'a, Sqlite, &'static str>,

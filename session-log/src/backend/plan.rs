@@ -1,18 +1,12 @@
-//! What the SQLite and PostgreSQL backends share: planning an append (commit timestamp,
-//! the invocation-table operations `run_status` events imply, seq assignment per session)
-//! and turning stored text back into the event model.
+//! How both stores plan an append before any SQL runs: the commit timestamp, the
+//! invocation-table operations `run_status` events imply, and seq assignment per session.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::{Database, Encode, QueryBuilder, Type};
 
-use crate::event::{EventType, NewEvent, RunStatus, Seq};
-use crate::store::{EventQuery, StoreError};
-
-/// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
-/// 500 rows of 10 columns stays far below that while amortising the round trip.
-pub(crate) const INSERT_CHUNK: usize = 500;
+use crate::event::{NewEvent, RunStatus, Seq};
+use crate::store::StoreError;
 
 /// `(account_id, session_id)`, borrowed from the batch.
 pub(crate) type SessionKey<'a> = (&'a str, &'a str);
@@ -107,49 +101,6 @@ pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>
         .collect();
     ops.sort_by_key(|(_, op)| op.invocation());
     ops
-}
-
-/// The conditions that narrow a read to one run or invocation (`query` names one): its
-/// id, and the stretch of the session's seqs that the matching invocations recorded,
-/// after the earliest one's `after_seq` and up to the latest one's `end_seq` (see the
-/// `run_bounds` migration). The read then walks the primary key's range instead of
-/// needing an index on run ids. A bound any matching invocation does not know (an open
-/// one's end, a backfilled row's start) is left open, and so is everything when none
-/// matches.
-pub(crate) fn push_run_filter<'a, DB>(select: &mut QueryBuilder<'a, DB>, query: &'a EventQuery)
-where
-    DB: Database,
-    &'a String: Encode<'a, DB> + Type<DB>,
-{
-    if query.run_id.is_none() && query.invocation_id.is_none() {
-        return;
-    }
-    let ids = |select: &mut QueryBuilder<'a, DB>| {
-        if let Some(run_id) = &query.run_id {
-            select.push(" AND run_id = ").push_bind(run_id);
-        }
-        if let Some(invocation_id) = &query.invocation_id {
-            select
-                .push(" AND invocation_id = ")
-                .push_bind(invocation_id);
-        }
-    };
-    ids(select);
-    for bound in [
-        " AND seq > (SELECT CASE WHEN count(*) = count(after_seq) \
-         THEN coalesce(min(after_seq), 0) ELSE 0 END",
-        " AND seq <= (SELECT CASE WHEN count(*) > 0 AND count(*) = count(end_seq) \
-         THEN max(end_seq) ELSE 9223372036854775807 END",
-    ] {
-        select
-            .push(bound)
-            .push(" FROM invocations WHERE account_id = ")
-            .push_bind(&query.account_id)
-            .push(" AND session_id = ")
-            .push_bind(&query.session_id);
-        ids(select);
-        select.push(")");
-    }
 }
 
 /// Whether no invocation appears twice among `ops`. Then no operation's outcome depends on
@@ -252,25 +203,12 @@ pub(crate) fn session_index(
     counts.binary_search_by(|(k, _)| k.cmp(&key)).ok()
 }
 
-pub(crate) fn parse_event_type(s: &str) -> Result<EventType, StoreError> {
-    EventType::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown event type {s:?}")))
-}
-
-pub(crate) fn parse_status(s: &str) -> Result<RunStatus, StoreError> {
-    RunStatus::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown run status {s:?}")))
-}
-
-/// SQL LIMIT/OFFSET values: PostgreSQL rejects negative ones, SQLite reads them as "none".
-pub(crate) fn non_negative(n: i64) -> i64 {
-    n.max(0)
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::event::run_status_content;
+    use crate::event::{run_status_content, EventType};
 
     fn status(session: &str, invocation: Option<&str>, status: RunStatus) -> NewEvent {
         let mut e = NewEvent::new(

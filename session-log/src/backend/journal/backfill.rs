@@ -1,0 +1,264 @@
+//! The PostgreSQL side of the outage journal: one transaction per step moves a session's
+//! journaled claims and events into PostgreSQL, applying invocation opens and closes as an
+//! append does, and reports seqs another replica took meanwhile.
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use crate::backend::plan;
+use crate::backend::postgres::PgStore;
+use crate::backend::sql;
+use crate::backend::sqlite::now_ms;
+use crate::event::{Event, Seq};
+use crate::store::StoreError;
+
+/// A claim granted locally and recorded in the journal, not yet in PostgreSQL.
+pub(super) struct JournalClaim {
+    pub invocation_id: String,
+    pub run_id: String,
+    pub owner: String,
+    pub claimed_at: DateTime<Utc>,
+    /// Unix milliseconds (local clock).
+    pub lease_expires_ms: i64,
+}
+
+/// What one backfill step did.
+pub(super) enum Backfilled {
+    /// The rows are in PostgreSQL; terminal statuses at `dropped` seqs were not inserted
+    /// because their invocation was already closed.
+    Committed { dropped: Vec<Seq> },
+    /// PostgreSQL holds other events at `seqs`; nothing was written.
+    Collides { last_seq: Seq, seqs: Vec<Seq> },
+}
+
+/// One backfill transaction: the session's journaled `events` (in seq order) into
+/// PostgreSQL, applying invocation opens and closes as `append` does. Rows already there
+/// (a retried backfill, or an append that committed after it timed out) are skipped.
+pub(super) async fn backfill(
+    pg: &PgStore,
+    account_id: &str,
+    session_id: &str,
+    events: &[Event],
+    claims: &[JournalClaim],
+) -> Result<Backfilled, StoreError> {
+    let first_at = events.first().map_or_else(Utc::now, |e| e.created_at);
+    let mut tx = pg.pool().begin().await?;
+    if !claims.is_empty() {
+        backfill_claims(&mut tx, account_id, session_id, claims).await?;
+        if events.is_empty() {
+            tx.commit().await?;
+            return Ok(Backfilled::Committed {
+                dropped: Vec::new(),
+            });
+        }
+    }
+    // The session row lock serialises this with every other writer of the session.
+    sqlx::query(concat!(
+        sql::insert_sessions!(),
+        "VALUES ($1, $2, 0, $3, $3) ON CONFLICT (account_id, session_id) DO NOTHING"
+    ))
+    .bind(account_id)
+    .bind(session_id)
+    .bind(first_at)
+    .execute(&mut *tx)
+    .await?;
+    let last_seq: i64 = sqlx::query_scalar(
+        "SELECT last_seq FROM sessions WHERE account_id = $1 AND session_id = $2 FOR UPDATE",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .fetch_one(&mut *tx)
+    .await?;
+
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let contents: Vec<String> = events.iter().map(|e| plan::json_text(&e.content)).collect();
+    let metadata: Vec<String> = events
+        .iter()
+        .map(|e| plan::json_text(&e.metadata))
+        .collect();
+    let collides: Vec<i64> = sqlx::query_scalar(
+        "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
+         JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
+         WHERE NOT (e.event_type = u.t AND e.content_json = u.c::jsonb \
+                    AND e.metadata_json = u.m::jsonb) ORDER BY u.q",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(&seqs)
+    .bind(&types)
+    .bind(&contents)
+    .bind(&metadata)
+    .fetch_all(&mut *tx)
+    .await?;
+    if !collides.is_empty() {
+        tx.rollback().await?;
+        return Ok(Backfilled::Collides {
+            last_seq,
+            seqs: collides,
+        });
+    }
+
+    let mut keep = vec![true; events.len()];
+    let mut dropped = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        let (Some(status), Some(invocation_id)) = (e.run_status(), e.invocation_id.as_deref())
+        else {
+            continue;
+        };
+        if status.is_terminal() {
+            let closed = sqlx::query(sql::close_invocation!())
+                .bind(status.as_str())
+                .bind(e.created_at)
+                .bind(account_id)
+                .bind(invocation_id)
+                .bind(session_id)
+                .execute(&mut *tx)
+                .await?;
+            if closed.rows_affected() == 0 {
+                // Already closed: by this very event in an earlier try (then the row is
+                // there and the insert skips it), or by someone else (then a second
+                // terminal status must not enter the log).
+                keep[i] = false;
+                let present: Option<i32> = sqlx::query_scalar(
+                    "SELECT 1 FROM events WHERE account_id = $1 AND session_id = $2 AND seq = $3",
+                )
+                .bind(account_id)
+                .bind(session_id)
+                .bind(e.seq)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if present.is_none() {
+                    dropped.push(e.seq);
+                }
+            }
+        } else if let Some(run_id) = e.run_id.as_deref() {
+            sqlx::query(
+                "INSERT INTO invocations \
+                 (account_id, invocation_id, session_id, run_id, status, started_at) \
+                 VALUES ($1, $2, $3, $4, 'in_progress', $5) \
+                 ON CONFLICT (account_id, invocation_id) DO NOTHING",
+            )
+            .bind(account_id)
+            .bind(invocation_id)
+            .bind(session_id)
+            .bind(run_id)
+            .bind(e.created_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+
+    let kept: Vec<usize> = (0..events.len()).filter(|i| keep[*i]).collect();
+    let col = |f: &dyn Fn(&Event) -> Option<String>| -> Vec<Option<String>> {
+        kept.iter().map(|&i| f(&events[i])).collect()
+    };
+    let k_seqs: Vec<i64> = kept.iter().map(|&i| events[i].seq).collect();
+    let k_at: Vec<DateTime<Utc>> = kept.iter().map(|&i| events[i].created_at).collect();
+    sqlx::query(concat!(
+        "INSERT INTO events (",
+        sql::event_columns!(),
+        ") SELECT $1, $2, q, r, i, t, ro, c::jsonb, m::jsonb, at FROM UNNEST(\
+         $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
+         $9::text[], $10::timestamptz[]) AS u(q, r, i, t, ro, c, m, at) \
+         ON CONFLICT (account_id, session_id, seq) DO NOTHING"
+    ))
+    .bind(account_id)
+    .bind(session_id)
+    .bind(&k_seqs)
+    .bind(col(&|e| e.run_id.clone()))
+    .bind(col(&|e| e.invocation_id.clone()))
+    .bind(col(&|e| Some(e.event_type.as_str().to_owned())))
+    .bind(col(&|e| e.role.clone()))
+    .bind(col(&|e| Some(plan::json_text(&e.content))))
+    .bind(col(&|e| Some(plan::json_text(&e.metadata))))
+    .bind(&k_at)
+    .execute(&mut *tx)
+    .await?;
+    let max_seq = events.iter().map(|e| e.seq).max().unwrap_or(0);
+    let max_at = events
+        .iter()
+        .map(|e| e.created_at)
+        .max()
+        .unwrap_or(first_at);
+    sqlx::query(
+        "UPDATE sessions SET last_seq = GREATEST(last_seq, $3), \
+         updated_at = GREATEST(updated_at, $4) WHERE account_id = $1 AND session_id = $2",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(max_seq)
+    .bind(max_at)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Backfilled::Committed { dropped })
+}
+
+/// The invocation rows of claims granted locally, with their owner and what is left of
+/// their lease, in the backfill's transaction (before the session's events, whose
+/// `in_progress` then finds the row there). Another replica's run opened in the session
+/// meanwhile is logged; both runs stand.
+async fn backfill_claims(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    account_id: &str,
+    session_id: &str,
+    claims: &[JournalClaim],
+) -> Result<(), StoreError> {
+    // The lock `PgStore::claim` takes: claims of the session wait for this transaction.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\\n' || $2, 0))")
+        .bind(account_id)
+        .bind(session_id)
+        .execute(&mut **tx)
+        .await?;
+    let ours: Vec<String> = claims.iter().map(|c| c.invocation_id.clone()).collect();
+    let first_claimed = claims
+        .iter()
+        .map(|c| c.claimed_at)
+        .min()
+        .unwrap_or_else(Utc::now);
+    let others = sqlx::query(
+        "SELECT invocation_id, run_id, owner, status FROM invocations \
+         WHERE account_id = $1 AND session_id = $2 AND invocation_id <> ALL($3) \
+         AND ((status = 'in_progress' AND owner IS NOT NULL AND lease_expires_at > now()) \
+              OR started_at >= $4)",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(&ours)
+    .bind(first_claimed)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in &others {
+        let other: String = row.try_get(0)?;
+        let other_run: String = row.try_get(1)?;
+        let owner: Option<String> = row.try_get(2)?;
+        let status: String = row.try_get(3)?;
+        tracing::warn!(
+            account_id, session_id, journaled_invocations = ?ours,
+            other_invocation_id = %other, other_run_id = %other_run, other_owner = ?owner,
+            other_status = %status,
+            "a run claimed locally during the outage overlaps another replica's run in the same session; both are kept, the journaled events follow the other run's"
+        );
+    }
+    let now = now_ms();
+    for c in claims {
+        let remaining = (c.lease_expires_ms - now).max(0) as f64 / 1000.0;
+        sqlx::query(
+            "INSERT INTO invocations (account_id, invocation_id, session_id, run_id, status, \
+             started_at, owner, lease_expires_at) \
+             VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, now() + make_interval(secs => $7)) \
+             ON CONFLICT (account_id, invocation_id) DO NOTHING",
+        )
+        .bind(account_id)
+        .bind(&c.invocation_id)
+        .bind(session_id)
+        .bind(&c.run_id)
+        .bind(c.claimed_at)
+        .bind(&c.owner)
+        .bind(remaining)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}

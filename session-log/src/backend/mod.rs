@@ -1,0 +1,15 @@
+//! The stores behind the [`Store`](crate::Store) trait (SQLite, PostgreSQL, and
+//! PostgreSQL behind the outage journal), what they share, and the factory that builds
+//! one from its configuration.
+//!
+//! `plan` and `sql` are shared by both dialects and import no store; `sqlite` and
+//! `postgres` import only those (and `claims`); `journal` builds on both stores, and
+//! `factory` on all three. Nothing here imports `factory` or `journal` back.
+
+mod claims;
+pub mod factory;
+pub mod journal;
+mod plan;
+pub mod postgres;
+mod sql;
+pub mod sqlite;

@@ -1,0 +1,357 @@
+//! The SQL of the session log, written once: the statements SQLite and PostgreSQL read
+//! alike, the pieces their own statements are built from, and the decoding of the rows
+//! both return.
+//!
+//! Placeholders are `$n` throughout: PostgreSQL's own, and sqlx's SQLite driver binds
+//! `$n` to the n-th argument as well. Whole statements are constants or builders; the
+//! pieces other statements embed are macros, so that a backend can `concat!` them into
+//! its own statements at compile time: nothing is formatted per call. What really
+//! differs between the dialects (the append statements, claims and leases, the `ctid`
+//! close, NOTIFY, the events page) stays in `sqlite.rs` and `postgres.rs`; the journal's
+//! own tables, which only SQLite has, stay in `journal/`.
+
+use chrono::{DateTime, Utc};
+use sqlx::query::Query;
+use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
+
+use crate::event::{EventType, RunStatus, Session};
+use crate::store::{Attachment, EventQuery, Invocation, StoreError};
+
+/// The columns of an event row that are not its key's account and session, in the order
+/// both stores read them.
+macro_rules! event_value_columns {
+    () => {
+        "seq, run_id, invocation_id, event_type, role, content_json, metadata_json, created_at"
+    };
+}
+pub(crate) use event_value_columns;
+
+/// Every column of an event row, in the order inserts bind them.
+macro_rules! event_columns {
+    () => {
+        concat!(
+            "account_id, session_id, ",
+            $crate::backend::sql::event_value_columns!()
+        )
+    };
+}
+pub(crate) use event_columns;
+
+macro_rules! invocation_columns {
+    () => {
+        "account_id, invocation_id, session_id, run_id, status, started_at, ended_at, agent_ref"
+    };
+}
+pub(crate) use invocation_columns;
+
+macro_rules! session_columns {
+    () => {
+        "account_id, session_id, last_seq, created_at, updated_at"
+    };
+}
+
+/// The start of an insert of session rows; the values follow.
+macro_rules! insert_sessions {
+    () => {
+        "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) "
+    };
+}
+pub(crate) use insert_sessions;
+
+/// The end of the sessions' upsert that every append runs: a session is created on its
+/// first event, and otherwise bumped by the batch's count of its events (the value
+/// inserted as `last_seq`). The row lock the bump takes serialises the session's writers.
+/// Returns each session's new `last_seq`.
+macro_rules! bump_sessions {
+    () => {
+        " ON CONFLICT (account_id, session_id) DO UPDATE SET \
+         last_seq = sessions.last_seq + excluded.last_seq, \
+         updated_at = excluded.updated_at \
+         RETURNING account_id, session_id, last_seq"
+    };
+}
+pub(crate) use bump_sessions;
+
+/// Closes an open invocation (`$1` status, `$2` end time, `$3` account, `$4` invocation,
+/// `$5` session). A close that waited for a racing one re-checks `status` and changes
+/// nothing, so an invocation ends once.
+macro_rules! close_invocation {
+    () => {
+        "UPDATE invocations SET status = $1, ended_at = $2 \
+         WHERE account_id = $3 AND invocation_id = $4 AND session_id = $5 \
+         AND status = 'in_progress'"
+    };
+}
+pub(crate) use close_invocation;
+
+/// A statement with its arguments bound, to run on whichever connection its store uses.
+pub(crate) type Statement<'q, DB> = Query<'q, DB, <DB as Database>::Arguments<'q>>;
+
+/// `text`, a statement about one row of an account (`$1` the account, `$2` the row's own
+/// id), with both bound; the statement's further arguments, if any, follow.
+pub(crate) fn keyed<'q, DB: Database>(
+    text: &'q str,
+    account_id: &'q str,
+    id: &'q str,
+) -> Statement<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(text).bind(account_id).bind(id)
+}
+
+/// A session, by `keyed` account and session.
+pub(crate) const SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE account_id = $1 AND session_id = $2"
+);
+
+/// A page of an account's sessions, most recently updated first.
+pub(crate) fn sessions<'q, DB: Database>(
+    account_id: &'q str,
+    offset: i64,
+    limit: i64,
+) -> Statement<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(concat!(
+        "SELECT ",
+        session_columns!(),
+        " FROM sessions WHERE account_id = $1 \
+         ORDER BY updated_at DESC, session_id LIMIT $2 OFFSET $3"
+    ))
+    .bind(account_id)
+    .bind(non_negative(limit))
+    .bind(non_negative(offset))
+}
+
+pub(crate) const COUNT_SESSIONS: &str = "SELECT COUNT(*) FROM sessions WHERE account_id = $1";
+
+/// The events of a `keyed` account and session.
+pub(crate) const COUNT_EVENTS: &str =
+    "SELECT COUNT(*) FROM events WHERE account_id = $1 AND session_id = $2";
+
+/// The most recent invocation of a `keyed` account and run.
+pub(crate) const RUN: &str = concat!(
+    "SELECT ",
+    invocation_columns!(),
+    " FROM invocations WHERE account_id = $1 AND run_id = $2 \
+     ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
+);
+
+/// An invocation, by `keyed` account and invocation.
+pub(crate) const INVOCATION: &str = concat!(
+    "SELECT ",
+    invocation_columns!(),
+    " FROM invocations WHERE account_id = $1 AND invocation_id = $2"
+);
+
+/// The most recent invocation of a `keyed` account and agent handle.
+pub(crate) const INVOCATION_BY_AGENT_REF: &str = concat!(
+    "SELECT ",
+    invocation_columns!(),
+    " FROM invocations WHERE account_id = $1 AND agent_ref = $2 \
+     ORDER BY started_at DESC, invocation_id DESC LIMIT 1"
+);
+
+/// The start of a read of open invocations; each store adds its own lease conditions to
+/// find the abandoned ones.
+macro_rules! select_open_invocations {
+    () => {
+        concat!(
+            "SELECT ",
+            $crate::backend::sql::invocation_columns!(),
+            " FROM invocations WHERE status = 'in_progress' "
+        )
+    };
+}
+pub(crate) use select_open_invocations;
+
+pub(crate) const OPEN_INVOCATIONS: &str = concat!(
+    select_open_invocations!(),
+    "ORDER BY started_at, account_id, invocation_id"
+);
+
+/// Sets the agent handle (`$3`) of a `keyed` account and invocation.
+pub(crate) const SET_AGENT_REF: &str =
+    "UPDATE invocations SET agent_ref = $3 WHERE account_id = $1 AND invocation_id = $2";
+
+/// Flags an open invocation, by `keyed` account and invocation, for cancellation (SQLite
+/// stores `TRUE` as 1).
+pub(crate) const REQUEST_CANCEL: &str = "UPDATE invocations SET cancel_requested = TRUE \
+     WHERE account_id = $1 AND invocation_id = $2 AND status = 'in_progress'";
+
+/// Stores an attachment unless the account has one with its file id.
+pub(crate) fn put_attachment<'q, DB: Database>(a: &'q Attachment) -> Statement<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    &'q [u8]: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+    DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(
+        "INSERT INTO attachments \
+         (account_id, file_id, mime_type, filename, size_bytes, content, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (account_id, file_id) DO NOTHING",
+    )
+    .bind(a.account_id.as_str())
+    .bind(a.file_id.as_str())
+    .bind(a.mime_type.as_str())
+    .bind(a.filename.as_deref())
+    .bind(a.content.len() as i64)
+    .bind(a.content.as_slice())
+    .bind(Utc::now())
+}
+
+/// An attachment, by `keyed` account and file id.
+pub(crate) const ATTACHMENT: &str = "SELECT mime_type, filename, content FROM attachments \
+     WHERE account_id = $1 AND file_id = $2";
+
+/// From ` FROM events` to the end of a read of `query`'s events: the session, the seqs
+/// after `after_seq`, the optional filters, the order and the limit. The optional
+/// filters are added only when set, so each combination is its own cached statement,
+/// with a plan that can use the matching index.
+pub(crate) fn push_events_read<'a, DB>(select: &mut QueryBuilder<'a, DB>, query: &'a EventQuery)
+where
+    DB: Database,
+    &'a String: Encode<'a, DB> + Type<DB>,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    i64: Encode<'a, DB> + Type<DB>,
+{
+    select
+        .push(" FROM events WHERE account_id = ")
+        .push_bind(&query.account_id)
+        .push(" AND session_id = ")
+        .push_bind(&query.session_id)
+        .push(" AND seq > ")
+        .push_bind(query.after_seq);
+    push_run_filter(select, query);
+    if let Some(types) = &query.event_types {
+        select.push(" AND event_type IN (");
+        let mut list = select.separated(", ");
+        for t in types {
+            list.push_bind::<&'a str>(t.as_str());
+        }
+        select.push(")");
+    }
+    select
+        .push(" ORDER BY seq LIMIT ")
+        .push_bind(non_negative(query.limit));
+}
+
+/// The conditions that narrow a read to one run or invocation (`query` names one): its
+/// id, and the stretch of the session's seqs that the matching invocations recorded,
+/// after the earliest one's `after_seq` and up to the latest one's `end_seq` (see the
+/// `run_bounds` migration). The read then walks the primary key's range instead of
+/// needing an index on run ids. A bound any matching invocation does not know (an open
+/// one's end, a backfilled row's start) is left open, and so is everything when none
+/// matches.
+fn push_run_filter<'a, DB>(select: &mut QueryBuilder<'a, DB>, query: &'a EventQuery)
+where
+    DB: Database,
+    &'a String: Encode<'a, DB> + Type<DB>,
+{
+    if query.run_id.is_none() && query.invocation_id.is_none() {
+        return;
+    }
+    let ids = |select: &mut QueryBuilder<'a, DB>| {
+        if let Some(run_id) = &query.run_id {
+            select.push(" AND run_id = ").push_bind(run_id);
+        }
+        if let Some(invocation_id) = &query.invocation_id {
+            select
+                .push(" AND invocation_id = ")
+                .push_bind(invocation_id);
+        }
+    };
+    ids(select);
+    for bound in [
+        " AND seq > (SELECT CASE WHEN count(*) = count(after_seq) \
+         THEN coalesce(min(after_seq), 0) ELSE 0 END",
+        " AND seq <= (SELECT CASE WHEN count(*) > 0 AND count(*) = count(end_seq) \
+         THEN max(end_seq) ELSE 9223372036854775807 END",
+    ] {
+        select
+            .push(bound)
+            .push(" FROM invocations WHERE account_id = ")
+            .push_bind(&query.account_id)
+            .push(" AND session_id = ")
+            .push_bind(&query.session_id);
+        ids(select);
+        select.push(")");
+    }
+}
+
+/// A session from a row of `session_columns!()`.
+pub(crate) fn session_from_row<'r, R: Row>(row: &'r R) -> Result<Session, StoreError>
+where
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    DateTime<Utc>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(Session {
+        account_id: row.try_get("account_id")?,
+        session_id: row.try_get("session_id")?,
+        last_seq: row.try_get("last_seq")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+/// An invocation from a row of `invocation_columns!()`.
+pub(crate) fn invocation_from_row<'r, R: Row>(row: &'r R) -> Result<Invocation, StoreError>
+where
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    &'r str: Decode<'r, R::Database> + Type<R::Database>,
+    DateTime<Utc>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(Invocation {
+        account_id: row.try_get("account_id")?,
+        session_id: row.try_get("session_id")?,
+        run_id: row.try_get("run_id")?,
+        invocation_id: row.try_get("invocation_id")?,
+        status: parse_status(row.try_get("status")?)?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        agent_ref: row.try_get("agent_ref")?,
+    })
+}
+
+/// An attachment of the account from a row of [`attachment`].
+pub(crate) fn attachment_from_row<'r, R: Row>(
+    account_id: &str,
+    file_id: &str,
+    row: &'r R,
+) -> Result<Attachment, StoreError>
+where
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(Attachment {
+        account_id: account_id.to_owned(),
+        file_id: file_id.to_owned(),
+        mime_type: row.try_get("mime_type")?,
+        filename: row.try_get("filename")?,
+        content: row.try_get("content")?,
+    })
+}
+
+pub(crate) fn parse_event_type(s: &str) -> Result<EventType, StoreError> {
+    EventType::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown event type {s:?}")))
+}
+
+pub(crate) fn parse_status(s: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown run status {s:?}")))
+}
+
+/// SQL LIMIT/OFFSET values: PostgreSQL rejects negative ones, SQLite reads them as "none".
+fn non_negative(n: i64) -> i64 {
+    n.max(0)
+}
