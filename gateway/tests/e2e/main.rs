@@ -20,3 +20,4 @@ mod rate_limits;
 mod replicas;
 mod seed;
 mod smuggling;
+mod tour;
