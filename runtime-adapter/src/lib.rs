@@ -7,6 +7,7 @@
 pub mod a2a;
 pub mod adk;
 pub mod chat;
+pub mod grpc;
 pub mod item;
 pub mod projection;
 pub mod responses;
@@ -22,7 +23,8 @@ pub use projection::project;
 pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, SessionRef, Tool, TurnRequest};
 pub use upstream::{
-    AgentRequest, Cancel, Output, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
+    AgentRequest, AgentTransport, Answer, Cancel, GrpcLocator, Output, Probe, Protocol, Restore,
+    StreamParser, TurnCall, Upstream,
 };
 
 /// The surface a client speaks (its request and response wire format).
@@ -35,12 +37,14 @@ pub fn surface(protocol: Protocol) -> &'static dyn Surface {
     }
 }
 
-/// The adapter for an agent that speaks `protocol`.
-pub fn upstream(protocol: Protocol) -> &'static dyn Upstream {
+/// The adapter for an agent that speaks `protocol`, called over `transport` (only A2A
+/// agents are called over gRPC; configuration refuses it for the others).
+pub fn upstream(protocol: Protocol, transport: AgentTransport) -> &'static dyn Upstream {
     match protocol {
         Protocol::OpenAiChat => &chat::ChatUpstream,
         Protocol::OpenAiResponses => &responses::ResponsesUpstream,
-        Protocol::A2a => &a2a::A2aUpstream,
+        Protocol::A2a if transport == AgentTransport::Grpc => &a2a::A2aUpstream::GRPC,
+        Protocol::A2a => &a2a::A2aUpstream::JSONRPC,
         Protocol::Adk => &adk::AdkUpstream,
     }
 }

@@ -4,6 +4,7 @@
 use serde_json::Value;
 use session_log::{Event, EventType, RunStatus};
 
+use crate::grpc::GrpcService;
 use crate::sse::SseFrame;
 use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
@@ -90,6 +91,13 @@ pub trait Surface: Send + Sync {
     /// read). The OpenAI surfaces are routed by the gateway itself and claim nothing.
     fn claims(&self, _method: &str, _path: &str) -> bool {
         false
+    }
+
+    /// The gRPC service the surface also serves (A2A's `lf.a2a.v1.A2AService`): its calls
+    /// are claimed and routed like the surface's other requests, with the request message,
+    /// unframed, as the body, and answered through this service's encoding.
+    fn grpc(&self) -> Option<&'static dyn GrpcService> {
+        None
     }
 
     /// What a claimed request asks for.

@@ -27,6 +27,7 @@ mod card;
 mod client;
 mod message;
 mod parser;
+mod proto;
 mod render;
 mod routes;
 mod task;
@@ -39,15 +40,33 @@ mod tests;
 use serde_json::{json, Value};
 use session_log::Event;
 
+use crate::grpc::GrpcService;
 use crate::surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 
 use self::client::{rpc_error, INTERNAL_ERROR, INVALID_REQUEST};
 
+pub use self::proto::A2aGrpc;
+
 pub struct A2aSurface;
-pub struct A2aUpstream;
+
+/// The A2A agent adapter. `JSONRPC` calls the agent in the client's own HTTP transport
+/// (JSON-RPC for gRPC clients); `GRPC` calls its `lf.a2a.v1.A2AService` whatever the
+/// client speaks.
+pub struct A2aUpstream {
+    grpc: bool,
+}
+
+impl A2aUpstream {
+    pub const JSONRPC: A2aUpstream = A2aUpstream { grpc: false };
+    pub const GRPC: A2aUpstream = A2aUpstream { grpc: true };
+}
 
 impl Surface for A2aSurface {
+    fn grpc(&self) -> Option<&'static dyn GrpcService> {
+        Some(&A2aGrpc)
+    }
+
     fn claims(&self, method: &str, path: &str) -> bool {
         routes::claims(method, path)
     }
@@ -83,8 +102,22 @@ impl Surface for A2aSurface {
     }
 
     /// Agent cards name the agent's own address; clients must come back through Tether.
-    fn rewrite_forwarded(&self, _req: &ClientRequest, public_url: &str, body: Value) -> Value {
-        card::rewrite_forwarded(body, public_url)
+    /// A gRPC client's forwarded call went to the agent as JSON-RPC: it gets the result,
+    /// or the error as a status.
+    fn rewrite_forwarded(&self, req: &ClientRequest, public_url: &str, body: Value) -> Value {
+        let body = card::rewrite_forwarded(body, public_url);
+        if !routes::is_grpc(req) {
+            return body;
+        }
+        match (body.get("result"), body.get("error")) {
+            (Some(result), _) => result.clone(),
+            (None, Some(error)) => {
+                let code = error["code"].as_i64().unwrap_or(INTERNAL_ERROR);
+                let message = error["message"].as_str().unwrap_or("The agent failed.");
+                client::rest_error(code, message, error.get("data").filter(|d| d.is_array()).cloned()).1
+            }
+            _ => body,
+        }
     }
 
     /// Tether's own errors, as a JSON-RPC error with what other surfaces say in `data`.

@@ -6,15 +6,17 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+use crate::grpc;
 use crate::surface::{ClientRequest, Route};
 use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
 
 use super::client::{
     error_info, method_op, rest_error, rpc_error, Client, Op, Transport, Version, INTERNAL_ERROR,
-    INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, VERSION_NOT_SUPPORTED,
+    INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, VERSION_NOT_SUPPORTED,
 };
 use super::message::{run_turn, ParamError};
+use super::proto;
 
 const VERSION_HEADER: &str = "A2A-Version";
 /// Request headers of the protocol's own, passed on to the agent with the client's request.
@@ -22,11 +24,17 @@ const PROTOCOL_HEADERS: &[&str] = &["A2A-Version", "A2A-Extensions", "X-A2A-Exte
 
 pub(super) fn claims(method: &str, path: &str) -> bool {
     let path = path.split('?').next().unwrap_or(path);
-    is_card_path(method, path) || rest_op(method, path).is_some() || is_jsonrpc_path(method, path)
+    is_card_path(method, path)
+        || rest_op(method, path).is_some()
+        || is_jsonrpc_path(method, path)
+        || (method == "POST" && proto::method(path).is_some())
 }
 
 pub(super) fn route(req: &ClientRequest) -> Route {
     let headers = protocol_headers(req);
+    if is_grpc(req) {
+        return route_grpc(req, &headers);
+    }
     if is_card_path(req.method, req.path) {
         let request = AgentRequest::get(path_and_query(req));
         return Route::Forward(with_headers(request, &headers));
@@ -141,6 +149,54 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
             task_route(op, task_id.to_owned(), &client, fallback, req)
         }
     }
+}
+
+/// A gRPC call: its request message in JSON form is the params of the v1.0 JSON-RPC
+/// method of the same name, and it is routed as that method is. What goes to the agent
+/// for it is that JSON-RPC request (the upstream adapter calls a gRPC agent over gRPC).
+fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
+    let Some(method) = proto::method(req.path) else {
+        let asked = Client::new(Transport::Grpc, Version::V10, Op::Send, Value::Null);
+        let message = format!("{} has no method {}", proto::SERVICE, req.path);
+        return reply(asked.error(METHOD_NOT_FOUND, &message, None));
+    };
+    let op = method_op(method.name()).map(|(_, op)| op);
+    let client = Client::new(Transport::Grpc, Version::V10, op.unwrap_or(Op::Send), Value::Null);
+    // gRPC is v1.0 only: metadata naming another major version is refused as in JSON-RPC.
+    if let Some(header) = version_header(req).filter(|h| header_major(h) != Some(1)) {
+        return needs_v10(&client, Some(header));
+    }
+    let params = match proto::decode(&method.input(), req.body) {
+        Ok(params) => params,
+        Err(e) => return reply(client.error(PARSE_ERROR, &format!("Invalid request: {e}"), None)),
+    };
+    // Toward a JSON-RPC agent: its v1.0 method, at `/` (a2a-sdk's JSON-RPC mount).
+    let mut headers = headers.to_vec();
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(VERSION_HEADER)) {
+        headers.push((VERSION_HEADER.to_owned(), Version::V10.as_str().to_owned()));
+    }
+    let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "method": method.name(), "params": params });
+    let as_jsonrpc = with_headers(AgentRequest::post("/", body), &headers);
+    let mut client = client;
+    match op {
+        None => Route::Forward(as_jsonrpc),
+        Some(op @ (Op::Send | Op::Stream)) => {
+            run_turn(&client, req.path, &headers, &params, op == Op::Stream)
+                .map_or_else(|e| e.reply(&client), Route::Run)
+        }
+        Some(op) => {
+            let Some(task_id) = params["id"].as_str().filter(|t| !t.is_empty()) else {
+                return ParamError::new("id", "Field is required.").reply(&client);
+            };
+            client.history_length = params.get("historyLength").and_then(Value::as_i64);
+            task_route(op, task_id.to_owned(), &client, as_jsonrpc, req)
+        }
+    }
+}
+
+/// Whether a request is a gRPC call (the gateway only hands over calls of the service).
+pub(super) fn is_grpc(req: &ClientRequest) -> bool {
+    req.header("content-type").is_some_and(grpc::is_grpc)
 }
 
 /// An HTTP+JSON request for `op` (on the task `task_id`, for a task operation).
