@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use crate::client::body::read_body;
 use crate::client::grpc::read_message;
 use crate::client::reply::Reply;
+use crate::client::respond;
 use crate::client::stream::render_step;
 use crate::core::on_core;
-use crate::client::respond;
 use crate::error::ApiError;
 use crate::runs::agent::AgentError;
 use crate::state::State;
@@ -94,7 +94,7 @@ pub async fn serve(
         Route::Get {
             agent_ref,
             client: info_client,
-            fallback,
+            not_found: (status, body),
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => match run_events(state, account_id, &inv).await {
                 Ok(events) => {
@@ -105,24 +105,34 @@ pub async fn serve(
                 }
                 Err(e) => reply.error(session, &e, surface, &[]).await,
             },
-            Ok(None) => forward(state, session, reply, &client, surface, fallback).await,
+            Ok(None) => reply.json(session, status, &body, &[]).await,
             Err(e) => reply.error(session, &e, surface, &[]).await,
         },
         Route::Cancel {
             agent_ref,
             client: info_client,
-            fallback,
+            not_found: (status, body),
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => {
-                cancel(state, session, reply, account_id, surface, &inv, info_client).await
+                cancel(
+                    state,
+                    session,
+                    reply,
+                    account_id,
+                    surface,
+                    &inv,
+                    info_client,
+                )
+                .await
             }
-            Ok(None) => forward(state, session, reply, &client, surface, fallback).await,
+            Ok(None) => reply.json(session, status, &body, &[]).await,
             Err(e) => reply.error(session, &e, surface, &[]).await,
         },
         Route::Subscribe {
             agent_ref,
             after_seq,
             client: info_client,
+            not_found: (status, body),
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => {
                 let from = Cursor {
@@ -131,15 +141,7 @@ pub async fn serve(
                 };
                 subscribe(state, session, reply, account_id, surface, &inv, from).await
             }
-            Ok(None) => {
-                let e = ApiError::new(
-                    404,
-                    "not_found_error",
-                    "task_not_found",
-                    format!("no run is known as {agent_ref:?}"),
-                );
-                reply.error(session, &e, surface, &[]).await
-            }
+            Ok(None) => reply.json(session, status, &body, &[]).await,
             Err(e) => reply.error(session, &e, surface, &[]).await,
         },
     }
@@ -207,17 +209,19 @@ async fn subscribe(
     let deadline = Instant::now() + state.config.subscribe_timeout;
     // The renderer sees every event from the run's start (it may need earlier ones to
     // render later ones); what the client already has is dropped after rendering.
-    reply.pump(session, &mut subscription, Some(deadline), |event| {
-        let mut step = render_step(&mut *renderer, event);
-        step.frames.retain(|f| {
-            f.id.as_deref()
-                .and_then(|id| id.parse::<i64>().ok())
-                .is_none_or(|seq| seq > after_seq)
-        });
-        step.last = step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
-        step
-    })
-    .await;
+    reply
+        .pump(session, &mut subscription, Some(deadline), |event| {
+            let mut step = render_step(&mut *renderer, event);
+            step.frames.retain(|f| {
+                f.id.as_deref()
+                    .and_then(|id| id.parse::<i64>().ok())
+                    .is_none_or(|seq| seq > after_seq)
+            });
+            step.last =
+                step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
+            step
+        })
+        .await;
     Ok(())
 }
 

@@ -221,7 +221,9 @@ async fn stream_run(
     if end == stream::End::LogUnavailable && !reply.is_grpc() {
         // Say so in the stream rather than hang; the client can resume from its last id.
         // (A gRPC call has already ended with `UNAVAILABLE`.)
-        reply.fail_stream(session, &log_unavailable(), surface).await;
+        reply
+            .fail_stream(session, &log_unavailable(), surface)
+            .await;
     }
 }
 

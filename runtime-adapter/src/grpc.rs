@@ -342,7 +342,10 @@ mod tests {
     fn frames_cut_anywhere_come_out_whole() {
         let mut wire = frame(b"hello");
         wire.extend(frame(b""));
-        wire.extend(trailers_frame(&Status::new(Code::NotFound, "no 100% match")));
+        wire.extend(trailers_frame(&Status::new(
+            Code::NotFound,
+            "no 100% match",
+        )));
         let mut d = Deframer::new(1024);
         let mut out = Vec::new();
         for byte in &wire {

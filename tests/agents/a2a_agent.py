@@ -21,6 +21,8 @@ Served (one process, one port):
                                      `A2A-Version: 1.0`) and v0.3 methods (message/send ...)
   /rest/...                          HTTP+JSON: v1.0 (/rest/message:send, /rest/tasks/{id},
                                      ...) and v0.3 (/rest/v1/message:send, ...)
+  GET  /_received                    what the executor was given, in order (tests read the
+                                     agent's view): [{contextId, transport, account, text}]
 With --grpc-port G, also (second port, HTTP/2 without TLS, grpcio):
   lf.a2a.v1.A2AService               gRPC, the same handler and task store; the card lists
                                      it as a v1.0 GRPC interface at 127.0.0.1:G
@@ -45,6 +47,8 @@ import sys
 import httpx
 import uvicorn
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from a2a.helpers import new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -68,6 +72,18 @@ REST_PREFIX = "/rest"
 
 # contextId -> [{"role": "user"|"assistant", "content": str}, ...]  (memory only)
 HISTORY: dict[str, list[dict]] = {}
+# Every message the executor was given: the transport it came over ("grpc" or "http") and
+# the x-account-id it carried (memory only, like everything else here).
+RECEIVED: list[dict] = []
+
+
+def arrival(context: RequestContext) -> tuple[str, str | None]:
+    """(transport, x-account-id) of the call that brought this message."""
+    state = context.call_context.state if context.call_context else {}
+    if "grpc_context" in state:
+        metadata = dict(state["grpc_context"].invocation_metadata() or ())
+        return "grpc", metadata.get("x-account-id")
+    return "http", (state.get("headers") or {}).get("x-account-id")
 
 
 class LlmAgentExecutor(AgentExecutor):
@@ -83,6 +99,8 @@ class LlmAgentExecutor(AgentExecutor):
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
+        transport, account = arrival(context)
+        RECEIVED.append({"contextId": task.context_id, "transport": transport, "account": account, "text": user_text})
         await updater.start_work()
 
         history = HISTORY.setdefault(task.context_id, [])
@@ -171,7 +189,7 @@ def agent_card(public_url: str, grpc_address: str | None = None) -> AgentCard:
 
 
 def build_app(card: AgentCard, handler: DefaultRequestHandler) -> Starlette:
-    routes = []
+    routes = [Route("/_received", lambda _request: JSONResponse(RECEIVED))]
     routes += create_agent_card_routes(card)  # first: the REST tenant mount is a catch-all
     routes += create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
     routes += create_rest_routes(handler, enable_v0_3_compat=True, path_prefix=REST_PREFIX)

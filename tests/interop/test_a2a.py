@@ -229,8 +229,12 @@ def test_without_tether_a_restarted_agent_forgets_the_context(agent):
 # ---- 2. a conversation survives the restart through Tether ----------------------------------
 
 
-def card_urls(card: dict) -> list[str]:
-    urls = [i.get("url") for i in card.get("supportedInterfaces") or []]
+def card_urls(card: dict, grpc: bool = False) -> list[str]:
+    """The card's HTTP interface URLs (with `grpc`, its v1.0 gRPC addresses instead)."""
+    interfaces = card.get("supportedInterfaces") or []
+    if grpc:
+        return [i["url"] for i in interfaces if i.get("protocolBinding") == "GRPC"]
+    urls = [i.get("url") for i in interfaces if i.get("protocolBinding") != "GRPC"]
     urls += [card.get("url")] + [i.get("url") for i in card.get("additionalInterfaces") or []]
     return [u for u in urls if u is not None]
 
@@ -250,6 +254,9 @@ def test_agent_card_through_tether_names_tether(agent):
     assert sorted(u.removeprefix(tether_url()) for u in urls) == sorted(
         u.removeprefix(agent.url) for u in card_urls(direct)
     ), card
+    # The agent offers no gRPC; Tether does, on its own port (host:port, as gRPC names it).
+    assert card_urls(direct, grpc=True) == [], direct
+    assert card_urls(card, grpc=True) == [tether_url().removeprefix("http://")], card
 
     # "Tether's address" is the one the client used (Host), e.g. behind a proxy or DNS name.
     r = httpx.get(
@@ -260,6 +267,7 @@ def test_agent_card_through_tether_names_tether(agent):
     assert r.status_code == 200, r.text
     for url in card_urls(r.json()):
         assert url.startswith("http://tether.example:8443/"), f"{url} ignores the Host header: {r.json()}"
+    assert card_urls(r.json(), grpc=True) == ["tether.example:8443"], r.json()
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["send", "stream"])
@@ -268,7 +276,8 @@ def test_conversation_survives_agent_restart_through_tether(agent, version, stre
     # The card the official client reads through Tether must send it back to Tether.
     card = asyncio.run(fetch_card(tether_url()))
     for interface in card.supported_interfaces:
-        assert interface.url.startswith(tether_url()), f"card via Tether names {interface.url}"
+        # HTTP interfaces by URL, gRPC by host:port, both Tether's.
+        assert tether_url().removeprefix("http://") in interface.url, f"card via Tether names {interface.url}"
 
     # No contextId: Tether assigns one (its session id) and the agent uses it.
     answer, context, shown = turn(tether_url(), version, streaming, FIRST, None)

@@ -32,9 +32,13 @@ pub fn is_call(session: &Session) -> bool {
 
 /// Reads the call's request message (the methods Tether serves take exactly one), within
 /// the body size and rate limits.
-pub async fn read_message(session: &mut Session, limits: &InputLimits) -> Result<Vec<u8>, ApiError> {
+pub async fn read_message(
+    session: &mut Session,
+    limits: &InputLimits,
+) -> Result<Vec<u8>, ApiError> {
     let body = read_bytes(session, limits).await?;
-    let invalid = |message: String| ApiError::new(400, "invalid_request_error", "invalid_body", message);
+    let invalid =
+        |message: String| ApiError::new(400, "invalid_request_error", "invalid_body", message);
     let mut frames = Deframer::new(limits.max_body_bytes);
     frames.push(&body);
     let message = match frames.next_frame() {
@@ -45,7 +49,9 @@ pub async fn read_message(session: &mut Session, limits: &InputLimits) -> Result
         Err(e) => return Err(invalid(e.to_string())),
     };
     if frames.leftover() > 0 {
-        return Err(invalid("the call carries more than one request message".into()));
+        return Err(invalid(
+            "the call carries more than one request message".into(),
+        ));
     }
     Ok(message)
 }
@@ -138,7 +144,9 @@ impl GrpcReply {
         };
         self.start(session, extra).await?;
         if !out.is_empty() {
-            session.write_response_body(Some(Bytes::from(out)), false).await?;
+            session
+                .write_response_body(Some(Bytes::from(out)), false)
+                .await?;
         }
         let status = status.unwrap_or_else(|| Status::new(Code::Ok, ""));
         self.finish(session, &status).await
@@ -161,7 +169,10 @@ impl GrpcReply {
             "reason": e.code.to_ascii_uppercase(),
             "domain": "tether",
         })];
-        let retry_after = e.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("retry-after"));
+        let retry_after = e
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("retry-after"));
         if let Some(seconds) = retry_after.and_then(|(_, v)| v.trim().parse::<u64>().ok()) {
             details.push(json!({
                 "@type": "type.googleapis.com/google.rpc.RetryInfo",

@@ -67,7 +67,11 @@ impl Reply {
     }
 
     /// Starts a stream: SSE, or the call's headers.
-    pub async fn stream_start(&mut self, session: &mut Session, headers: &[(&str, &str)]) -> Result<()> {
+    pub async fn stream_start(
+        &mut self,
+        session: &mut Session,
+        headers: &[(&str, &str)],
+    ) -> Result<()> {
         match self {
             Reply::Http => respond::sse_start(session, headers).await,
             Reply::Grpc(call) => call.start(session, headers).await,
@@ -75,7 +79,12 @@ impl Reply {
     }
 
     /// Writes frames; `last` ends the stream (a call with its status).
-    pub async fn frames(&mut self, session: &mut Session, frames: &[SseFrame], last: bool) -> Result<()> {
+    pub async fn frames(
+        &mut self,
+        session: &mut Session,
+        frames: &[SseFrame],
+        last: bool,
+    ) -> Result<()> {
         let Reply::Grpc(call) = self else {
             return stream::write_frames(session, frames, last).await;
         };
@@ -93,7 +102,12 @@ impl Reply {
 
     /// Ends a started stream that cannot go on with Tether's error: an SSE error event in
     /// `surface`'s format, or the call's status.
-    pub async fn fail_stream(&mut self, session: &mut Session, e: &ApiError, surface: &dyn Surface) {
+    pub async fn fail_stream(
+        &mut self,
+        session: &mut Session,
+        e: &ApiError,
+        surface: &dyn Surface,
+    ) {
         match self {
             Reply::Http => {
                 let body = surface.error_body(&e.message, e.kind, None, Some(e.code));
@@ -132,9 +146,10 @@ impl Reply {
                 Code::Unavailable,
                 "the stream reached its time limit before the task ended; subscribe again",
             ),
-            End::LogUnavailable => {
-                Status::new(Code::Unavailable, "the session log is unavailable; subscribe again")
-            }
+            End::LogUnavailable => Status::new(
+                Code::Unavailable,
+                "the session log is unavailable; subscribe again",
+            ),
             End::ClientGone => return end,
         };
         let _ = call.finish(session, &status).await;

@@ -9,10 +9,10 @@ use pingora::Result;
 use runtime_adapter::{surface, Protocol};
 
 use crate::client::body::read_body;
+use crate::client::reply::Reply;
 use crate::error::ApiError;
 use crate::metrics::{Limit, METRICS};
 use crate::state::State;
-use crate::client::reply::Reply;
 use crate::turn::run_turn;
 
 /// A turn through one of the OpenAI surfaces. Always answers the client itself.

@@ -94,7 +94,9 @@ impl AgentResponse {
                 trailers
                     .as_ref()
                     .and_then(|t| Status::from_headers(header_pairs(t)))
-                    .ok_or_else(|| AgentError::Io("the agent's gRPC answer ended without a status".into()))?
+                    .ok_or_else(|| {
+                        AgentError::Io("the agent's gRPC answer ended without a status".into())
+                    })?
             }
         };
         Ok(Some(Bytes::from(grpc::trailers_frame(&status))))
@@ -183,7 +185,11 @@ impl Agent {
         if let Some(configured) = &target.configured {
             return Ok(configured.clone());
         }
-        let cached = target.located.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let cached = target
+            .located
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if let Some((_, authority)) = cached.filter(|(at, _)| at.elapsed() < RESOLVE_TTL) {
             return Ok(authority);
         }
@@ -308,7 +314,8 @@ impl Agent {
             .map_err(|e| AgentError::Io(format!("gRPC call {}: {e}", request.path)))?;
         let mut req = RequestHeader::build("POST", request.path.as_bytes(), None).map_err(io)?;
         req.set_uri(uri);
-        req.insert_header("content-type", grpc::CONTENT_TYPE).map_err(io)?;
+        req.insert_header("content-type", grpc::CONTENT_TYPE)
+            .map_err(io)?;
         req.insert_header("te", "trailers").map_err(io)?;
         for (name, value) in &request.headers {
             req.insert_header(name.to_ascii_lowercase(), value.as_str())

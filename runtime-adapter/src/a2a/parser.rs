@@ -59,7 +59,10 @@ impl A2aParser {
                 Some(Ok(Some(frame))) => frame,
                 Some(Ok(None)) | None => return,
                 Some(Err(e)) => {
-                    out.push(error("invalid_response", format!("The agent's gRPC answer: {e}")));
+                    out.push(error(
+                        "invalid_response",
+                        format!("The agent's gRPC answer: {e}"),
+                    ));
                     self.ended = true;
                     return;
                 }

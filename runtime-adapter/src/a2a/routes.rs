@@ -13,7 +13,8 @@ use crate::upstream::AgentRequest;
 
 use super::client::{
     error_info, method_op, rest_error, rpc_error, Client, Op, Transport, Version, INTERNAL_ERROR,
-    INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, VERSION_NOT_SUPPORTED,
+    INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, TASK_NOT_FOUND,
+    VERSION_NOT_SUPPORTED,
 };
 use super::message::{run_turn, ParamError};
 use super::proto;
@@ -145,8 +146,7 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
                 return ParamError::new("id", "Field is required.").reply(&client);
             };
             client.history_length = params.get("historyLength").and_then(Value::as_i64);
-            let fallback = with_headers(AgentRequest::post(path, body), headers);
-            task_route(op, task_id.to_owned(), &client, fallback, req)
+            task_route(op, task_id.to_owned(), &client, req)
         }
     }
 }
@@ -161,7 +161,12 @@ fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
         return reply(asked.error(METHOD_NOT_FOUND, &message, None));
     };
     let op = method_op(method.name()).map(|(_, op)| op);
-    let client = Client::new(Transport::Grpc, Version::V10, op.unwrap_or(Op::Send), Value::Null);
+    let client = Client::new(
+        Transport::Grpc,
+        Version::V10,
+        op.unwrap_or(Op::Send),
+        Value::Null,
+    );
     // gRPC is v1.0 only: metadata naming another major version is refused as in JSON-RPC.
     if let Some(header) = version_header(req).filter(|h| header_major(h) != Some(1)) {
         return needs_v10(&client, Some(header));
@@ -170,16 +175,21 @@ fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
         Ok(params) => params,
         Err(e) => return reply(client.error(PARSE_ERROR, &format!("Invalid request: {e}"), None)),
     };
-    // Toward a JSON-RPC agent: its v1.0 method, at `/` (a2a-sdk's JSON-RPC mount).
     let mut headers = headers.to_vec();
-    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(VERSION_HEADER)) {
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case(VERSION_HEADER))
+    {
         headers.push((VERSION_HEADER.to_owned(), Version::V10.as_str().to_owned()));
     }
-    let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "method": method.name(), "params": params });
-    let as_jsonrpc = with_headers(AgentRequest::post("/", body), &headers);
     let mut client = client;
     match op {
-        None => Route::Forward(as_jsonrpc),
+        // Methods Tether has no part in go to the agent as the v1.0 JSON-RPC call, at `/`
+        // (a2a-sdk's mount); the upstream adapter makes it a gRPC call to a gRPC agent.
+        None => {
+            let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "method": method.name(), "params": params });
+            Route::Forward(with_headers(AgentRequest::post("/", body), &headers))
+        }
         Some(op @ (Op::Send | Op::Stream)) => {
             run_turn(&client, req.path, &headers, &params, op == Op::Stream)
                 .map_or_else(|e| e.reply(&client), Route::Run)
@@ -189,7 +199,7 @@ fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
                 return ParamError::new("id", "Field is required.").reply(&client);
             };
             client.history_length = params.get("historyLength").and_then(Value::as_i64);
-            task_route(op, task_id.to_owned(), &client, as_jsonrpc, req)
+            task_route(op, task_id.to_owned(), &client, req)
         }
     }
 }
@@ -244,46 +254,39 @@ fn route_rest(
         Op::Get => {
             client.history_length =
                 query_param(req.query, "historyLength").and_then(|n| n.parse().ok());
-            let fallback = with_headers(AgentRequest::get(path), headers);
-            task_route(op, task_id, &client, fallback, req)
+            task_route(op, task_id, &client, req)
         }
-        Op::Cancel => {
-            let body = match body() {
-                Ok(body) => body,
-                Err(error) => return reply(error),
-            };
-            let fallback = with_headers(AgentRequest::post(path, body), headers);
-            task_route(op, task_id, &client, fallback, req)
-        }
-        Op::Subscribe => task_route(op, task_id, &client, AgentRequest::get(path), req),
+        Op::Cancel => match body() {
+            Ok(_) => task_route(op, task_id, &client, req),
+            Err(error) => reply(error),
+        },
+        Op::Subscribe => task_route(op, task_id, &client, req),
     }
 }
 
-/// A get, cancel or resubscribe, answered from the log; `fallback` goes to the agent when
-/// Tether has no run for the task (a resubscribe has none: it only follows the log).
-fn task_route(
-    op: Op,
-    agent_ref: String,
-    client: &Client,
-    fallback: AgentRequest,
-    req: &ClientRequest,
-) -> Route {
+/// A get, cancel or resubscribe, answered from the log; a task the caller's account has
+/// no run for is not found, as the agent says it.
+fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -> Route {
+    let data =
+        (client.version == Version::V10).then(|| json!([error_info("TASK_NOT_FOUND", json!({}))]));
+    let not_found = client.error(TASK_NOT_FOUND, "Task not found", data);
     let client = client.to_value();
     match op {
         Op::Get => Route::Get {
             agent_ref,
             client,
-            fallback,
+            not_found,
         },
         Op::Cancel => Route::Cancel {
             agent_ref,
             client,
-            fallback,
+            not_found,
         },
         _ => Route::Subscribe {
             agent_ref,
             after_seq: last_event_id(req),
             client,
+            not_found,
         },
     }
 }

@@ -17,8 +17,8 @@ use crate::upstream::{
 
 use super::card::grpc_address;
 use super::client::{
-    method_name, Client, Op, Transport, Version, INTERNAL_ERROR, INVALID_PARAMS,
-    METHOD_NOT_FOUND, TASK_NOT_CANCELABLE, TASK_NOT_FOUND,
+    method_name, Client, Op, Transport, Version, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND,
+    TASK_NOT_CANCELABLE, TASK_NOT_FOUND,
 };
 use super::message::message_key;
 use super::parser::A2aParser;
@@ -146,7 +146,10 @@ impl Upstream for A2aUpstream {
         let Some((method, _)) = self.grpc.then(|| as_grpc_call(original)).flatten() else {
             return answer;
         };
-        let id = original.body.as_ref().map_or(Value::Null, |b| b["id"].clone());
+        let id = original
+            .body
+            .as_ref()
+            .map_or(Value::Null, |b| b["id"].clone());
         let (message, status) = grpc_answer(&answer.2).unwrap_or((None, None));
         let status = status.unwrap_or_else(|| Status::new(Code::Unknown, "no status"));
         let result = message.map(|m| proto::decode(&method.output(), &m));
@@ -289,7 +292,6 @@ struct Sent {
 }
 
 impl Sent {
-
     /// The client and its request as the A2A surface kept them, when the turn came from
     /// there.
     fn kept(turn: &TurnRequest) -> Option<(&Value, &Value)> {

@@ -33,7 +33,10 @@ fn agent_cards_point_at_tether() {
         ]
     );
     let grpc = &out["supportedInterfaces"][4];
-    assert_eq!((&grpc["protocolBinding"], &grpc["protocolVersion"]), (&json!("GRPC"), &json!("1.0")));
+    assert_eq!(
+        (&grpc["protocolBinding"], &grpc["protocolVersion"]),
+        (&json!("GRPC"), &json!("1.0"))
+    );
     assert_eq!(out["skills"], card["skills"]);
 
     // The agent's own gRPC interface points at Tether too (a v0.3 one, which Tether does
@@ -78,10 +81,17 @@ fn a_card_names_the_grpc_address_of_its_v10_interface() {
         serde_json::to_vec(&json!({ "name": "x", "supportedInterfaces": ifaces })).unwrap()
     };
     let v03 = json!({ "url": "a:1", "protocolBinding": "GRPC", "protocolVersion": "0.3" });
-    let v10 = json!({ "url": "127.0.0.1:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0" });
-    assert_eq!(grpc_address(&card(json!([v03, v10]))).as_deref(), Some("127.0.0.1:50051"));
+    let v10 =
+        json!({ "url": "127.0.0.1:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0" });
+    assert_eq!(
+        grpc_address(&card(json!([v03, v10]))).as_deref(),
+        Some("127.0.0.1:50051")
+    );
     let with_scheme = json!({ "url": "grpc://agent:7000/", "protocolBinding": "GRPC" });
-    assert_eq!(grpc_address(&card(json!([with_scheme]))).as_deref(), Some("agent:7000"));
+    assert_eq!(
+        grpc_address(&card(json!([with_scheme]))).as_deref(),
+        Some("agent:7000")
+    );
     assert_eq!(grpc_address(&card(json!([v03]))), None);
     assert_eq!(grpc_address(b"not json"), None);
 }

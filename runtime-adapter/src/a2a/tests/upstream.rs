@@ -115,7 +115,10 @@ fn probes_ask_for_the_last_task() {
         Item::user_text("My project is named zebra42."),
         Item::assistant_text("You said so."),
     ];
-    assert_eq!(A2aUpstream::JSONRPC.probe(&call(&turn, &[], &[])), Probe::Skip);
+    assert_eq!(
+        A2aUpstream::JSONRPC.probe(&call(&turn, &[], &[])),
+        Probe::Skip
+    );
     assert_eq!(
         A2aUpstream::JSONRPC.probe(&call(&turn, &history, &[])),
         Probe::Restore
@@ -180,7 +183,9 @@ fn restore_tells_the_agent_the_earlier_turns_first() {
             text: "hidden".into(),
         },
     ];
-    let restore = A2aUpstream::JSONRPC.restore(&call(&turn, &history, &[])).unwrap();
+    let restore = A2aUpstream::JSONRPC
+        .restore(&call(&turn, &history, &[]))
+        .unwrap();
     let text = "[Tether restored this conversation: the agent had lost it. Earlier turns:]\n\
                 User: My project is named zebra42.\n\
                 Assistant: You said: My project is named zebra42.\n\
@@ -205,7 +210,9 @@ fn restore_tells_the_agent_the_earlier_turns_first() {
         &[],
         rpc("message/send", json!({ "message": v03_message(json!({})) })),
     );
-    let restore = A2aUpstream::JSONRPC.restore(&call(&turn, &history, &[])).unwrap();
+    let restore = A2aUpstream::JSONRPC
+        .restore(&call(&turn, &history, &[]))
+        .unwrap();
     let body = restore.before[0].body.clone().unwrap();
     assert_eq!(body["method"], "message/send");
     assert_eq!(
@@ -219,7 +226,9 @@ fn restore_tells_the_agent_the_earlier_turns_first() {
         json!({ "request": {
         "messageId": "m", "role": "ROLE_USER", "content": [{ "text": "hi" }] } }),
     );
-    let restore = A2aUpstream::JSONRPC.restore(&call(&turn, &history, &[])).unwrap();
+    let restore = A2aUpstream::JSONRPC
+        .restore(&call(&turn, &history, &[]))
+        .unwrap();
     assert_eq!(restore.before[0].path, "/rest/v1/message:send");
     assert_eq!(
         restore.before[0].body.as_ref().unwrap()["request"]["content"],
