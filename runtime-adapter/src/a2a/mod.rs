@@ -1,6 +1,6 @@
 //! A2A (Agent2Agent): the client surface for A2A clients and the upstream adapter for
-//! A2A agents, over both transports (JSON-RPC and HTTP+JSON) and both protocol versions
-//! (0.3 and 1.0) that a2a-sdk 1.x serves.
+//! A2A agents, over the transports (JSON-RPC, HTTP+JSON and v1.0's gRPC) and both
+//! protocol versions (0.3 and 1.0) that a2a-sdk 1.x serves.
 //!
 //! An A2A agent keeps its conversations itself (its `contextId` is Tether's session), so
 //! Tether forwards the client's own request, addressed to the session, and records every
@@ -21,7 +21,10 @@
 //! - `task`: frames folded into the task, as the agent's own task store folds them.
 //! - `render`: the log replayed to the client: streams, send answers, task snapshots.
 //! - `card`: agent cards pointed at Tether.
-//! - `upstream`: requests to the agent; `parser`: reading its answer.
+//! - `proto`: the gRPC service and its messages to and from their JSON form (a gRPC call
+//!   is routed as the v1.0 JSON-RPC method of the same name).
+//! - `upstream`: requests to the agent, in the client's transport or over gRPC; `parser`:
+//!   reading its answer.
 
 mod card;
 mod client;
