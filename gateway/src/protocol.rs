@@ -210,17 +210,23 @@ async fn subscribe(
     // The renderer sees every event from the run's start (it may need earlier ones to
     // render later ones); what the client already has is dropped after rendering.
     reply
-        .pump(session, &mut subscription, Some(deadline), |event| {
-            let mut step = render_step(&mut *renderer, event);
-            step.frames.retain(|f| {
-                f.id.as_deref()
-                    .and_then(|id| id.parse::<i64>().ok())
-                    .is_none_or(|seq| seq > after_seq)
-            });
-            step.last =
-                step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
-            step
-        })
+        .pump(
+            session,
+            surface,
+            &mut subscription,
+            Some(deadline),
+            |event| {
+                let mut step = render_step(&mut *renderer, event);
+                step.frames.retain(|f| {
+                    f.id.as_deref()
+                        .and_then(|id| id.parse::<i64>().ok())
+                        .is_none_or(|seq| seq > after_seq)
+                });
+                step.last =
+                    step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
+                step
+            },
+        )
         .await;
     Ok(())
 }

@@ -198,7 +198,7 @@ async fn stream_run(
     if reply.stream_start(session, headers).await.is_err() {
         return;
     }
-    let end = match first {
+    match first {
         Some(step) => {
             if reply
                 .frames(session, &step.frames, step.last)
@@ -211,29 +211,18 @@ async fn stream_run(
                 return;
             }
             reply
-                .pump(session, events, None, |event| {
+                .pump(session, surface, events, None, |event| {
                     render_step(&mut *renderer, event)
                 })
+                .await;
+        }
+        // Say so in the stream rather than hang; the client can resume from its last id.
+        None => {
+            reply
+                .fail_stream(session, &ApiError::log_unavailable(), surface)
                 .await
         }
-        None => stream::End::LogUnavailable,
-    };
-    if end == stream::End::LogUnavailable && !reply.is_grpc() {
-        // Say so in the stream rather than hang; the client can resume from its last id.
-        // (A gRPC call has already ended with `UNAVAILABLE`.)
-        reply
-            .fail_stream(session, &log_unavailable(), surface)
-            .await;
     }
-}
-
-fn log_unavailable() -> ApiError {
-    ApiError::new(
-        503,
-        "server_error",
-        "session_store_unavailable",
-        "the session log is unavailable; resume later",
-    )
 }
 
 /// Waits for the run to end and answers with the whole response.
@@ -258,7 +247,7 @@ async fn respond_when_done(
             }
             Err(stream::End::LogUnavailable) => {
                 return reply
-                    .error(session, &log_unavailable(), surface, headers)
+                    .error(session, &ApiError::log_unavailable(), surface, headers)
                     .await;
             }
             Err(_) => return Ok(()), // the client left; the run goes on

@@ -122,37 +122,51 @@ impl Reply {
 
     /// Streams rendered events (see `stream::pump`) until the last, a deadline, or the
     /// client leaving; a call ends with its status (`UNAVAILABLE` when the stream stops
-    /// before its end: the client subscribes again).
+    /// before its end: the client subscribes again). A stream the log cannot feed ends with
+    /// that error (`fail_stream`).
     pub async fn pump(
         &mut self,
         session: &mut Session,
+        surface: &dyn Surface,
         events: &mut Subscription,
         deadline: Option<Instant>,
-        mut render: impl FnMut(&Event) -> Step,
+        render: impl FnMut(&Event) -> Step,
     ) -> End {
-        let Reply::Grpc(call) = self else {
-            return stream::pump(session, events, deadline, render).await;
+        let end = match self {
+            Reply::Http => stream::pump(session, events, deadline, render).await,
+            Reply::Grpc(call) => pump_call(call, session, events, deadline, render).await,
         };
-        let mut ending = None;
-        let end = stream::pump_with(session, events, deadline, false, |event, out| {
-            let step = render(event);
-            ending = call.encode(&step.frames, out);
-            ending.is_some() || step.last
-        })
-        .await;
-        let status = match end {
-            End::Done => ending.unwrap_or_else(|| Status::new(Code::Ok, "")),
-            End::Deadline => Status::new(
-                Code::Unavailable,
-                "the stream reached its time limit before the task ended; subscribe again",
-            ),
-            End::LogUnavailable => Status::new(
-                Code::Unavailable,
-                "the session log is unavailable; subscribe again",
-            ),
-            End::ClientGone => return end,
-        };
-        let _ = call.finish(session, &status).await;
+        if end == End::LogUnavailable {
+            self.fail_stream(session, &ApiError::log_unavailable(), surface)
+                .await;
+        }
         end
     }
+}
+
+/// `Reply::pump` for a gRPC call: messages, then the status its end calls for.
+async fn pump_call(
+    call: &mut GrpcReply,
+    session: &mut Session,
+    events: &mut Subscription,
+    deadline: Option<Instant>,
+    mut render: impl FnMut(&Event) -> Step,
+) -> End {
+    let mut ending = None;
+    let end = stream::pump_with(session, events, deadline, false, |event, out| {
+        let step = render(event);
+        ending = call.encode(&step.frames, out);
+        ending.is_some() || step.last
+    })
+    .await;
+    let status = match end {
+        End::Done => ending.unwrap_or_else(|| Status::new(Code::Ok, "")),
+        End::Deadline => Status::new(
+            Code::Unavailable,
+            "the stream reached its time limit before the task ended; subscribe again",
+        ),
+        End::LogUnavailable | End::ClientGone => return end,
+    };
+    let _ = call.finish(session, &status).await;
+    end
 }
