@@ -349,6 +349,23 @@ def wait_terminal(
         time.sleep(0.1)
 
 
+def completed_answer(events: list) -> tuple[str | None, str | None]:
+    """(the text of the completed status, the contextId) in a2a-sdk StreamResponses."""
+    from a2a.types.a2a_pb2 import TaskState
+
+    context, answer = None, None
+    for event in events:
+        if event.HasField("task"):
+            context, status = event.task.context_id, event.task.status
+        elif event.HasField("status_update"):
+            context, status = event.status_update.context_id, event.status_update.status
+        else:
+            continue
+        if status.state == TaskState.TASK_STATE_COMPLETED:
+            answer = "".join(p.text for p in status.message.parts)
+    return answer, context
+
+
 def llm_requests() -> list[dict]:
     """Every request the fake LLM received (its /_requests record)."""
     return httpx.get(f"{fake_llm_base()}/_requests", timeout=10).json()

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not set: {', '.join(_mi
 
 if not _missing:
     from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
-    from a2a.types.a2a_pb2 import AgentCard, Message, Part, Role, SendMessageRequest, TaskState
+    from a2a.types.a2a_pb2 import AgentCard, Message, Part, Role, SendMessageRequest
     from google.protobuf.json_format import MessageToDict
 
 FIRST = "My project is named zebra42."
@@ -113,16 +113,7 @@ def turn(base_url: str, version: str, streaming: bool, text: str, context_id: st
 
     card, events = asyncio.run(go())
     shown = [MessageToDict(e) for e in events]
-    context, answer = None, None
-    for event in events:
-        if event.HasField("task"):
-            context, status = event.task.context_id, event.task.status
-        elif event.HasField("status_update"):
-            context, status = event.status_update.context_id, event.status_update.status
-        else:
-            continue
-        if status.state == TaskState.TASK_STATE_COMPLETED:
-            answer = "".join(p.text for p in status.message.parts)
+    answer, context = agents.completed_answer(events)
     assert answer is not None, f"no completed status in the answer to {text!r}: {json.dumps(shown, indent=1)}"
     assert context, f"no contextId in {shown}"
     return answer, context, shown

@@ -126,16 +126,7 @@ def turn(base_url: str, binding: str, streaming: bool, text: str, context_id: st
 
     events = asyncio.run(go())
     shown = [MessageToDict(e) for e in events]
-    answer, context = None, None
-    for event in events:
-        if event.HasField("task"):
-            context, status = event.task.context_id, event.task.status
-        elif event.HasField("status_update"):
-            context, status = event.status_update.context_id, event.status_update.status
-        else:
-            continue
-        if status.state == TaskState.TASK_STATE_COMPLETED:
-            answer = "".join(p.text for p in status.message.parts)
+    answer, context = agents.completed_answer(events)
     assert answer is not None, f"no completed status in the answer to {text!r}: {shown}"
     return answer, context, shown
 

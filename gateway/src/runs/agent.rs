@@ -251,16 +251,7 @@ impl Agent {
             req.insert_header("content-length", len.to_string())
                 .map_err(io)?;
         }
-        for (name, value) in &request.headers {
-            req.insert_header(name.clone(), value.as_str())
-                .map_err(io)?;
-        }
-        req.insert_header(policies::ACCOUNT_HEADER, account_id)
-            .map_err(io)?;
-        for (name, value) in &self.headers {
-            req.insert_header(name.clone(), value.as_str())
-                .map_err(io)?;
-        }
+        self.stamp(&mut req, request, account_id).map_err(io)?;
         http.write_request_header(Box::new(req)).await.map_err(io)?;
         if let Some(body) = body {
             http.write_request_body(Bytes::from(body), true)
@@ -317,16 +308,7 @@ impl Agent {
         req.insert_header("content-type", grpc::CONTENT_TYPE)
             .map_err(io)?;
         req.insert_header("te", "trailers").map_err(io)?;
-        for (name, value) in &request.headers {
-            req.insert_header(name.to_ascii_lowercase(), value.as_str())
-                .map_err(io)?;
-        }
-        req.insert_header(policies::ACCOUNT_HEADER, account_id)
-            .map_err(io)?;
-        for (name, value) in &self.headers {
-            req.insert_header(name.to_ascii_lowercase(), value.as_str())
-                .map_err(io)?;
-        }
+        self.stamp(&mut req, request, account_id).map_err(io)?;
         http.write_request_header(Box::new(req)).await.map_err(io)?;
         http.write_request_body(Bytes::from(grpc::frame(message)), true)
             .await
@@ -354,6 +336,24 @@ impl Agent {
             peer,
             grpc: Some(at_once),
         })
+    }
+
+    /// The request's protocol headers, then the gateway's account and the configured
+    /// headers toward the agent (which win).
+    fn stamp(
+        &self,
+        req: &mut RequestHeader,
+        request: &AgentRequest,
+        account_id: &str,
+    ) -> pingora::Result<()> {
+        for (name, value) in &request.headers {
+            req.insert_header(name.clone(), value.as_str())?;
+        }
+        req.insert_header(policies::ACCOUNT_HEADER, account_id)?;
+        for (name, value) in &self.headers {
+            req.insert_header(name.clone(), value.as_str())?;
+        }
+        Ok(())
     }
 
     /// Sends `request` and reads the whole answer, keeping its first `cap` bytes.
