@@ -38,8 +38,8 @@ if not _missing:
     from a2a.client.client import ClientCallContext
     from a2a.types import a2a_pb2_grpc
     from a2a.types.a2a_pb2 import (
-        CancelTaskRequest, GetTaskRequest, Message, Part, Role, SendMessageRequest,
-        SubscribeToTaskRequest, TaskState,
+        CancelTaskRequest, GetExtendedAgentCardRequest, GetTaskRequest, ListTasksRequest, Message,
+        Part, Role, SendMessageRequest, SubscribeToTaskRequest, TaskState,
     )
     from google.protobuf.json_format import MessageToDict
     from google.rpc import error_details_pb2, status_pb2
@@ -338,6 +338,21 @@ def test_cancel_over_grpc_stops_a_slow_task(agent, upstream):
     assert own and own.status.state == TaskState.TASK_STATE_CANCELED, own
 
 
+@pytest.mark.parametrize("upstream", ["jsonrpc", "grpc"])
+def test_calls_tether_has_no_part_in_are_passed_to_the_agent(agent, upstream):
+    target = grpc_target(tether(upstream))
+    sent, error = stub_call(target, "SendMessage", SendMessageRequest(message=new_message("Reply with OK.", None)), metadata())
+    assert error is None, error
+    listed, error = stub_call(target, "ListTasks", ListTasksRequest(context_id=sent.task.context_id), metadata())
+    assert error is None and [t.id for t in listed.tasks] == [sent.task.id], (error, listed)
+    # The agent has no extended card: its own error reaches the client, code and reason.
+    reason = lambda e: [d.reason for d in details_of(e) if isinstance(d, error_details_pb2.ErrorInfo)]
+    _, own = stub_call(agent.grpc_address, "GetExtendedAgentCard", GetExtendedAgentCardRequest())
+    _, error = stub_call(target, "GetExtendedAgentCard", GetExtendedAgentCardRequest(), metadata())
+    assert own and error and error.code() == own.code(), (own, error)
+    assert reason(error) == reason(own) != [], (reason(own), reason(error))
+
+
 # ---- 4. errors are statuses, and nothing refused reaches the agent ----------------------------
 
 
@@ -395,6 +410,9 @@ def test_unknown_and_foreign_tasks_are_not_found(agent, upstream):
         for method, request in (("GetTask", GetTaskRequest(id=task)), ("CancelTask", CancelTaskRequest(id=task))):
             _, error = stub_call(target, method, request, md)
             assert error and error.code() == grpc.StatusCode.NOT_FOUND, (method, task, error)
+            # The reason a2a-sdk's client raises TaskNotFoundError for.
+            reasons = [(d.domain, d.reason) for d in details_of(error) if isinstance(d, error_details_pb2.ErrorInfo)]
+            assert reasons == [("a2a-protocol.org", "TASK_NOT_FOUND")], (method, reasons)
         events, error = stream_call(target, "SubscribeToTask", SubscribeToTaskRequest(id=task), md)
         assert events == [] and error and error.code() == grpc.StatusCode.NOT_FOUND, (task, events, error)
     assert len(agent.received()) == before, "a refused call reached the agent's executor"

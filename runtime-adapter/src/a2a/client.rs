@@ -181,7 +181,8 @@ impl Client {
     pub(super) fn error(&self, code: i64, message: &str, data: Option<Value>) -> (u16, Value) {
         match self.transport {
             Transport::JsonRpc => (200, rpc_error(&self.id, code, message, data)),
-            Transport::Rest | Transport::Grpc => rest_error(code, message, data),
+            Transport::Rest => rest_error(code, message, data),
+            Transport::Grpc => grpc_error(code, message, data),
         }
     }
 
@@ -220,18 +221,55 @@ pub(super) fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value
     json!({ "jsonrpc": "2.0", "id": id, "error": error })
 }
 
+/// How a2a-sdk reports each A2A error (by JSON-RPC code) over HTTP+JSON and gRPC: HTTP
+/// status, `google.rpc.Code` name, and the `ErrorInfo` reason its clients map back to the
+/// error. Anything else is an internal error.
+#[rustfmt::skip]
+const ERRORS: &[(i64, u16, &str, &str)] = &[
+    (TASK_NOT_FOUND,        404, "NOT_FOUND",           "TASK_NOT_FOUND"),
+    (METHOD_NOT_FOUND,      404, "NOT_FOUND",           "METHOD_NOT_FOUND"),
+    (TASK_NOT_CANCELABLE,   400, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE"),
+    (-32003,                400, "FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED"),
+    (UNSUPPORTED_OPERATION, 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION"),
+    (-32005,                400, "INVALID_ARGUMENT",    "CONTENT_TYPE_NOT_SUPPORTED"),
+    (-32006,                500, "INTERNAL",            "INVALID_AGENT_RESPONSE"),
+    (-32007,                400, "FAILED_PRECONDITION", "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
+    (-32008,                400, "FAILED_PRECONDITION", "EXTENSION_SUPPORT_REQUIRED"),
+    (VERSION_NOT_SUPPORTED, 400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED"),
+    (PARSE_ERROR,           400, "INVALID_ARGUMENT",    "INVALID_REQUEST"),
+    (INVALID_REQUEST,       400, "INVALID_ARGUMENT",    "INVALID_REQUEST"),
+    (INVALID_PARAMS,        400, "INVALID_ARGUMENT",    "INVALID_PARAMS"),
+];
+
+fn error_kind(code: i64) -> (u16, &'static str, &'static str) {
+    ERRORS.iter().find(|e| e.0 == code).map_or(
+        (500, "INTERNAL", "INTERNAL_ERROR"),
+        |&(_, http, status, reason)| (http, status, reason),
+    )
+}
+
+/// The JSON-RPC code of an error a gRPC agent reported: by its `ErrorInfo` reason, else
+/// the first A2A error with its status (`NOT_FOUND`: task not found).
+pub(super) fn rpc_code_of(status: &str, reason: Option<&str>) -> i64 {
+    let by_reason = reason.and_then(|r| ERRORS.iter().find(|e| e.3 == r));
+    by_reason
+        .or_else(|| ERRORS.iter().find(|e| e.2 == status))
+        .map_or(INTERNAL_ERROR, |e| e.0)
+}
+
 /// An HTTP+JSON error in the SDK's shape (`google.rpc.Status` JSON), from the JSON-RPC
 /// code that names the same condition.
 pub(super) fn rest_error(code: i64, message: &str, details: Option<Value>) -> (u16, Value) {
-    let (http, status) = match code {
-        TASK_NOT_FOUND | METHOD_NOT_FOUND => (404, "NOT_FOUND"),
-        TASK_NOT_CANCELABLE | UNSUPPORTED_OPERATION | VERSION_NOT_SUPPORTED => {
-            (400, "FAILED_PRECONDITION")
-        }
-        PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS => (400, "INVALID_ARGUMENT"),
-        _ => (500, "INTERNAL"),
-    };
+    let (http, status, _) = error_kind(code);
     status_error(http, status, message, details)
+}
+
+/// An error for a gRPC client: the status JSON of HTTP+JSON, with (unless `details` has
+/// its own) the `ErrorInfo` reason a2a-sdk's gRPC client turns back into the error's class.
+pub(super) fn grpc_error(code: i64, message: &str, details: Option<Value>) -> (u16, Value) {
+    let reason = error_kind(code).2;
+    let details = details.or_else(|| Some(json!([error_info(reason, json!({}))])));
+    rest_error(code, message, details)
 }
 
 /// `{"error": google.rpc.Status JSON}` with the HTTP status it travels with.

@@ -117,7 +117,7 @@ impl Surface for A2aSurface {
             (None, Some(error)) => {
                 let code = error["code"].as_i64().unwrap_or(INTERNAL_ERROR);
                 let message = error["message"].as_str().unwrap_or("The agent failed.");
-                client::rest_error(
+                client::grpc_error(
                     code,
                     message,
                     error.get("data").filter(|d| d.is_array()).cloned(),

@@ -64,6 +64,12 @@ pub(super) fn stream_response(bytes: &[u8]) -> Result<Value, String> {
     decode(&message_type("lf.a2a.v1.StreamResponse"), bytes)
 }
 
+/// The details of a `google.rpc.Status` (`grpc-status-details-bin`) in JSON form.
+pub(super) fn status_details_json(bytes: &[u8]) -> Option<Value> {
+    let status = decode(&message_type("google.rpc.Status"), bytes).ok()?;
+    status.get("details").filter(|d| d.is_array()).cloned()
+}
+
 /// The `google.rpc.Status` of an error body, with its details, as protobuf.
 fn status_details(code: Code, message: &str, details: &Value) -> Option<Vec<u8>> {
     let details = details.as_array().filter(|d| !d.is_empty())?;

@@ -17,8 +17,7 @@ use crate::upstream::{
 
 use super::card::grpc_address;
 use super::client::{
-    method_name, Client, Op, Transport, Version, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND,
-    TASK_NOT_CANCELABLE, TASK_NOT_FOUND,
+    method_name, rpc_code_of, Client, Op, Transport, Version, INTERNAL_ERROR, TASK_NOT_FOUND,
 };
 use super::message::message_key;
 use super::parser::A2aParser;
@@ -157,7 +156,23 @@ impl Upstream for A2aUpstream {
             (Code::Ok, Some(Ok(result))) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
             (Code::Ok, Some(Err(e))) => rpc_failure(&id, INTERNAL_ERROR, &e),
             (Code::Ok, None) => rpc_failure(&id, INTERNAL_ERROR, "the agent sent no answer"),
-            (code, _) => rpc_failure(&id, rpc_code_of(code), &status.message),
+            (code, _) => {
+                // The agent's details (its ErrorInfo) travel on, so the client gets them too.
+                let details = status
+                    .details
+                    .as_deref()
+                    .and_then(proto::status_details_json);
+                let reason = details
+                    .iter()
+                    .flat_map(|d| d.as_array().into_iter().flatten())
+                    .find_map(|d| d["reason"].as_str());
+                let mut failure =
+                    rpc_failure(&id, rpc_code_of(code.name(), reason), &status.message);
+                if let Some(details) = details {
+                    failure["error"]["data"] = details;
+                }
+                failure
+            }
         };
         let body = serde_json::to_vec(&body).unwrap_or_default();
         (200, "application/json".into(), body)
@@ -173,17 +188,6 @@ fn as_grpc_call(request: &AgentRequest) -> Option<(prost_reflect::MethodDescript
 
 fn rpc_failure(id: &Value, code: i64, message: &str) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
-}
-
-/// The JSON-RPC code the SDK's gRPC server maps to `code` (the other way round).
-fn rpc_code_of(code: Code) -> i64 {
-    match code {
-        Code::NotFound => TASK_NOT_FOUND,
-        Code::InvalidArgument => INVALID_PARAMS,
-        Code::FailedPrecondition => TASK_NOT_CANCELABLE,
-        Code::Unimplemented => METHOD_NOT_FOUND,
-        _ => INTERNAL_ERROR,
-    }
 }
 
 /// A gRPC answer read whole: its (last) message and its status, `None` for a body that
