@@ -272,6 +272,11 @@ pub(super) fn grpc_error(code: i64, message: &str, details: Option<Value>) -> (u
     rest_error(code, message, details)
 }
 
+/// A gRPC call of a method the service does not have.
+pub(super) fn unimplemented(message: &str) -> (u16, Value) {
+    status_error(501, "UNIMPLEMENTED", message, None)
+}
+
 /// `{"error": google.rpc.Status JSON}` with the HTTP status it travels with.
 fn status_error(http: u16, status: &str, message: &str, details: Option<Value>) -> (u16, Value) {
     let mut error = json!({ "code": http, "status": status, "message": message });

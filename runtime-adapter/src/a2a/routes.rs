@@ -12,8 +12,8 @@ use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
 
 use super::client::{
-    error_info, method_op, rest_error, rpc_error, Client, Op, Transport, Version, INTERNAL_ERROR,
-    INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, TASK_NOT_FOUND,
+    error_info, method_op, rest_error, rpc_error, unimplemented, Client, Op, Transport, Version,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, TASK_NOT_FOUND,
     VERSION_NOT_SUPPORTED,
 };
 use super::message::{run_turn, ParamError};
@@ -156,12 +156,11 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
 /// for it is that JSON-RPC request (the upstream adapter calls a gRPC agent over gRPC).
 fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
     let Some(method) = proto::method(req.path) else {
-        let asked = Client::new(Transport::Grpc, Version::V10, Op::Send, Value::Null);
         let message = format!("{} has no method {}", proto::SERVICE, req.path);
-        return reply(asked.error(METHOD_NOT_FOUND, &message, None));
+        return reply(unimplemented(&message));
     };
     let op = method_op(method.name()).map(|(_, op)| op);
-    let client = Client::new(
+    let mut client = Client::new(
         Transport::Grpc,
         Version::V10,
         op.unwrap_or(Op::Send),
@@ -182,7 +181,6 @@ fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
     {
         headers.push((VERSION_HEADER.to_owned(), Version::V10.as_str().to_owned()));
     }
-    let mut client = client;
     match op {
         // Methods Tether has no part in go to the agent as the v1.0 JSON-RPC call, at `/`
         // (a2a-sdk's mount); the upstream adapter makes it a gRPC call to a gRPC agent.
