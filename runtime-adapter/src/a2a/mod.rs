@@ -49,7 +49,7 @@ use crate::turn::{InputError, TurnRequest};
 
 use self::client::{rpc_error, INTERNAL_ERROR, INVALID_REQUEST};
 
-pub use self::proto::A2aGrpc;
+use self::proto::A2aGrpc;
 
 pub struct A2aSurface;
 

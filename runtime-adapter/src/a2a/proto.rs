@@ -79,7 +79,7 @@ fn status_details(code: Code, message: &str, details: &Value) -> Option<Vec<u8>>
 }
 
 /// A2A's gRPC service, for the gateway's gRPC edge.
-pub struct A2aGrpc;
+pub(super) struct A2aGrpc;
 
 impl GrpcService for A2aGrpc {
     fn method(&self, path: &str) -> Option<Method> {
