@@ -3,12 +3,14 @@
 The agent (tests/agents/a2a_agent.py with --grpc-port, a real a2a-sdk 1.3 server) serves
 JSON-RPC and gRPC from one in-memory task store and forgets everything at a restart. Two
 gateways sit in front of it: TETHER_URL calls it over JSON-RPC, TETHER_GRPC_URL over gRPC
-(`--a2a-upstream-transport grpc`, its gRPC address read from the agent's card). Clients
+(`--a2a-upstream-transport grpc`, its gRPC address read from the agent's card), and
+TETHER_GRPC_ONLY_URL too, but with the address configured (`--a2a-grpc-upstream`) and
+nothing at its `--upstream`: an agent without an HTTP card. Clients
 reach either over gRPC (h2c on Tether's one port) or JSON-RPC. Every case restarts the
 agent with SIGKILL where it matters and checks what the client got, what Tether logged,
 and what the agent itself was given (its /_received record).
 
-Environment (gateway/tests/e2e/agents.rs sets it): TETHER_URL, TETHER_GRPC_URL,
+Environment (gateway/tests/e2e/agents.rs sets it): TETHER_URL, TETHER_GRPC_URL, TETHER_GRPC_ONLY_URL,
 AGENT_PORT, AGENT_GRPC_PORT, FAKE_LLM_URL, TETHER_API_KEY (acct-a), TETHER_API_KEY_B
 (acct-b), TETHER_API_KEY_C (acct-c, one request per minute), TETHER_MAX_BODY_BYTES.
 Unset: every test here is skipped (and the Rust wrapper fails on a skip).
@@ -27,7 +29,7 @@ import agents
 from agents import A2aAgent, auth_headers, describe, session_events, terminal_statuses, wait_terminal
 
 _missing = agents.missing_env(
-    "TETHER_URL", "TETHER_GRPC_URL", "AGENT_PORT", "AGENT_GRPC_PORT", "FAKE_LLM_URL",
+    "TETHER_URL", "TETHER_GRPC_URL", "TETHER_GRPC_ONLY_URL", "AGENT_PORT", "AGENT_GRPC_PORT", "FAKE_LLM_URL",
     "TETHER_API_KEY", "TETHER_API_KEY_B", "TETHER_API_KEY_C", "TETHER_MAX_BODY_BYTES",
 )
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not set: {', '.join(_missing)}")
@@ -49,7 +51,7 @@ SECOND = "What is my project named?"
 FORGOTTEN = "What is the name of your project?"  # what the fake LLM says without history
 CALL_TIMEOUT = 30  # s for one call; a hung stream fails the test instead of the suite
 
-TETHERS = {"jsonrpc": "TETHER_URL", "grpc": "TETHER_GRPC_URL"}
+TETHERS = {"jsonrpc": "TETHER_URL", "grpc": "TETHER_GRPC_URL", "grpc-only": "TETHER_GRPC_ONLY_URL"}
 
 
 def tether(upstream: str) -> str:
@@ -268,6 +270,21 @@ def test_conversation_survives_agent_kill(agent, client, upstream, streaming):
     assert [r["transport"] for r in received] == [transport, transport], received
     assert FIRST in received[0]["text"] and received[1]["text"] == SECOND, received
     assert {r["account"] for r in received} == {"acct-a"}, received
+
+
+def test_an_agent_without_an_http_card_is_called_at_its_configured_grpc_address(agent):
+    target = grpc_target(tether("grpc-only"))
+    first, error = stub_call(target, "SendMessage", SendMessageRequest(message=new_message(FIRST, None)), metadata())
+    assert error is None, error
+    context = first.task.context_id
+    agent.restart()
+    second, error = stub_call(target, "SendMessage", SendMessageRequest(message=new_message(SECOND, context)), metadata())
+    assert error is None, error
+    assert second.task.status.message.parts[0].text == "zebra42", MessageToDict(second)
+    received = [r for r in agent.received() if r["contextId"] == context]
+    assert [r["transport"] for r in received] == ["grpc", "grpc"], received
+    events = session_events(context, base=tether("grpc-only"))
+    assert [e["EventType"] for e in events].count("session_restore") == 1, describe(events)
 
 
 def test_a_client_sent_account_never_reaches_the_agent(agent):

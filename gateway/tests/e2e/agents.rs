@@ -175,7 +175,9 @@ fn adk_api_server_through_tether_survives_agent_restarts() {
 /// over grpcio. One agent serves JSON-RPC and gRPC; one gateway calls it over JSON-RPC,
 /// another over gRPC (found through its card), both with API keys, a rate-limited account
 /// and a small body limit, so that gRPC→gRPC, gRPC→JSON-RPC and JSON-RPC→gRPC, restores
-/// after a kill -9, reads from the log, cancel and the error statuses are all exercised.
+/// after a kill -9, reads from the log, cancel and the error statuses are all exercised. A
+/// third calls the agent's gRPC address it is configured with, as for an agent without an
+/// HTTP card.
 #[test]
 fn a2a_over_grpc_through_tether_survives_agent_restarts() {
     let Some(python) = interop_python() else {
@@ -206,9 +208,27 @@ fn a2a_over_grpc_through_tether_survives_agent_restarts() {
         TestStore::new(StoreKind::Sqlite).unwrap(),
     );
     let (tether, grpc_tether) = (start(&store, "jsonrpc"), start(&grpc_store, "grpc"));
+    // An agent without an HTTP card: nothing listens at `upstream`, the gRPC address is
+    // configured.
+    let grpc_only_store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent_grpc = format!("127.0.0.1:{agent_grpc_port}");
+    let grpc_only = Tether::start(
+        &format!("http://127.0.0.1:{}", free_port()),
+        "a2a",
+        &grpc_only_store.url,
+        &[
+            "--conf",
+            &conf_arg,
+            "--a2a-upstream-transport",
+            "grpc",
+            "--a2a-grpc-upstream",
+            &agent_grpc,
+        ],
+    );
     let env = [
         ("TETHER_URL", tether.url()),
         ("TETHER_GRPC_URL", grpc_tether.url()),
+        ("TETHER_GRPC_ONLY_URL", grpc_only.url()),
         ("AGENT_PORT", agent_port.to_string()),
         ("AGENT_GRPC_PORT", agent_grpc_port.to_string()),
         ("FAKE_LLM_URL", llm.url()),
