@@ -243,18 +243,13 @@ pub trait Upstream: Send + Sync {
         None
     }
 
-    /// How the agent is called. A gRPC adapter's requests carry `grpc` messages.
-    fn transport(&self) -> AgentTransport {
-        AgentTransport::Http
-    }
-
     /// Where the agent serves gRPC, for an adapter whose transport is gRPC.
     fn grpc_locator(&self) -> Option<GrpcLocator> {
         None
     }
 
-    /// A request the client's surface forwards (`Route::Forward`, a get's or cancel's
-    /// fallback), in the transport the agent is called over.
+    /// A request the client's surface forwards (`Route::Forward`), in the transport the
+    /// agent is called over.
     fn forwarded(&self, request: &AgentRequest) -> AgentRequest {
         request.clone()
     }

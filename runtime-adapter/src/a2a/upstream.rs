@@ -11,8 +11,8 @@ use crate::grpc::{Code, Deframer, Frame, Status};
 use crate::item::{Block, Item};
 use crate::turn::TurnRequest;
 use crate::upstream::{
-    AgentRequest, AgentTransport, Answer, Cancel, GrpcLocator, Probe, Protocol, Restore,
-    StreamParser, TurnCall, Upstream,
+    AgentRequest, Answer, Cancel, GrpcLocator, Probe, Protocol, Restore, StreamParser, TurnCall,
+    Upstream,
 };
 
 use super::card::grpc_address;
@@ -109,14 +109,6 @@ impl Upstream for A2aUpstream {
             let id = format!("tether-cancel-{}", uuid::Uuid::new_v4().simple());
             sent.cancel_task(agent_ref, &id)
         }))
-    }
-
-    fn transport(&self) -> AgentTransport {
-        if self.grpc {
-            AgentTransport::Grpc
-        } else {
-            AgentTransport::Http
-        }
     }
 
     /// The agent's card (at `upstream`, over HTTP) names its gRPC interface.
