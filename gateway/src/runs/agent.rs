@@ -113,6 +113,15 @@ impl AgentResponse {
     }
 }
 
+fn content_type(header: &pingora::http::ResponseHeader) -> String {
+    header
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
 /// A header block's entries whose values are text.
 fn header_pairs(headers: &http::HeaderMap) -> impl Iterator<Item = (&str, &str)> {
     headers
@@ -224,12 +233,7 @@ impl Agent {
             return self.call(request, message, account_id).await;
         }
         let peer = self.peer().await?;
-        let (mut http, _reused) = self
-            .connector
-            .get_http_session(&peer)
-            .await
-            .map_err(|e| AgentError::Connect(e.to_string()))?;
-        http.set_read_timeout(Some(self.idle_timeout));
+        let mut http = self.connect(&peer).await?;
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
         let uri = format!("{}{}", self.upstream.base_path, request.path);
         let mut req = RequestHeader::build(request.method, uri.as_bytes(), None).map_err(io)?;
@@ -264,12 +268,7 @@ impl Agent {
             .response_header()
             .ok_or_else(|| AgentError::Io("no response header".into()))?;
         let status = header.status.as_u16();
-        let content_type = header
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
+        let content_type = content_type(header);
         Ok(AgentResponse {
             status,
             content_type,
@@ -292,12 +291,7 @@ impl Agent {
         let mut peer = self.peer_at(addr);
         peer.options.set_http_version(2, 2);
         peer.options.max_h2_streams = H2_STREAMS;
-        let (mut http, _reused) = self
-            .connector
-            .get_http_session(&peer)
-            .await
-            .map_err(|e| AgentError::Connect(e.to_string()))?;
-        http.set_read_timeout(Some(self.idle_timeout));
+        let mut http = self.connect(&peer).await?;
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
         // The authority in the URI (h2's `:authority`, with `:scheme` http), no Host.
         let uri: http::Uri = format!("http://{authority}{}", request.path)
@@ -317,12 +311,7 @@ impl Agent {
         let header = http
             .response_header()
             .ok_or_else(|| AgentError::Io("no response header".into()))?;
-        let content_type = header
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
+        let content_type = content_type(header);
         // A call that failed at once has its status in its only header block.
         let at_once = Status::from_headers(header_pairs(&header.headers));
         let status = match &at_once {
@@ -336,6 +325,17 @@ impl Agent {
             peer,
             grpc: Some(at_once),
         })
+    }
+
+    /// A connection (or an HTTP/2 stream) to `peer`, with the agent's idle timeout.
+    async fn connect(&self, peer: &HttpPeer) -> Result<HttpSession, AgentError> {
+        let (mut http, _reused) = self
+            .connector
+            .get_http_session(peer)
+            .await
+            .map_err(|e| AgentError::Connect(e.to_string()))?;
+        http.set_read_timeout(Some(self.idle_timeout));
+        Ok(http)
     }
 
     /// The request's protocol headers, then the gateway's account and the configured
