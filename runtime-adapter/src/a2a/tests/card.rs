@@ -75,6 +75,25 @@ fn agent_cards_point_at_tether() {
 }
 
 #[test]
+fn a_v03_card_whose_main_interface_is_grpc_points_at_tethers_json_rpc() {
+    let card = json!({ "name": "x", "skills": [], "url": "agent:50051", "preferredTransport": "GRPC",
+        "additionalInterfaces": [
+            { "url": "agent:50051", "transport": "GRPC" },
+            { "url": "http://agent:8000/", "transport": "JSONRPC" }] });
+    let out = A2aSurface.rewrite_forwarded(
+        &request("GET", "/.well-known/agent-card.json", None, &[], b""),
+        "http://gw:8080",
+        card,
+    );
+    assert_eq!(out["url"], "http://gw:8080/");
+    assert_eq!(out["preferredTransport"], "JSONRPC");
+    assert_eq!(
+        out["additionalInterfaces"],
+        json!([{ "url": "http://gw:8080/", "transport": "JSONRPC" }])
+    );
+}
+
+#[test]
 fn a_card_names_the_grpc_address_of_its_v10_interface() {
     use super::super::card::grpc_address;
     let card = |ifaces: serde_json::Value| {
