@@ -10,7 +10,6 @@ pub mod chat;
 pub mod item;
 pub mod projection;
 pub mod responses;
-mod responses_render;
 pub mod sse;
 pub mod surface;
 pub mod turn;

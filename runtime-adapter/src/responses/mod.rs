@@ -6,12 +6,14 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 use session_log::Event;
 
+mod render;
+
 use crate::item::{Block, Item};
-use crate::responses_render::{run_hex, Renderer};
 use crate::sse::{SseFrame, SseParser};
 use crate::surface::{RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
 use crate::upstream::{AgentRequest, Output, Protocol, StreamParser, TurnCall, Upstream};
+use render::{run_hex, Renderer};
 
 /// Where the agent serves this protocol.
 const PATH: &str = "/v1/responses";
