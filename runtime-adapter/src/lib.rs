@@ -9,6 +9,7 @@ pub mod adk;
 pub mod chat;
 pub mod item;
 pub mod projection;
+pub mod protocol;
 pub mod responses;
 pub mod sse;
 pub mod surface;
@@ -18,10 +19,11 @@ pub mod usage;
 
 pub use item::{Block, Item};
 pub use projection::project;
+pub use protocol::Protocol;
 pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, SessionRef, Tool, TurnRequest};
 pub use upstream::{
-    AgentRequest, Cancel, Output, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
+    AgentRequest, Cancel, Output, Probe, Restore, StreamParser, TurnCall, Upstream,
 };
 
 /// The surface a client speaks (its request and response wire format).

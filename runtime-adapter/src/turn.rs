@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use crate::item::Item;
-use crate::upstream::Protocol;
+use crate::protocol::Protocol;
 
 /// How the client named the session of this turn.
 #[derive(Clone, Debug, PartialEq)]

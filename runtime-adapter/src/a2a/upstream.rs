@@ -7,10 +7,9 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use crate::item::{Block, Item};
+use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
-use crate::upstream::{
-    AgentRequest, Cancel, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
-};
+use crate::upstream::{AgentRequest, Cancel, Probe, Restore, StreamParser, TurnCall, Upstream};
 
 use super::client::{method_name, Client, Op, Transport, Version, TASK_NOT_FOUND};
 use super::message::message_key;

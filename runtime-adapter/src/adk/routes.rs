@@ -7,9 +7,10 @@ use serde_json::{json, Map, Value};
 use super::content::message_items;
 use super::namespace::{agent_user_id, path_segment, percent_decode};
 use super::{alias, field_str, FINALIZE_IDENTITY, RUN, RUN_LIVE, RUN_SSE};
+use crate::protocol::Protocol;
 use crate::surface::{ClientRequest, Route};
 use crate::turn::{InputError, SessionRef, TurnRequest};
-use crate::upstream::{AgentRequest, Protocol};
+use crate::upstream::AgentRequest;
 
 pub(super) fn claims(method: &str, path: &str) -> bool {
     match path {
@@ -300,10 +301,10 @@ mod tests {
 
     use crate::adk::test_support::*;
     use crate::adk::AdkSurface;
+    use crate::protocol::Protocol;
     use crate::surface::Surface;
     use crate::surface::{ClientRequest, Route};
     use crate::turn::SessionRef;
-    use crate::upstream::Protocol;
 
     #[test]
     fn claims_runs_and_everything_under_a_user() {

@@ -6,10 +6,11 @@ use serde_json::{json, Map, Value};
 use session_log::{Event, EventType, RunStatus};
 
 use crate::item::{Block, Item};
+use crate::protocol::Protocol;
 use crate::sse::{SseFrame, SseParser};
 use crate::surface::{RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
-use crate::upstream::{AgentRequest, Output, Protocol, StreamParser, TurnCall, Upstream};
+use crate::upstream::{AgentRequest, Output, StreamParser, TurnCall, Upstream};
 
 /// Where the agent serves this protocol.
 const PATH: &str = "/v1/chat/completions";

@@ -9,10 +9,11 @@ use session_log::Event;
 mod render;
 
 use crate::item::{Block, Item};
+use crate::protocol::Protocol;
 use crate::sse::{SseFrame, SseParser};
 use crate::surface::{RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
-use crate::upstream::{AgentRequest, Output, Protocol, StreamParser, TurnCall, Upstream};
+use crate::upstream::{AgentRequest, Output, StreamParser, TurnCall, Upstream};
 use render::{run_hex, Renderer};
 
 /// Where the agent serves this protocol.

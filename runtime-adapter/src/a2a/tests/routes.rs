@@ -2,8 +2,9 @@
 
 use super::*;
 use crate::item::Block;
+use crate::protocol::Protocol;
 use crate::turn::SessionRef;
-use crate::upstream::{AgentRequest, Protocol};
+use crate::upstream::AgentRequest;
 
 use super::super::routes::{decode_segment, encode_segment};
 
