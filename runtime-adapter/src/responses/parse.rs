@@ -1,0 +1,419 @@
+//! The client's `POST /v1/responses` body read into a `TurnRequest`, refused with OpenAI's
+//! own error codes and wording when it is wrong.
+
+use serde_json::{Map, Value};
+
+use super::wire::reasoning_text;
+use crate::item::{Block, Item};
+use crate::protocol::Protocol;
+use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
+
+/// Top-level fields that never reach `extra`: the session is Tether's business, `store` is
+/// always Tether's log, and `background` is what Tether's runs already are (a stored,
+/// resumable run that outlives the connection); passing it on would ask a store-less
+/// agent to keep the response.
+const NOT_EXTRA: [&str; 14] = [
+    "conversation",
+    "session_id",
+    "previous_response_id",
+    "input",
+    "store",
+    "background",
+    "model",
+    "instructions",
+    "stream",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "tools",
+    "tool_choice",
+];
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => "a decimal",
+        Value::Number(_) => "an integer",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn invalid_type(param: &str, expected: &str, got: &Value) -> InputError {
+    InputError::new(
+        "invalid_type",
+        Some(param),
+        format!(
+            "Invalid type for '{param}': expected {expected}, but got {} instead.",
+            type_name(got)
+        ),
+    )
+}
+
+fn missing(param: &str) -> InputError {
+    InputError::new(
+        "missing_required_parameter",
+        Some(param),
+        format!("Missing required parameter: '{param}'."),
+    )
+}
+
+fn invalid_value(param: &str, message: impl Into<String>) -> InputError {
+    InputError::new("invalid_value", Some(param), message)
+}
+
+/// A field's value; `null` counts as absent, as it does for OpenAI.
+fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).filter(|v| !v.is_null())
+}
+
+fn opt_str(obj: &Map<String, Value>, key: &str, param: &str) -> Result<Option<String>, InputError> {
+    match field(obj, key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err(invalid_type(param, "a string", v)),
+    }
+}
+
+fn req_str(obj: &Map<String, Value>, key: &str, param: &str) -> Result<String, InputError> {
+    opt_str(obj, key, param)?.ok_or_else(|| missing(param))
+}
+
+fn opt_number(obj: &Map<String, Value>, key: &str, max: f64) -> Result<Option<f64>, InputError> {
+    let Some(v) = field(obj, key) else {
+        return Ok(None);
+    };
+    let n = v
+        .as_f64()
+        .ok_or_else(|| invalid_type(key, "a decimal", v))?;
+    if !(0.0..=max).contains(&n) {
+        return Err(invalid_value(
+            key,
+            format!("Invalid value for '{key}': expected a number between 0 and {max}, but got {n} instead."),
+        ));
+    }
+    Ok(Some(n))
+}
+
+/// A session id named in the body: a non-empty string.
+fn session_str(v: &Value, param: &str) -> Result<String, InputError> {
+    match v {
+        Value::String(s) if s.is_empty() => Err(invalid_value(
+            param,
+            format!("Invalid value for '{param}': a session id cannot be empty."),
+        )),
+        Value::String(s) => Ok(s.clone()),
+        v => Err(invalid_type(param, "a string", v)),
+    }
+}
+
+fn parse_session(obj: &Map<String, Value>, header: Option<&str>) -> Result<SessionRef, InputError> {
+    let conversation = match field(obj, "conversation") {
+        None => None,
+        Some(Value::Object(c)) => match c.get("id") {
+            Some(id) => Some(session_str(id, "conversation.id")?),
+            None => return Err(missing("conversation.id")),
+        },
+        Some(v @ Value::String(_)) => Some(session_str(v, "conversation")?),
+        Some(v) => {
+            return Err(invalid_type(
+                "conversation",
+                "a string or an object with an 'id'",
+                v,
+            ))
+        }
+    };
+    let session_id = field(obj, "session_id")
+        .map(|v| session_str(v, "session_id"))
+        .transpose()?;
+    let previous = field(obj, "previous_response_id")
+        .map(|v| session_str(v, "previous_response_id"))
+        .transpose()?;
+    let header = header.map(str::trim).filter(|h| !h.is_empty());
+
+    if let Some(previous) = previous {
+        let other = if conversation.is_some() {
+            Some("conversation")
+        } else if session_id.is_some() {
+            Some("session_id")
+        } else if header.is_some() {
+            Some("x-session-id")
+        } else {
+            None
+        };
+        if let Some(other) = other {
+            return Err(invalid_value(
+                "previous_response_id",
+                format!(
+                    "Mutually exclusive parameters: provide only one of 'previous_response_id' or '{other}'."
+                ),
+            ));
+        }
+        return Ok(SessionRef::AfterResponse(previous));
+    }
+    let named = match (conversation, session_id) {
+        (Some(c), Some(s)) if c != s => {
+            return Err(invalid_value(
+                "session_id",
+                format!(
+                "'conversation' ({c}) and 'session_id' ({s}) disagree; name the session one way."
+            ),
+            ))
+        }
+        (c, s) => c.or(s),
+    };
+    match (named, header) {
+        (Some(n), Some(h)) if n != h => Err(invalid_value(
+            "x-session-id",
+            format!(
+                "The x-session-id header ({h}) and the session named in the body ({n}) disagree."
+            ),
+        )),
+        (Some(n), _) => Ok(SessionRef::Named(n)),
+        (None, Some(h)) => Ok(SessionRef::Named(h.to_owned())),
+        (None, None) => Ok(SessionRef::New),
+    }
+}
+
+/// A client's request body (and its `x-session-id` header) as a turn.
+pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnRequest, InputError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        InputError::new(
+            "invalid_json",
+            None,
+            format!("The request body is not valid JSON: {e}."),
+        )
+    })?;
+    let Value::Object(obj) = value else {
+        return Err(InputError::new(
+            "invalid_type",
+            None,
+            format!(
+                "The request body must be a JSON object, but got {} instead.",
+                type_name(&value)
+            ),
+        ));
+    };
+
+    let mut turn = TurnRequest::new(Protocol::OpenAiResponses);
+    turn.session = parse_session(&obj, header)?;
+    turn.input = match obj.get("input") {
+        None | Some(Value::Null) => return Err(missing("input")),
+        Some(Value::String(s)) => vec![Item::user_text(s)],
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| parse_input_item(v, &format!("input[{i}]")))
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(invalid_type("input", "a string or an array", v)),
+    };
+    turn.model = opt_str(&obj, "model", "model")?;
+    turn.instructions = opt_str(&obj, "instructions", "instructions")?;
+    turn.stream = match field(&obj, "stream") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(invalid_type("stream", "a boolean", v)),
+    };
+    turn.temperature = opt_number(&obj, "temperature", 2.0)?;
+    turn.top_p = opt_number(&obj, "top_p", 1.0)?;
+    turn.max_output_tokens = match field(&obj, "max_output_tokens") {
+        None => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => Some(n),
+            _ if v.is_i64() || v.is_u64() => {
+                return Err(invalid_value(
+                    "max_output_tokens",
+                    "Invalid value for 'max_output_tokens': expected a positive integer.",
+                ))
+            }
+            _ => return Err(invalid_type("max_output_tokens", "an integer", v)),
+        },
+    };
+
+    let mut extra = Map::new();
+    if let Some(tools) = field(&obj, "tools") {
+        let Value::Array(tools) = tools else {
+            return Err(invalid_type("tools", "an array", tools));
+        };
+        let mut hosted = Vec::new();
+        for (i, t) in tools.iter().enumerate() {
+            match parse_tool(t, &format!("tools[{i}]"))? {
+                Some(tool) => turn.tools.push(tool),
+                None => hosted.push(t.clone()),
+            }
+        }
+        // Hosted tools (web_search, mcp, …) have no place in `Tool`; they ride in `extra`
+        // so an agent that speaks Responses still gets them (see `build_request`).
+        if !hosted.is_empty() {
+            extra.insert("tools".into(), Value::Array(hosted));
+        }
+    }
+    match field(&obj, "tool_choice") {
+        None => {}
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" | "none" | "required" => turn.tool_choice = Some(s.clone()),
+            _ => {
+                return Err(invalid_value(
+                    "tool_choice",
+                    format!("Invalid value for 'tool_choice': '{s}'. Supported values are 'auto', 'none' and 'required', or an object."),
+                ))
+            }
+        },
+        Some(Value::Object(choice)) => {
+            match choice.get("type").and_then(Value::as_str) {
+                Some("function") => {
+                    turn.tool_choice = Some(req_str(choice, "name", "tool_choice.name")?)
+                }
+                Some(_) => {
+                    extra.insert("tool_choice".into(), Value::Object(choice.clone()));
+                }
+                None => return Err(missing("tool_choice.type")),
+            }
+        }
+        Some(v) => return Err(invalid_type("tool_choice", "a string or an object", v)),
+    }
+    for (k, v) in &obj {
+        if !NOT_EXTRA.contains(&k.as_str()) {
+            extra.insert(k.clone(), v.clone());
+        }
+    }
+    turn.extra = extra;
+    Ok(turn)
+}
+
+/// A function tool, or `None` for any other (hosted) tool type.
+fn parse_tool(v: &Value, param: &str) -> Result<Option<Tool>, InputError> {
+    let Value::Object(t) = v else {
+        return Err(invalid_type(param, "an object", v));
+    };
+    let kind = req_str(t, "type", &format!("{param}.type"))?;
+    if kind != "function" {
+        return Ok(None);
+    }
+    let parameters = match field(t, "parameters") {
+        None => None,
+        Some(p @ Value::Object(_)) => Some(p.clone()),
+        Some(p) => return Err(invalid_type(&format!("{param}.parameters"), "an object", p)),
+    };
+    let strict = match field(t, "strict") {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(s) => return Err(invalid_type(&format!("{param}.strict"), "a boolean", s)),
+    };
+    Ok(Some(Tool {
+        name: req_str(t, "name", &format!("{param}.name"))?,
+        description: opt_str(t, "description", &format!("{param}.description"))?,
+        parameters,
+        strict,
+    }))
+}
+
+fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
+    let Value::Object(o) = v else {
+        return Err(invalid_type(param, "an object", v));
+    };
+    let kind = opt_str(o, "type", &format!("{param}.type"))?;
+    match kind.as_deref() {
+        None if o.contains_key("role") => parse_message(o, param),
+        None => Err(missing(&format!("{param}.type"))),
+        Some("message") => parse_message(o, param),
+        Some("function_call") => Ok(Item::ToolCall {
+            call_id: req_str(o, "call_id", &format!("{param}.call_id"))?,
+            name: req_str(o, "name", &format!("{param}.name"))?,
+            arguments: req_str(o, "arguments", &format!("{param}.arguments"))?,
+        }),
+        Some("function_call_output") => {
+            let call_id = req_str(o, "call_id", &format!("{param}.call_id"))?;
+            let p = format!("{param}.output");
+            let output = match field(o, "output") {
+                None => return Err(missing(&p)),
+                Some(Value::String(s)) => s.clone(),
+                // `ToolResult` holds text only: the text parts are what survives.
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .enumerate()
+                    .map(|(j, part)| match parse_part(part, &format!("{p}[{j}]"))? {
+                        Block::Text(t) => Ok(t),
+                        _ => Ok(String::new()),
+                    })
+                    .collect::<Result<Vec<_>, InputError>>()?
+                    .concat(),
+                Some(v) => return Err(invalid_type(&p, "a string or an array", v)),
+            };
+            Ok(Item::ToolResult { call_id, output })
+        }
+        Some("reasoning") => Ok(Item::Reasoning {
+            text: reasoning_text(v),
+        }),
+        Some("mcp_approval_request" | "mcp_approval_response") => Ok(Item::Approval(v.clone())),
+        Some(other) => Err(invalid_value(
+            &format!("{param}.type"),
+            format!("Invalid value for '{param}.type': input items of type '{other}' are not supported (supported: message, function_call, function_call_output, reasoning, mcp_approval_request, mcp_approval_response)."),
+        )),
+    }
+}
+
+fn parse_message(o: &Map<String, Value>, param: &str) -> Result<Item, InputError> {
+    let role_param = format!("{param}.role");
+    let role = req_str(o, "role", &role_param)?;
+    if !matches!(role.as_str(), "user" | "assistant" | "system" | "developer") {
+        return Err(invalid_value(
+            &role_param,
+            format!("Invalid value for '{role_param}': '{role}'. Supported values are 'user', 'assistant', 'system' and 'developer'."),
+        ));
+    }
+    let p = format!("{param}.content");
+    let content = match field(o, "content") {
+        None => return Err(missing(&p)),
+        Some(Value::String(s)) => vec![Block::Text(s.clone())],
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .enumerate()
+            .map(|(j, part)| parse_part(part, &format!("{p}[{j}]")))
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(invalid_type(&p, "a string or an array", v)),
+    };
+    Ok(Item::Message { role, content })
+}
+
+fn parse_part(v: &Value, param: &str) -> Result<Block, InputError> {
+    let Value::Object(o) = v else {
+        return Err(invalid_type(param, "an object", v));
+    };
+    let kind = req_str(o, "type", &format!("{param}.type"))?;
+    let s = |k: &str| opt_str(o, k, &format!("{param}.{k}"));
+    match kind.as_str() {
+        "input_text" | "output_text" | "text" => Ok(Block::Text(req_str(
+            o,
+            "text",
+            &format!("{param}.text"),
+        )?)),
+        "refusal" => Ok(Block::Text(req_str(o, "refusal", &format!("{param}.refusal"))?)),
+        // An upload reference has no scheme, which is how `build_request` tells a
+        // `file_id` from a URL again.
+        "input_image" => Ok(Block::Image {
+            url: match (s("image_url")?, s("file_id")?) {
+                (Some(url), _) | (None, Some(url)) => url,
+                (None, None) => return Err(missing(&format!("{param}.image_url"))),
+            },
+            detail: s("detail")?,
+        }),
+        "input_file" => {
+            let (data, url, id) = (s("file_data")?, s("file_url")?, s("file_id")?);
+            if data.is_none() && url.is_none() && id.is_none() {
+                return Err(missing(&format!("{param}.file_data")));
+            }
+            Ok(Block::File {
+                filename: s("filename")?,
+                data,
+                url: url.or(id),
+            })
+        }
+        other => Err(invalid_value(
+            &format!("{param}.type"),
+            format!("Invalid value for '{param}.type': content parts of type '{other}' are not supported (supported: input_text, output_text, input_image, input_file)."),
+        )),
+    }
+}
