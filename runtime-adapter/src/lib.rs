@@ -8,6 +8,7 @@ pub mod a2a;
 pub mod adk;
 pub mod chat;
 pub mod item;
+mod params;
 pub mod projection;
 pub mod protocol;
 pub mod responses;

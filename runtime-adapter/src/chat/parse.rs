@@ -4,8 +4,12 @@
 use serde_json::{Map, Value};
 
 use crate::item::{Block, Item};
+use crate::params::{field, invalid_value, missing, Params};
 use crate::protocol::Protocol;
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
+
+/// Chat Completions names a number "a number" in its errors.
+const PARAMS: Params = Params::CHAT;
 
 /// Top-level fields Tether interprets itself; everything else travels in `extra`.
 const HANDLED_FIELDS: &[&str] = &[
@@ -27,37 +31,21 @@ pub(super) fn parse_request(
     body: &[u8],
     session_header: Option<&str>,
 ) -> Result<TurnRequest, InputError> {
-    let body: Value = serde_json::from_slice(body).map_err(|e| {
-        InputError::new(
-            "invalid_json",
-            None,
-            format!("The request body is not valid JSON: {e}."),
-        )
-    })?;
-    let Value::Object(obj) = body else {
-        return Err(InputError::new(
-            "invalid_type",
-            None,
-            format!(
-                "The request body must be a JSON object, but got {} instead.",
-                kind(&body)
-            ),
-        ));
-    };
+    let obj = PARAMS.object(body)?;
 
     let mut turn = TurnRequest::new(Protocol::OpenAiChat);
     turn.input = match obj.get("messages") {
         None | Some(Value::Null) => return Err(missing("messages")),
         Some(messages) => parse_messages(messages)?,
     };
-    turn.model = opt_str(&obj, "model")?.filter(|m| !m.is_empty());
-    turn.stream = opt_bool(&obj, "stream")?.unwrap_or(false);
+    turn.model = PARAMS.opt_str(&obj, "model")?.filter(|m| !m.is_empty());
+    turn.stream = PARAMS.opt_bool(&obj, "stream")?.unwrap_or(false);
     if let Some(v) = field(&obj, "stream_options") {
         if !v.is_object() {
-            return Err(invalid_type("stream_options", "an object", v));
+            return Err(PARAMS.invalid_type("stream_options", "an object", v));
         }
     }
-    turn.temperature = opt_f64(&obj, "temperature")?;
+    turn.temperature = PARAMS.opt_number(&obj, "temperature")?;
     if let Some(t) = turn.temperature {
         if !(0.0..=2.0).contains(&t) {
             return Err(invalid_value(
@@ -66,7 +54,7 @@ pub(super) fn parse_request(
             ));
         }
     }
-    turn.top_p = opt_f64(&obj, "top_p")?;
+    turn.top_p = PARAMS.opt_number(&obj, "top_p")?;
     if let Some(p) = turn.top_p {
         if !(0.0..=1.0).contains(&p) {
             return Err(invalid_value(
@@ -95,11 +83,11 @@ pub(super) fn parse_request(
                     "Invalid 'n': Tether returns a single choice per turn; 'n' must be 1.",
                 ))
             }
-            None => return Err(invalid_type("n", "an integer", n)),
+            None => return Err(PARAMS.invalid_type("n", "an integer", n)),
         }
     }
 
-    let body_session = opt_str(&obj, "session_id")?;
+    let body_session = PARAMS.opt_str(&obj, "session_id")?;
     if body_session.as_deref() == Some("") {
         return Err(invalid_value(
             "session_id",
@@ -128,71 +116,6 @@ pub(super) fn parse_request(
     Ok(turn)
 }
 
-/// A present, non-null field: OpenAI treats an explicit `null` as "not given".
-fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn invalid_type(param: &str, expected: &str, got: &Value) -> InputError {
-    InputError::new(
-        "invalid_type",
-        Some(param),
-        format!(
-            "Invalid type for '{param}': expected {expected}, but got {} instead.",
-            kind(got)
-        ),
-    )
-}
-
-fn missing(param: &str) -> InputError {
-    InputError::new(
-        "missing_required_parameter",
-        Some(param),
-        format!("Missing required parameter: '{param}'."),
-    )
-}
-
-fn invalid_value(param: &str, message: impl Into<String>) -> InputError {
-    InputError::new("invalid_value", Some(param), message)
-}
-
-fn opt_str(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, InputError> {
-    match field(obj, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(v) => Err(invalid_type(key, "a string", v)),
-    }
-}
-
-fn opt_bool(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>, InputError> {
-    match field(obj, key) {
-        None => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(v) => Err(invalid_type(key, "a boolean", v)),
-    }
-}
-
-fn opt_f64(obj: &Map<String, Value>, key: &str) -> Result<Option<f64>, InputError> {
-    match field(obj, key) {
-        None => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| invalid_type(key, "a number", v)),
-    }
-}
-
 fn opt_max_tokens(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, InputError> {
     match field(obj, key) {
         None => Ok(None),
@@ -206,14 +129,14 @@ fn opt_max_tokens(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, In
                 key,
                 format!("Invalid '{key}': expected an integer of at least 1, but got {v} instead."),
             )),
-            None => Err(invalid_type(key, "an integer", v)),
+            None => Err(PARAMS.invalid_type(key, "an integer", v)),
         },
     }
 }
 
 fn parse_messages(v: &Value) -> Result<Vec<Item>, InputError> {
     let Some(messages) = v.as_array() else {
-        return Err(invalid_type("messages", "an array", v));
+        return Err(PARAMS.invalid_type("messages", "an array", v));
     };
     if messages.is_empty() {
         return Err(invalid_value(
@@ -230,34 +153,22 @@ fn parse_messages(v: &Value) -> Result<Vec<Item>, InputError> {
 
 fn parse_message(m: &Value, p: &str, items: &mut Vec<Item>) -> Result<(), InputError> {
     let Some(obj) = m.as_object() else {
-        return Err(invalid_type(p, "an object", m));
+        return Err(PARAMS.invalid_type(p, "an object", m));
     };
     let role_param = format!("{p}.role");
-    let role = match field(obj, "role") {
-        None => return Err(missing(&role_param)),
-        Some(Value::String(r)) => r.as_str(),
-        Some(v) => return Err(invalid_type(&role_param, "a string", v)),
-    };
+    let role = PARAMS.req_str(obj, "role", p)?;
     let content_param = format!("{p}.content");
-    match role {
+    match role.as_str() {
         "system" | "developer" | "user" => {
             let content = match field(obj, "content") {
                 None => return Err(missing(&content_param)),
                 Some(c) => parse_content(c, &content_param)?,
             };
-            items.push(Item::Message {
-                role: role.to_owned(),
-                content,
-            });
+            items.push(Item::Message { role, content });
         }
         "assistant" => parse_assistant(obj, p, items)?,
         "tool" => {
-            let id_param = format!("{p}.tool_call_id");
-            let call_id = match field(obj, "tool_call_id") {
-                None => return Err(missing(&id_param)),
-                Some(Value::String(s)) => s.clone(),
-                Some(v) => return Err(invalid_type(&id_param, "a string", v)),
-            };
+            let call_id = PARAMS.req_str(obj, "tool_call_id", p)?;
             let output = match field(obj, "content") {
                 None => return Err(missing(&content_param)),
                 Some(c) => text_only(c, &content_param)?,
@@ -292,7 +203,7 @@ fn parse_assistant(
                 }
                 break;
             }
-            Some(v) => return Err(invalid_type(&format!("{p}.{key}"), "a string", v)),
+            Some(v) => return Err(PARAMS.invalid_type(&format!("{p}.{key}"), "a string", v)),
         }
     }
 
@@ -302,10 +213,8 @@ fn parse_assistant(
         Some(c) => Some(parse_content(c, &content_param)?),
     };
     if content.is_none() {
-        match field(obj, "refusal") {
-            None => {}
-            Some(Value::String(s)) => content = Some(vec![Block::Text(s.clone())]),
-            Some(v) => return Err(invalid_type(&format!("{p}.refusal"), "a string", v)),
+        if let Some(refusal) = PARAMS.opt_str_at(obj, "refusal", p)? {
+            content = Some(vec![Block::Text(refusal)]);
         }
     }
 
@@ -313,7 +222,7 @@ fn parse_assistant(
     if let Some(v) = field(obj, "tool_calls") {
         let tc_param = format!("{p}.tool_calls");
         let Some(arr) = v.as_array() else {
-            return Err(invalid_type(&tc_param, "an array", v));
+            return Err(PARAMS.invalid_type(&tc_param, "an array", v));
         };
         for (j, call) in arr.iter().enumerate() {
             calls.push(parse_tool_call(call, &format!("{tc_param}[{j}]"))?);
@@ -342,32 +251,21 @@ fn parse_assistant(
 
 fn parse_tool_call(v: &Value, p: &str) -> Result<Item, InputError> {
     let Some(obj) = v.as_object() else {
-        return Err(invalid_type(p, "an object", v));
+        return Err(PARAMS.invalid_type(p, "an object", v));
     };
-    let typ_param = format!("{p}.type");
-    match field(obj, "type") {
-        None | Some(Value::String(_)) => {}
-        Some(v) => return Err(invalid_type(&typ_param, "a string", v)),
-    }
-    if let Some(t) = field(obj, "type").and_then(Value::as_str) {
+    if let Some(t) = PARAMS.opt_str_at(obj, "type", p)? {
         if t != "function" {
             return Err(invalid_value(
-                &typ_param,
-                format!(
-                    "Invalid value for '{typ_param}': '{t}'. Supported values are: 'function'."
-                ),
+                &format!("{p}.type"),
+                format!("Invalid value for '{p}.type': '{t}'. Supported values are: 'function'."),
             ));
         }
     }
-    let call_id = req_str(obj, "id", p)?;
+    let call_id = PARAMS.req_str(obj, "id", p)?;
     let fn_param = format!("{p}.function");
-    let function = match field(obj, "function") {
-        None => return Err(missing(&fn_param)),
-        Some(Value::Object(f)) => f,
-        Some(v) => return Err(invalid_type(&fn_param, "an object", v)),
-    };
-    let name = req_str(function, "name", &fn_param)?;
-    let arguments = req_str(function, "arguments", &fn_param)?;
+    let function = PARAMS.req_object(obj, "function", p)?;
+    let name = PARAMS.req_str(function, "name", &fn_param)?;
+    let arguments = PARAMS.req_str(function, "arguments", &fn_param)?;
     Ok(Item::ToolCall {
         call_id,
         name,
@@ -375,40 +273,23 @@ fn parse_tool_call(v: &Value, p: &str) -> Result<Item, InputError> {
     })
 }
 
-fn req_str(obj: &Map<String, Value>, key: &str, p: &str) -> Result<String, InputError> {
-    let param = format!("{p}.{key}");
-    match field(obj, key) {
-        None => Err(missing(&param)),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(v) => Err(invalid_type(&param, "a string", v)),
-    }
-}
-
-fn opt_str_at(obj: &Map<String, Value>, key: &str, p: &str) -> Result<Option<String>, InputError> {
-    match field(obj, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(v) => Err(invalid_type(&format!("{p}.{key}"), "a string", v)),
-    }
-}
-
 /// Message content: a string, or an array of content parts.
 fn parse_content(v: &Value, p: &str) -> Result<Vec<Block>, InputError> {
     let parts = match v {
         Value::String(s) => return Ok(vec![Block::Text(s.clone())]),
         Value::Array(parts) => parts,
-        _ => return Err(invalid_type(p, "a string or an array of content parts", v)),
+        _ => return Err(PARAMS.invalid_type(p, "a string or an array of content parts", v)),
     };
     let mut blocks = Vec::with_capacity(parts.len());
     for (j, part) in parts.iter().enumerate() {
         let pp = format!("{p}[{j}]");
         let Some(obj) = part.as_object() else {
-            return Err(invalid_type(&pp, "an object", part));
+            return Err(PARAMS.invalid_type(&pp, "an object", part));
         };
-        let typ = req_str(obj, "type", &pp)?;
+        let typ = PARAMS.req_str(obj, "type", &pp)?;
         blocks.push(match typ.as_str() {
-            "text" => Block::Text(req_str(obj, "text", &pp)?),
-            "refusal" => Block::Text(req_str(obj, "refusal", &pp)?),
+            "text" => Block::Text(PARAMS.req_str(obj, "text", &pp)?),
+            "refusal" => Block::Text(PARAMS.req_str(obj, "refusal", &pp)?),
             "image_url" => {
                 let ip = format!("{pp}.image_url");
                 match field(obj, "image_url") {
@@ -419,22 +300,18 @@ fn parse_content(v: &Value, p: &str) -> Result<Vec<Block>, InputError> {
                         detail: None,
                     },
                     Some(Value::Object(img)) => Block::Image {
-                        url: req_str(img, "url", &ip)?,
-                        detail: opt_str_at(img, "detail", &ip)?,
+                        url: PARAMS.req_str(img, "url", &ip)?,
+                        detail: PARAMS.opt_str_at(img, "detail", &ip)?,
                     },
-                    Some(v) => return Err(invalid_type(&ip, "an object", v)),
+                    Some(v) => return Err(PARAMS.invalid_type(&ip, "an object", v)),
                 }
             }
             "file" => {
                 let fp = format!("{pp}.file");
-                let file = match field(obj, "file") {
-                    None => return Err(missing(&fp)),
-                    Some(Value::Object(f)) => f,
-                    Some(v) => return Err(invalid_type(&fp, "an object", v)),
-                };
-                let filename = opt_str_at(file, "filename", &fp)?;
-                let data = opt_str_at(file, "file_data", &fp)?;
-                let url = opt_str_at(file, "file_id", &fp)?;
+                let file = PARAMS.req_object(obj, "file", &pp)?;
+                let filename = PARAMS.opt_str_at(file, "filename", &fp)?;
+                let data = PARAMS.opt_str_at(file, "file_data", &fp)?;
+                let url = PARAMS.opt_str_at(file, "file_id", &fp)?;
                 if data.is_none() && url.is_none() {
                     return Err(missing(&format!("{fp}.file_data")));
                 }
@@ -479,15 +356,15 @@ fn text_only(v: &Value, p: &str) -> Result<String, InputError> {
 
 fn parse_tools(v: &Value) -> Result<Vec<Tool>, InputError> {
     let Some(arr) = v.as_array() else {
-        return Err(invalid_type("tools", "an array", v));
+        return Err(PARAMS.invalid_type("tools", "an array", v));
     };
     let mut tools = Vec::with_capacity(arr.len());
     for (i, t) in arr.iter().enumerate() {
         let p = format!("tools[{i}]");
         let Some(obj) = t.as_object() else {
-            return Err(invalid_type(&p, "an object", t));
+            return Err(PARAMS.invalid_type(&p, "an object", t));
         };
-        let typ = req_str(obj, "type", &p)?;
+        let typ = PARAMS.req_str(obj, "type", &p)?;
         if typ != "function" {
             return Err(invalid_value(
                 &format!("{p}.type"),
@@ -495,31 +372,19 @@ fn parse_tools(v: &Value) -> Result<Vec<Tool>, InputError> {
             ));
         }
         let fp = format!("{p}.function");
-        let function = match field(obj, "function") {
-            None => return Err(missing(&fp)),
-            Some(Value::Object(f)) => f,
-            Some(v) => return Err(invalid_type(&fp, "an object", v)),
-        };
-        let name = req_str(function, "name", &fp)?;
+        let function = PARAMS.req_object(obj, "function", &p)?;
+        let name = PARAMS.req_str(function, "name", &fp)?;
         if name.is_empty() {
             return Err(invalid_value(
                 &format!("{fp}.name"),
                 format!("Invalid '{fp}.name': expected a non-empty string."),
             ));
         }
-        let parameters = match field(function, "parameters") {
-            None => None,
-            Some(v @ Value::Object(_)) => Some(v.clone()),
-            Some(v) => return Err(invalid_type(&format!("{fp}.parameters"), "an object", v)),
-        };
-        let strict = match field(function, "strict") {
-            None => None,
-            Some(Value::Bool(b)) => Some(*b),
-            Some(v) => return Err(invalid_type(&format!("{fp}.strict"), "a boolean", v)),
-        };
+        let parameters = PARAMS.opt_object_at(function, "parameters", &fp)?;
+        let strict = PARAMS.opt_bool_at(function, "strict", &fp)?;
         tools.push(Tool {
             name,
-            description: opt_str_at(function, "description", &fp)?,
+            description: PARAMS.opt_str_at(function, "description", &fp)?,
             parameters,
             strict,
         });
@@ -535,20 +400,16 @@ fn parse_tool_choice(v: &Value) -> Result<String, InputError> {
             format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object naming a function."),
         )),
         Value::Object(obj) => {
-            let typ = req_str(obj, "type", "tool_choice")?;
+            let typ = PARAMS.req_str(obj, "type", "tool_choice")?;
             if typ != "function" {
                 return Err(invalid_value(
                     "tool_choice.type",
                     format!("Invalid value for 'tool_choice.type': '{typ}'. Supported values are: 'function'."),
                 ));
             }
-            let function = match field(obj, "function") {
-                None => return Err(missing("tool_choice.function")),
-                Some(Value::Object(f)) => f,
-                Some(v) => return Err(invalid_type("tool_choice.function", "an object", v)),
-            };
-            req_str(function, "name", "tool_choice.function")
+            let function = PARAMS.req_object(obj, "function", "tool_choice")?;
+            PARAMS.req_str(function, "name", "tool_choice.function")
         }
-        _ => Err(invalid_type("tool_choice", "a string or an object", v)),
+        _ => Err(PARAMS.invalid_type("tool_choice", "a string or an object", v)),
     }
 }

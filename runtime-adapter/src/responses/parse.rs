@@ -5,8 +5,12 @@ use serde_json::{Map, Value};
 
 use super::wire::reasoning_text;
 use crate::item::{Block, Item};
+use crate::params::{field, invalid_value, missing, Params};
 use crate::protocol::Protocol;
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
+
+/// Responses tells "a decimal" from "an integer" in its errors.
+const PARAMS: Params = Params::RESPONSES;
 
 /// Top-level fields that never reach `extra`: the session is Tether's business, `store` is
 /// always Tether's log, and `background` is what Tether's runs already are (a stored,
@@ -29,65 +33,11 @@ const NOT_EXTRA: [&str; 14] = [
     "tool_choice",
 ];
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_f64() => "a decimal",
-        Value::Number(_) => "an integer",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn invalid_type(param: &str, expected: &str, got: &Value) -> InputError {
-    InputError::new(
-        "invalid_type",
-        Some(param),
-        format!(
-            "Invalid type for '{param}': expected {expected}, but got {} instead.",
-            type_name(got)
-        ),
-    )
-}
-
-fn missing(param: &str) -> InputError {
-    InputError::new(
-        "missing_required_parameter",
-        Some(param),
-        format!("Missing required parameter: '{param}'."),
-    )
-}
-
-fn invalid_value(param: &str, message: impl Into<String>) -> InputError {
-    InputError::new("invalid_value", Some(param), message)
-}
-
-/// A field's value; `null` counts as absent, as it does for OpenAI.
-fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
-}
-
-fn opt_str(obj: &Map<String, Value>, key: &str, param: &str) -> Result<Option<String>, InputError> {
-    match field(obj, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(v) => Err(invalid_type(param, "a string", v)),
-    }
-}
-
-fn req_str(obj: &Map<String, Value>, key: &str, param: &str) -> Result<String, InputError> {
-    opt_str(obj, key, param)?.ok_or_else(|| missing(param))
-}
-
-fn opt_number(obj: &Map<String, Value>, key: &str, max: f64) -> Result<Option<f64>, InputError> {
-    let Some(v) = field(obj, key) else {
+/// A number between 0 and `max`.
+fn opt_ranged(obj: &Map<String, Value>, key: &str, max: f64) -> Result<Option<f64>, InputError> {
+    let Some(n) = PARAMS.opt_number(obj, key)? else {
         return Ok(None);
     };
-    let n = v
-        .as_f64()
-        .ok_or_else(|| invalid_type(key, "a decimal", v))?;
     if !(0.0..=max).contains(&n) {
         return Err(invalid_value(
             key,
@@ -105,7 +55,7 @@ fn session_str(v: &Value, param: &str) -> Result<String, InputError> {
             format!("Invalid value for '{param}': a session id cannot be empty."),
         )),
         Value::String(s) => Ok(s.clone()),
-        v => Err(invalid_type(param, "a string", v)),
+        v => Err(PARAMS.invalid_type(param, "a string", v)),
     }
 }
 
@@ -118,7 +68,7 @@ fn parse_session(obj: &Map<String, Value>, header: Option<&str>) -> Result<Sessi
         },
         Some(v @ Value::String(_)) => Some(session_str(v, "conversation")?),
         Some(v) => {
-            return Err(invalid_type(
+            return Err(PARAMS.invalid_type(
                 "conversation",
                 "a string or an object with an 'id'",
                 v,
@@ -179,23 +129,7 @@ fn parse_session(obj: &Map<String, Value>, header: Option<&str>) -> Result<Sessi
 
 /// A client's request body (and its `x-session-id` header) as a turn.
 pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnRequest, InputError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        InputError::new(
-            "invalid_json",
-            None,
-            format!("The request body is not valid JSON: {e}."),
-        )
-    })?;
-    let Value::Object(obj) = value else {
-        return Err(InputError::new(
-            "invalid_type",
-            None,
-            format!(
-                "The request body must be a JSON object, but got {} instead.",
-                type_name(&value)
-            ),
-        ));
-    };
+    let obj = PARAMS.object(body)?;
 
     let mut turn = TurnRequest::new(Protocol::OpenAiResponses);
     turn.session = parse_session(&obj, header)?;
@@ -207,17 +141,13 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
             .enumerate()
             .map(|(i, v)| parse_input_item(v, &format!("input[{i}]")))
             .collect::<Result<_, _>>()?,
-        Some(v) => return Err(invalid_type("input", "a string or an array", v)),
+        Some(v) => return Err(PARAMS.invalid_type("input", "a string or an array", v)),
     };
-    turn.model = opt_str(&obj, "model", "model")?;
-    turn.instructions = opt_str(&obj, "instructions", "instructions")?;
-    turn.stream = match field(&obj, "stream") {
-        None => false,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => return Err(invalid_type("stream", "a boolean", v)),
-    };
-    turn.temperature = opt_number(&obj, "temperature", 2.0)?;
-    turn.top_p = opt_number(&obj, "top_p", 1.0)?;
+    turn.model = PARAMS.opt_str(&obj, "model")?;
+    turn.instructions = PARAMS.opt_str(&obj, "instructions")?;
+    turn.stream = PARAMS.opt_bool(&obj, "stream")?.unwrap_or(false);
+    turn.temperature = opt_ranged(&obj, "temperature", 2.0)?;
+    turn.top_p = opt_ranged(&obj, "top_p", 1.0)?;
     turn.max_output_tokens = match field(&obj, "max_output_tokens") {
         None => None,
         Some(v) => match v.as_u64() {
@@ -228,14 +158,14 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
                     "Invalid value for 'max_output_tokens': expected a positive integer.",
                 ))
             }
-            _ => return Err(invalid_type("max_output_tokens", "an integer", v)),
+            _ => return Err(PARAMS.invalid_type("max_output_tokens", "an integer", v)),
         },
     };
 
     let mut extra = Map::new();
     if let Some(tools) = field(&obj, "tools") {
         let Value::Array(tools) = tools else {
-            return Err(invalid_type("tools", "an array", tools));
+            return Err(PARAMS.invalid_type("tools", "an array", tools));
         };
         let mut hosted = Vec::new();
         for (i, t) in tools.iter().enumerate() {
@@ -264,7 +194,7 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
         Some(Value::Object(choice)) => {
             match choice.get("type").and_then(Value::as_str) {
                 Some("function") => {
-                    turn.tool_choice = Some(req_str(choice, "name", "tool_choice.name")?)
+                    turn.tool_choice = Some(PARAMS.req_str(choice, "name", "tool_choice")?)
                 }
                 Some(_) => {
                     extra.insert("tool_choice".into(), Value::Object(choice.clone()));
@@ -272,7 +202,7 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
                 None => return Err(missing("tool_choice.type")),
             }
         }
-        Some(v) => return Err(invalid_type("tool_choice", "a string or an object", v)),
+        Some(v) => return Err(PARAMS.invalid_type("tool_choice", "a string or an object", v)),
     }
     for (k, v) in &obj {
         if !NOT_EXTRA.contains(&k.as_str()) {
@@ -286,25 +216,17 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
 /// A function tool, or `None` for any other (hosted) tool type.
 fn parse_tool(v: &Value, param: &str) -> Result<Option<Tool>, InputError> {
     let Value::Object(t) = v else {
-        return Err(invalid_type(param, "an object", v));
+        return Err(PARAMS.invalid_type(param, "an object", v));
     };
-    let kind = req_str(t, "type", &format!("{param}.type"))?;
+    let kind = PARAMS.req_str(t, "type", param)?;
     if kind != "function" {
         return Ok(None);
     }
-    let parameters = match field(t, "parameters") {
-        None => None,
-        Some(p @ Value::Object(_)) => Some(p.clone()),
-        Some(p) => return Err(invalid_type(&format!("{param}.parameters"), "an object", p)),
-    };
-    let strict = match field(t, "strict") {
-        None => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(s) => return Err(invalid_type(&format!("{param}.strict"), "a boolean", s)),
-    };
+    let parameters = PARAMS.opt_object_at(t, "parameters", param)?;
+    let strict = PARAMS.opt_bool_at(t, "strict", param)?;
     Ok(Some(Tool {
-        name: req_str(t, "name", &format!("{param}.name"))?,
-        description: opt_str(t, "description", &format!("{param}.description"))?,
+        name: PARAMS.req_str(t, "name", param)?,
+        description: PARAMS.opt_str_at(t, "description", param)?,
         parameters,
         strict,
     }))
@@ -312,20 +234,20 @@ fn parse_tool(v: &Value, param: &str) -> Result<Option<Tool>, InputError> {
 
 fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
     let Value::Object(o) = v else {
-        return Err(invalid_type(param, "an object", v));
+        return Err(PARAMS.invalid_type(param, "an object", v));
     };
-    let kind = opt_str(o, "type", &format!("{param}.type"))?;
+    let kind = PARAMS.opt_str_at(o, "type", param)?;
     match kind.as_deref() {
         None if o.contains_key("role") => parse_message(o, param),
         None => Err(missing(&format!("{param}.type"))),
         Some("message") => parse_message(o, param),
         Some("function_call") => Ok(Item::ToolCall {
-            call_id: req_str(o, "call_id", &format!("{param}.call_id"))?,
-            name: req_str(o, "name", &format!("{param}.name"))?,
-            arguments: req_str(o, "arguments", &format!("{param}.arguments"))?,
+            call_id: PARAMS.req_str(o, "call_id", param)?,
+            name: PARAMS.req_str(o, "name", param)?,
+            arguments: PARAMS.req_str(o, "arguments", param)?,
         }),
         Some("function_call_output") => {
-            let call_id = req_str(o, "call_id", &format!("{param}.call_id"))?;
+            let call_id = PARAMS.req_str(o, "call_id", param)?;
             let p = format!("{param}.output");
             let output = match field(o, "output") {
                 None => return Err(missing(&p)),
@@ -340,7 +262,7 @@ fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
                     })
                     .collect::<Result<Vec<_>, InputError>>()?
                     .concat(),
-                Some(v) => return Err(invalid_type(&p, "a string or an array", v)),
+                Some(v) => return Err(PARAMS.invalid_type(&p, "a string or an array", v)),
             };
             Ok(Item::ToolResult { call_id, output })
         }
@@ -357,7 +279,7 @@ fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
 
 fn parse_message(o: &Map<String, Value>, param: &str) -> Result<Item, InputError> {
     let role_param = format!("{param}.role");
-    let role = req_str(o, "role", &role_param)?;
+    let role = PARAMS.req_str(o, "role", param)?;
     if !matches!(role.as_str(), "user" | "assistant" | "system" | "developer") {
         return Err(invalid_value(
             &role_param,
@@ -373,24 +295,20 @@ fn parse_message(o: &Map<String, Value>, param: &str) -> Result<Item, InputError
             .enumerate()
             .map(|(j, part)| parse_part(part, &format!("{p}[{j}]")))
             .collect::<Result<_, _>>()?,
-        Some(v) => return Err(invalid_type(&p, "a string or an array", v)),
+        Some(v) => return Err(PARAMS.invalid_type(&p, "a string or an array", v)),
     };
     Ok(Item::Message { role, content })
 }
 
 fn parse_part(v: &Value, param: &str) -> Result<Block, InputError> {
     let Value::Object(o) = v else {
-        return Err(invalid_type(param, "an object", v));
+        return Err(PARAMS.invalid_type(param, "an object", v));
     };
-    let kind = req_str(o, "type", &format!("{param}.type"))?;
-    let s = |k: &str| opt_str(o, k, &format!("{param}.{k}"));
+    let kind = PARAMS.req_str(o, "type", param)?;
+    let s = |k: &str| PARAMS.opt_str_at(o, k, param);
     match kind.as_str() {
-        "input_text" | "output_text" | "text" => Ok(Block::Text(req_str(
-            o,
-            "text",
-            &format!("{param}.text"),
-        )?)),
-        "refusal" => Ok(Block::Text(req_str(o, "refusal", &format!("{param}.refusal"))?)),
+        "input_text" | "output_text" | "text" => Ok(Block::Text(PARAMS.req_str(o, "text", param)?)),
+        "refusal" => Ok(Block::Text(PARAMS.req_str(o, "refusal", param)?)),
         // An upload reference has no scheme, which is how `build_request` tells a
         // `file_id` from a URL again.
         "input_image" => Ok(Block::Image {
