@@ -4,21 +4,19 @@
 use serde_json::{json, Value};
 
 use super::ChatUpstream;
+use crate::body_parser::{BodyParser, BodyReader};
 use crate::item::Item;
-use crate::sse::{SseFrame, SseParser};
+use crate::sse::SseFrame;
 use crate::upstream::{Output, StreamParser};
 
 impl ChatUpstream {
     /// A parser for the agent's response body with the given content type.
     pub fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser> {
-        if content_type
-            .to_ascii_lowercase()
-            .contains("text/event-stream")
-        {
-            Box::new(ChatSseParser::default())
-        } else {
-            Box::new(ChatJsonParser::default())
-        }
+        Box::new(BodyParser::lenient(
+            content_type,
+            SNIFF_LIMIT,
+            ChatReader::default(),
+        ))
     }
 }
 
@@ -143,6 +141,17 @@ fn error_of(doc: &Value) -> Option<&Value> {
     doc.get("error").filter(|e| !e.is_null())
 }
 
+/// Where a delta or message carries reasoning: `reasoning_content` (DeepSeek, older vLLM)
+/// or `reasoning` (newer vLLM, OpenRouter); a server sending both means the same text.
+const REASONING_KEYS: [&str; 2] = ["reasoning_content", "reasoning"];
+
+/// The first of `keys` whose value is a non-empty string.
+fn first_text<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a str> {
+    keys.iter()
+        .filter_map(|k| v.get(*k).and_then(Value::as_str))
+        .find(|s| !s.is_empty())
+}
+
 /// The choice Tether follows (index 0; Tether never asks for more).
 fn first_choice(doc: &Value) -> Option<&Value> {
     let choices = doc.get("choices")?.as_array()?;
@@ -155,27 +164,19 @@ fn first_choice(doc: &Value) -> Option<&Value> {
 /// document sent under an SSE content type.
 const SNIFF_LIMIT: usize = 1 << 20;
 
-/// Parses a `chat.completion.chunk` SSE stream.
+/// Reads a `chat.completion.chunk` stream, or one `chat.completion` (or error) document.
 #[derive(Default)]
-struct ChatSseParser {
-    sse: SseParser,
+struct ChatReader {
     gathered: Gathered,
     usage: Option<Value>,
     /// A `finish_reason` was seen: the turn is complete even without `[DONE]`.
     finished: bool,
     /// `Done` went out; nothing follows it.
     done: bool,
-    /// Whether any SSE event arrived at all.
-    any_frame: bool,
-    raw: Vec<u8>,
 }
 
-impl ChatSseParser {
+impl BodyReader for ChatReader {
     fn frame(&mut self, frame: SseFrame, out: &mut Vec<Output>) {
-        if !self.any_frame {
-            self.any_frame = true;
-            self.raw = Vec::new();
-        }
         if self.done {
             return;
         }
@@ -207,20 +208,12 @@ impl ChatSseParser {
         };
         if let Some(delta) = choice.get("delta") {
             let g = &mut self.gathered;
-            let text = ["content", "refusal"]
-                .iter()
-                .filter_map(|k| delta.get(*k).and_then(Value::as_str))
-                .find(|s| !s.is_empty());
+            let text = first_text(delta, &["content", "refusal"]);
             if let Some(text) = text {
                 g.text.push_str(text);
                 out.push(Output::TextDelta(text.to_owned()));
             }
-            // `reasoning_content` (DeepSeek, older vLLM) or `reasoning` (newer vLLM,
-            // OpenRouter); a server sending both means the same text.
-            let reasoning = ["reasoning_content", "reasoning"]
-                .iter()
-                .filter_map(|k| delta.get(*k).and_then(Value::as_str))
-                .find(|s| !s.is_empty());
+            let reasoning = first_text(delta, &REASONING_KEYS);
             if let Some(reasoning) = reasoning {
                 g.reasoning.push_str(reasoning);
                 out.push(Output::ReasoningDelta(reasoning.to_owned()));
@@ -240,33 +233,10 @@ impl ChatSseParser {
             out.extend(self.gathered.take_items());
         }
     }
-}
 
-impl StreamParser for ChatSseParser {
-    fn feed(&mut self, bytes: &[u8]) -> Vec<Output> {
-        if !self.any_frame && self.raw.len() < SNIFF_LIMIT {
-            self.raw.extend_from_slice(bytes);
-        }
-        let mut out = Vec::new();
-        for frame in self.sse.feed(bytes) {
-            self.frame(frame, &mut out);
-        }
-        out
-    }
-
-    fn finish(&mut self) -> Vec<Output> {
-        let mut out = Vec::new();
-        if let Some(frame) = self.sse.finish() {
-            self.frame(frame, &mut out);
-        }
-        let raw = std::mem::take(&mut self.raw);
-        if !self.any_frame && raw.trim_ascii_start().starts_with(b"{") {
-            // Not SSE after all: an error or a whole completion under the wrong content
-            // type. (An empty or comment-only stream is simply an agent closing early.)
-            return parse_json_body(&raw);
-        }
+    fn end(&mut self, out: &mut Vec<Output>) {
         if self.done {
-            return out;
+            return;
         }
         out.extend(self.gathered.take_items());
         if self.finished {
@@ -275,33 +245,10 @@ impl StreamParser for ChatSseParser {
                 usage: self.usage.take(),
             });
         }
-        out
-    }
-}
-
-/// Parses a non-streaming `chat.completion` body, whole, at the end.
-#[derive(Default)]
-struct ChatJsonParser {
-    body: Vec<u8>,
-}
-
-impl StreamParser for ChatJsonParser {
-    fn feed(&mut self, bytes: &[u8]) -> Vec<Output> {
-        self.body.extend_from_slice(bytes);
-        Vec::new()
     }
 
-    fn finish(&mut self) -> Vec<Output> {
-        let body = std::mem::take(&mut self.body);
-        let trimmed = body.trim_ascii_start();
-        // An agent that streams despite labelling its body otherwise.
-        if trimmed.starts_with(b"data:") || trimmed.starts_with(b"event:") {
-            let mut sse = ChatSseParser::default();
-            let mut out = sse.feed(&body);
-            out.extend(sse.finish());
-            return out;
-        }
-        parse_json_body(&body)
+    fn document(&mut self, body: &[u8], out: &mut Vec<Output>) {
+        out.extend(parse_json_body(body));
     }
 }
 
@@ -327,11 +274,7 @@ fn parse_json_body(body: &[u8]) -> Vec<Output> {
     }
     let mut g = Gathered::default();
     if let Some(message) = first_choice(&doc).and_then(|c| c.get("message")) {
-        if let Some(r) = ["reasoning_content", "reasoning"]
-            .iter()
-            .filter_map(|k| message.get(*k).and_then(Value::as_str))
-            .find(|s| !s.is_empty())
-        {
+        if let Some(r) = first_text(message, &REASONING_KEYS) {
             g.reasoning = r.to_owned();
         }
         g.text = match message.get("content") {

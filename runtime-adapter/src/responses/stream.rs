@@ -7,33 +7,21 @@ use serde_json::{json, Value};
 
 use super::wire::reasoning_text;
 use super::ResponsesUpstream;
+use crate::body_parser::{BodyParser, BodyReader};
 use crate::item::{Block, Item};
-use crate::sse::{SseFrame, SseParser};
+use crate::sse::SseFrame;
 use crate::upstream::{Output, StreamParser};
 
 impl ResponsesUpstream {
     /// A parser for the agent's response body with the given content type.
     pub fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser> {
-        let sse = content_type
-            .to_ascii_lowercase()
-            .contains("text/event-stream");
-        Box::new(ResponsesParser {
-            sse: sse.then(SseParser::new),
-            body: Vec::new(),
-            state: ParseState::default(),
-        })
+        Box::new(BodyParser::new(content_type, ResponsesReader::default()))
     }
 }
 
-struct ResponsesParser {
-    /// `None` for a plain JSON body, buffered whole in `body`.
-    sse: Option<SseParser>,
-    body: Vec<u8>,
-    state: ParseState,
-}
-
+/// Reads a stream of Responses events, or one `response` (or error) document.
 #[derive(Default)]
-struct ParseState {
+struct ResponsesReader {
     /// `response.completed` or an error was seen: the turn is decided.
     finished: bool,
     /// Output items already emitted (by id, or by output index when there is none).
@@ -94,7 +82,7 @@ fn error_output(err: Option<&Value>, default_code: &str, default_message: &str) 
     }
 }
 
-impl ParseState {
+impl ResponsesReader {
     fn emit_item(&mut self, item: &Value, index: Option<u64>, out: &mut Vec<Output>) {
         let key = match (str_at(item, "id"), index) {
             (Some(id), _) => format!("id:{id}"),
@@ -216,17 +204,6 @@ impl ParseState {
             _ => {}
         }
     }
-
-    fn frame(&mut self, frame: SseFrame, out: &mut Vec<Output>) {
-        let data = frame.data.trim();
-        if data.is_empty() || data == "[DONE]" {
-            return;
-        }
-        // A frame that is not JSON (a keep-alive, a proxy's banner) carries nothing.
-        if let Ok(v) = serde_json::from_str::<Value>(data) {
-            self.event(&v, frame.event.as_deref(), out);
-        }
-    }
 }
 
 fn incomplete(response: &Value) -> Output {
@@ -240,50 +217,31 @@ fn incomplete(response: &Value) -> Output {
     }
 }
 
-impl StreamParser for ResponsesParser {
-    fn feed(&mut self, bytes: &[u8]) -> Vec<Output> {
-        let mut out = Vec::new();
-        match &mut self.sse {
-            Some(sse) => {
-                for frame in sse.feed(bytes) {
-                    self.state.frame(frame, &mut out);
-                }
-            }
-            None => self.body.extend_from_slice(bytes),
+impl BodyReader for ResponsesReader {
+    fn frame(&mut self, frame: SseFrame, out: &mut Vec<Output>) {
+        let data = frame.data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            return;
         }
-        out
+        // A frame that is not JSON (a keep-alive, a proxy's banner) carries nothing.
+        if let Ok(v) = serde_json::from_str::<Value>(data) {
+            self.event(&v, frame.event.as_deref(), out);
+        }
     }
 
-    fn finish(&mut self) -> Vec<Output> {
-        let mut out = Vec::new();
-        match &mut self.sse {
-            Some(sse) => {
-                if let Some(frame) = sse.finish() {
-                    self.state.frame(frame, &mut out);
-                }
-            }
-            None => {
-                let body = std::mem::take(&mut self.body);
-                match serde_json::from_slice::<Value>(&body) {
-                    // A failed response object carries `error` too: its status decides.
-                    Ok(v) if v.get("output").is_some_and(Value::is_array) => {
-                        self.state.response(&v, &mut out)
-                    }
-                    Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => {
-                        out.push(error_output(
-                            v.get("error"),
-                            UPSTREAM_ERROR,
-                            "The agent reported an error.",
-                        ))
-                    }
-                    _ => out.push(Output::Error {
-                        code: "invalid_upstream_response".into(),
-                        message: "The agent's response is not a Responses API response object."
-                            .into(),
-                    }),
-                }
-            }
+    fn document(&mut self, body: &[u8], out: &mut Vec<Output>) {
+        match serde_json::from_slice::<Value>(body) {
+            // A failed response object carries `error` too: its status decides.
+            Ok(v) if v.get("output").is_some_and(Value::is_array) => self.response(&v, out),
+            Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => out.push(error_output(
+                v.get("error"),
+                UPSTREAM_ERROR,
+                "The agent reported an error.",
+            )),
+            _ => out.push(Output::Error {
+                code: "invalid_upstream_response".into(),
+                message: "The agent's response is not a Responses API response object.".into(),
+            }),
         }
-        out
     }
 }
