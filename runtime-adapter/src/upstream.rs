@@ -1,4 +1,4 @@
-//! The upstream side of an adapter: the agent's protocol, building its request from the
+//! The upstream side of an adapter: building the agent's request from the
 //! projection plus the new turn, and parsing its response into `Output`s.
 
 use serde_json::Value;
