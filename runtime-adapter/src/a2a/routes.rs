@@ -186,8 +186,9 @@ fn route_rest(
                 .map_or_else(|e| e.reply(&client), Route::Run)
         }
         Op::Get => {
-            client.history_length =
-                query_param(req.query, "historyLength").and_then(|n| n.parse().ok());
+            client.history_length = req
+                .query_param("historyLength")
+                .and_then(|n| n.parse().ok());
             let fallback = with_headers(AgentRequest::get(path), headers);
             task_route(op, task_id, &client, fallback, req)
         }
@@ -311,14 +312,6 @@ fn path_and_query(req: &ClientRequest) -> String {
         Some(q) if !q.is_empty() => format!("{}?{q}", req.path),
         _ => req.path.to_owned(),
     }
-}
-
-fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    query?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
 }
 
 /// The client's protocol headers, to send on to the agent.
