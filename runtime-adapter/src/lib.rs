@@ -30,20 +30,21 @@ pub use upstream::{
 
 /// The surface a client speaks (its request and response wire format).
 pub fn surface(protocol: Protocol) -> &'static dyn Surface {
-    match protocol {
-        Protocol::OpenAiChat => &chat::ChatSurface,
-        Protocol::OpenAiResponses => &responses::ResponsesSurface,
-        Protocol::A2a => &a2a::A2aSurface,
-        Protocol::Adk => &adk::AdkSurface,
-    }
+    adapter(protocol).0
 }
 
 /// The adapter for an agent that speaks `protocol`.
 pub fn upstream(protocol: Protocol) -> &'static dyn Upstream {
+    adapter(protocol).1
+}
+
+/// Each protocol's client surface and upstream adapter: the one place a protocol is
+/// bound to its code.
+fn adapter(protocol: Protocol) -> (&'static dyn Surface, &'static dyn Upstream) {
     match protocol {
-        Protocol::OpenAiChat => &chat::ChatUpstream,
-        Protocol::OpenAiResponses => &responses::ResponsesUpstream,
-        Protocol::A2a => &a2a::A2aUpstream,
-        Protocol::Adk => &adk::AdkUpstream,
+        Protocol::OpenAiChat => (&chat::ChatSurface, &chat::ChatUpstream),
+        Protocol::OpenAiResponses => (&responses::ResponsesSurface, &responses::ResponsesUpstream),
+        Protocol::A2a => (&a2a::A2aSurface, &a2a::A2aUpstream),
+        Protocol::Adk => (&adk::AdkSurface, &adk::AdkUpstream),
     }
 }

@@ -9,28 +9,26 @@ use serde_json::{Map, Value};
 
 use crate::turn::InputError;
 
-/// How a surface words the type of a JSON value in "expected …, but got … instead".
-#[derive(Clone, Copy)]
-pub(crate) struct Params {
-    /// Whether numbers are "a decimal" or "an integer" rather than "a number".
-    typed_numbers: bool,
+type Obj = Map<String, Value>;
+
+/// A field that may be absent, or the error for one of the wrong type.
+type Found<T> = Result<Option<T>, InputError>;
+
+/// Whose wording the errors take: the two APIs say the same things slightly differently.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Params {
+    /// Chat Completions: any number is "a number".
+    Chat,
+    /// Responses: a number is "a decimal" or "an integer".
+    Responses,
 }
 
 impl Params {
-    /// Chat Completions' wording: any number is "a number".
-    pub(crate) const CHAT: Params = Params {
-        typed_numbers: false,
-    };
-    /// Responses' wording: a number is "a decimal" or "an integer".
-    pub(crate) const RESPONSES: Params = Params {
-        typed_numbers: true,
-    };
-
     fn kind(self, v: &Value) -> &'static str {
         match v {
             Value::Null => "null",
             Value::Bool(_) => "a boolean",
-            Value::Number(_) if !self.typed_numbers => "a number",
+            Value::Number(_) if self == Params::Chat => "a number",
             Value::Number(n) if n.is_f64() => "a decimal",
             Value::Number(_) => "an integer",
             Value::String(_) => "a string",
@@ -40,7 +38,7 @@ impl Params {
     }
 
     /// The request body, which must be one JSON object.
-    pub(crate) fn object(self, body: &[u8]) -> Result<Map<String, Value>, InputError> {
+    pub(crate) fn object(self, body: &[u8]) -> Result<Obj, InputError> {
         let value: Value = serde_json::from_slice(body).map_err(|e| {
             InputError::new(
                 "invalid_json",
@@ -73,87 +71,70 @@ impl Params {
     }
 
     /// A top-level string field.
-    pub(crate) fn opt_str(
-        self,
-        obj: &Map<String, Value>,
-        key: &str,
-    ) -> Result<Option<String>, InputError> {
-        self.typed(obj, key, key, "a string", |v| v.as_str().map(str::to_owned))
+    pub(crate) fn opt_str(self, obj: &Obj, key: &str) -> Found<String> {
+        self.typed(obj, key, key, "a string", string)
     }
 
     /// A string field of the object at `at`.
-    pub(crate) fn opt_str_at(
-        self,
-        obj: &Map<String, Value>,
-        key: &str,
-        at: &str,
-    ) -> Result<Option<String>, InputError> {
-        let param = format!("{at}.{key}");
-        self.typed(obj, key, &param, "a string", |v| {
-            v.as_str().map(str::to_owned)
-        })
+    pub(crate) fn opt_str_at(self, obj: &Obj, key: &str, at: &str) -> Found<String> {
+        self.typed(obj, key, &path(at, key), "a string", string)
     }
 
     /// A required string field of the object at `at`.
-    pub(crate) fn req_str(
-        self,
-        obj: &Map<String, Value>,
-        key: &str,
-        at: &str,
-    ) -> Result<String, InputError> {
-        let param = format!("{at}.{key}");
-        self.typed(obj, key, &param, "a string", |v| {
-            v.as_str().map(str::to_owned)
-        })?
-        .ok_or_else(|| missing(&param))
+    pub(crate) fn req_str(self, obj: &Obj, key: &str, at: &str) -> Result<String, InputError> {
+        self.opt_str_at(obj, key, at)?
+            .ok_or_else(|| missing(&path(at, key)))
     }
 
     /// A top-level boolean field.
-    pub(crate) fn opt_bool(
-        self,
-        obj: &Map<String, Value>,
-        key: &str,
-    ) -> Result<Option<bool>, InputError> {
+    pub(crate) fn opt_bool(self, obj: &Obj, key: &str) -> Found<bool> {
         self.typed(obj, key, key, "a boolean", Value::as_bool)
     }
 
     /// A boolean field of the object at `at`.
-    pub(crate) fn opt_bool_at(
-        self,
-        obj: &Map<String, Value>,
-        key: &str,
-        at: &str,
-    ) -> Result<Option<bool>, InputError> {
-        self.typed(
-            obj,
+    pub(crate) fn opt_bool_at(self, obj: &Obj, key: &str, at: &str) -> Found<bool> {
+        self.typed(obj, key, &path(at, key), "a boolean", Value::as_bool)
+    }
+
+    /// A top-level number field, which must lie between 0 and `max`.
+    pub(crate) fn opt_number(self, obj: &Obj, key: &str, max: f64) -> Found<f64> {
+        let expected = match self {
+            Params::Chat => "a number",
+            Params::Responses => "a decimal",
+        };
+        let Some(n) = self.typed(obj, key, key, expected, Value::as_f64)? else {
+            return Ok(None);
+        };
+        if (0.0..=max).contains(&n) {
+            return Ok(Some(n));
+        }
+        Err(invalid_value(
             key,
-            &format!("{at}.{key}"),
-            "a boolean",
-            Value::as_bool,
-        )
+            match self {
+                Params::Chat => format!(
+                    "Invalid '{key}': {n} is out of range; expected a number between 0 and {max}."
+                ),
+                Params::Responses => format!(
+                    "Invalid value for '{key}': expected a number between 0 and {max}, but got {n} instead."
+                ),
+            },
+        ))
     }
 
     /// An object field of the object at `at`, kept as JSON (a tool's `parameters`).
-    pub(crate) fn opt_object_at(
-        self,
-        obj: &Map<String, Value>,
-        key: &str,
-        at: &str,
-    ) -> Result<Option<Value>, InputError> {
-        let param = format!("{at}.{key}");
-        self.typed(obj, key, &param, "an object", |v| {
-            v.is_object().then(|| v.clone())
-        })
+    pub(crate) fn opt_object_at(self, obj: &Obj, key: &str, at: &str) -> Found<Value> {
+        let object = |v: &Value| v.is_object().then(|| v.clone());
+        self.typed(obj, key, &path(at, key), "an object", object)
     }
 
     /// A required object field of the object at `at`.
     pub(crate) fn req_object<'a>(
         self,
-        obj: &'a Map<String, Value>,
+        obj: &'a Obj,
         key: &str,
         at: &str,
-    ) -> Result<&'a Map<String, Value>, InputError> {
-        let param = format!("{at}.{key}");
+    ) -> Result<&'a Obj, InputError> {
+        let param = path(at, key);
         match field(obj, key) {
             None => Err(missing(&param)),
             Some(Value::Object(o)) => Ok(o),
@@ -161,29 +142,15 @@ impl Params {
         }
     }
 
-    /// A top-level number field.
-    pub(crate) fn opt_number(
-        self,
-        obj: &Map<String, Value>,
-        key: &str,
-    ) -> Result<Option<f64>, InputError> {
-        let expected = if self.typed_numbers {
-            "a decimal"
-        } else {
-            "a number"
-        };
-        self.typed(obj, key, key, expected, Value::as_f64)
-    }
-
     /// A field read by `read`, which answers `None` when the value is of the wrong type.
     fn typed<T>(
         self,
-        obj: &Map<String, Value>,
+        obj: &Obj,
         key: &str,
         param: &str,
         expected: &str,
         read: impl Fn(&Value) -> Option<T>,
-    ) -> Result<Option<T>, InputError> {
+    ) -> Found<T> {
         match field(obj, key) {
             None => Ok(None),
             Some(v) => read(v)
@@ -193,8 +160,17 @@ impl Params {
     }
 }
 
+/// The parameter `key` of the object at `at` (`messages[0].role`).
+fn path(at: &str, key: &str) -> String {
+    format!("{at}.{key}")
+}
+
+fn string(v: &Value) -> Option<String> {
+    v.as_str().map(str::to_owned)
+}
+
 /// A present, non-null field: OpenAI treats an explicit `null` as "not given".
-pub(crate) fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+pub(crate) fn field<'a>(obj: &'a Obj, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
@@ -220,20 +196,20 @@ mod tests {
     fn each_surface_words_numbers_its_own_way() {
         let got = |p: Params, v: Value| p.invalid_type("x", "a string", &v).message;
         assert_eq!(
-            got(Params::CHAT, json!(1.5)),
+            got(Params::Chat, json!(1.5)),
             "Invalid type for 'x': expected a string, but got a number instead."
         );
         assert_eq!(
-            got(Params::RESPONSES, json!(1.5)),
+            got(Params::Responses, json!(1.5)),
             "Invalid type for 'x': expected a string, but got a decimal instead."
         );
         assert_eq!(
-            got(Params::RESPONSES, json!(2)),
+            got(Params::Responses, json!(2)),
             "Invalid type for 'x': expected a string, but got an integer instead."
         );
         let body = |p: Params| p.object(b"[1]").unwrap_err().message;
         assert_eq!(
-            body(Params::CHAT),
+            body(Params::Chat),
             "The request body must be a JSON object, but got an array instead."
         );
     }
@@ -241,16 +217,36 @@ mod tests {
     #[test]
     fn nested_fields_are_named_by_their_path() {
         let obj = json!({ "a": 1, "b": null }).as_object().unwrap().clone();
-        let e = Params::CHAT.req_str(&obj, "a", "tools[0]").unwrap_err();
+        let e = Params::Chat.req_str(&obj, "a", "tools[0]").unwrap_err();
         assert_eq!(
             (e.code, e.param.as_deref()),
             ("invalid_type", Some("tools[0].a"))
         );
-        let e = Params::CHAT.req_str(&obj, "b", "tools[0]").unwrap_err();
+        let e = Params::Chat.req_str(&obj, "b", "tools[0]").unwrap_err();
         assert_eq!(
             (e.code, e.param.as_deref()),
             ("missing_required_parameter", Some("tools[0].b"))
         );
-        assert_eq!(Params::CHAT.opt_bool(&obj, "b"), Ok(None));
+        assert_eq!(Params::Chat.opt_bool(&obj, "b"), Ok(None));
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_worded_per_surface() {
+        let obj = json!({ "temperature": 2.5, "top_p": 1 })
+            .as_object()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            Params::Chat
+                .opt_number(&obj, "temperature", 2.0)
+                .unwrap_err()
+                .message,
+            "Invalid 'temperature': 2.5 is out of range; expected a number between 0 and 2."
+        );
+        assert_eq!(
+            Params::Responses.opt_number(&obj, "temperature", 2.0).unwrap_err().message,
+            "Invalid value for 'temperature': expected a number between 0 and 2, but got 2.5 instead."
+        );
+        assert_eq!(Params::Chat.opt_number(&obj, "top_p", 1.0), Ok(Some(1.0)));
     }
 }

@@ -170,3 +170,33 @@ pub trait Upstream: Send + Sync {
 /// Builds the request that tells the agent to stop the run it knows as the given
 /// handle (the run's `agent_ref`).
 pub type Cancel = Box<dyn Fn(&str) -> AgentRequest + Send + Sync>;
+
+/// A stateless agent (the OpenAI APIs): each turn is one POST to `PATH` carrying the
+/// whole history, answered by one body; nothing to probe, restore or cancel.
+pub(crate) trait Stateless: Send + Sync {
+    const PROTOCOL: Protocol;
+    /// Where the agent serves the protocol.
+    const PATH: &'static str;
+
+    /// JSON body of the agent request: `history` (the projection) followed by the
+    /// turn's new input, always streaming, never naming a stored conversation.
+    fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value;
+
+    /// A parser for the agent's response body with the given content type.
+    fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser>;
+}
+
+impl<T: Stateless> Upstream for T {
+    fn protocol(&self) -> Protocol {
+        T::PROTOCOL
+    }
+
+    fn request(&self, call: &TurnCall) -> AgentRequest {
+        let body = self.build_request(call.history, call.turn, call.default_model);
+        AgentRequest::post(T::PATH, body)
+    }
+
+    fn parser(&self, _call: &TurnCall, content_type: &str) -> Box<dyn StreamParser> {
+        self.body_parser(content_type)
+    }
+}

@@ -9,7 +9,7 @@ use crate::protocol::Protocol;
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
 
 /// Chat Completions names a number "a number" in its errors.
-const PARAMS: Params = Params::CHAT;
+const PARAMS: Params = Params::Chat;
 
 /// Top-level fields Tether interprets itself; everything else travels in `extra`.
 const HANDLED_FIELDS: &[&str] = &[
@@ -45,24 +45,8 @@ pub(super) fn parse_request(
             return Err(PARAMS.invalid_type("stream_options", "an object", v));
         }
     }
-    turn.temperature = PARAMS.opt_number(&obj, "temperature")?;
-    if let Some(t) = turn.temperature {
-        if !(0.0..=2.0).contains(&t) {
-            return Err(invalid_value(
-                "temperature",
-                format!("Invalid 'temperature': {t} is out of range; expected a number between 0 and 2."),
-            ));
-        }
-    }
-    turn.top_p = PARAMS.opt_number(&obj, "top_p")?;
-    if let Some(p) = turn.top_p {
-        if !(0.0..=1.0).contains(&p) {
-            return Err(invalid_value(
-                "top_p",
-                format!("Invalid 'top_p': {p} is out of range; expected a number between 0 and 1."),
-            ));
-        }
-    }
+    turn.temperature = PARAMS.opt_number(&obj, "temperature", 2.0)?;
+    turn.top_p = PARAMS.opt_number(&obj, "top_p", 1.0)?;
     // `max_completion_tokens` supersedes the deprecated `max_tokens`.
     let max_tokens = opt_max_tokens(&obj, "max_tokens")?;
     let max_completion_tokens = opt_max_tokens(&obj, "max_completion_tokens")?;
@@ -254,12 +238,7 @@ fn parse_tool_call(v: &Value, p: &str) -> Result<Item, InputError> {
         return Err(PARAMS.invalid_type(p, "an object", v));
     };
     if let Some(t) = PARAMS.opt_str_at(obj, "type", p)? {
-        if t != "function" {
-            return Err(invalid_value(
-                &format!("{p}.type"),
-                format!("Invalid value for '{p}.type': '{t}'. Supported values are: 'function'."),
-            ));
-        }
+        only_function(&t, p)?;
     }
     let call_id = PARAMS.req_str(obj, "id", p)?;
     let fn_param = format!("{p}.function");
@@ -364,13 +343,7 @@ fn parse_tools(v: &Value) -> Result<Vec<Tool>, InputError> {
         let Some(obj) = t.as_object() else {
             return Err(PARAMS.invalid_type(&p, "an object", t));
         };
-        let typ = PARAMS.req_str(obj, "type", &p)?;
-        if typ != "function" {
-            return Err(invalid_value(
-                &format!("{p}.type"),
-                format!("Invalid value for '{p}.type': '{typ}'. Supported values are: 'function'."),
-            ));
-        }
+        only_function(&PARAMS.req_str(obj, "type", &p)?, &p)?;
         let fp = format!("{p}.function");
         let function = PARAMS.req_object(obj, "function", &p)?;
         let name = PARAMS.req_str(function, "name", &fp)?;
@@ -400,16 +373,21 @@ fn parse_tool_choice(v: &Value) -> Result<String, InputError> {
             format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object naming a function."),
         )),
         Value::Object(obj) => {
-            let typ = PARAMS.req_str(obj, "type", "tool_choice")?;
-            if typ != "function" {
-                return Err(invalid_value(
-                    "tool_choice.type",
-                    format!("Invalid value for 'tool_choice.type': '{typ}'. Supported values are: 'function'."),
-                ));
-            }
+            only_function(&PARAMS.req_str(obj, "type", "tool_choice")?, "tool_choice")?;
             let function = PARAMS.req_object(obj, "function", "tool_choice")?;
             PARAMS.req_str(function, "name", "tool_choice.function")
         }
         _ => Err(PARAMS.invalid_type("tool_choice", "a string or an object", v)),
     }
+}
+
+/// The `type` of the object at `at`, which Chat Completions allows only as `function`.
+fn only_function(typ: &str, at: &str) -> Result<(), InputError> {
+    if typ == "function" {
+        return Ok(());
+    }
+    Err(invalid_value(
+        &format!("{at}.type"),
+        format!("Invalid value for '{at}.type': '{typ}'. Supported values are: 'function'."),
+    ))
 }

@@ -83,10 +83,9 @@ pub(super) struct ChatRenderer {
     open: bool,
     /// Tool calls rendered so far: the next call's `index`.
     tool_calls: usize,
-    /// Text (reasoning) deltas rendered since the last assistant message (reasoning)
-    /// event: if none, that event's text still has to be sent.
-    text_streamed: bool,
-    reasoning_streamed: bool,
+    /// Per channel, whether deltas were rendered since its last whole event (assistant
+    /// message, reasoning): if none, that event's text still has to be sent.
+    streamed: [bool; 2],
     /// The message of the last `error` event, for the terminal error frame.
     error: Option<String>,
     failed: bool,
@@ -103,8 +102,7 @@ impl ChatRenderer {
             started: false,
             open: false,
             tool_calls: 0,
-            text_streamed: false,
-            reasoning_streamed: false,
+            streamed: [false; 2],
             error: None,
             failed: false,
             last_seq: None,
@@ -142,8 +140,7 @@ impl ChatRenderer {
                 self.open = true;
                 self.failed = false;
                 self.error = None;
-                self.text_streamed = false;
-                self.reasoning_streamed = false;
+                self.streamed = [false; 2];
                 if self.started {
                     return Vec::new();
                 }
@@ -192,6 +189,42 @@ impl ChatRenderer {
     }
 }
 
+/// The two kinds of text a chunk's delta carries.
+#[derive(Clone, Copy)]
+enum Channel {
+    Text,
+    Reasoning,
+}
+
+impl Channel {
+    fn key(self) -> &'static str {
+        match self {
+            Channel::Text => "content",
+            Channel::Reasoning => "reasoning_content",
+        }
+    }
+}
+
+impl ChatRenderer {
+    /// A delta of `channel` (`streaming`), or its whole text when none of it was streamed.
+    fn text(&mut self, channel: Channel, event: &Event, streaming: bool) -> Vec<SseFrame> {
+        let text = event.text();
+        let streamed = &mut self.streamed[channel as usize];
+        let send = if streaming {
+            *streamed |= !text.is_empty();
+            !text.is_empty()
+        } else {
+            !std::mem::take(streamed) && !text.is_empty()
+        };
+        if !send {
+            return Vec::new();
+        }
+        let mut delta = serde_json::Map::new();
+        delta.insert(channel.key().into(), text.into());
+        self.delta(Value::Object(delta), event.seq)
+    }
+}
+
 fn frame(body: Value, seq: i64) -> SseFrame {
     SseFrame::json(&body).with_id(seq)
 }
@@ -212,37 +245,13 @@ impl StreamRenderer for ChatRenderer {
             return Vec::new();
         }
         match event.event_type {
-            EventType::TextDelta => {
-                let delta = event.text();
-                if delta.is_empty() {
-                    return Vec::new();
-                }
-                self.text_streamed = true;
-                self.delta(json!({ "content": delta }), event.seq)
-            }
-            EventType::ReasoningDelta => {
-                let delta = event.text();
-                if delta.is_empty() {
-                    return Vec::new();
-                }
-                self.reasoning_streamed = true;
-                self.delta(json!({ "reasoning_content": delta }), event.seq)
-            }
+            EventType::TextDelta => self.text(Channel::Text, event, true),
+            EventType::ReasoningDelta => self.text(Channel::Reasoning, event, true),
             EventType::Message if event.role.as_deref() == Some("assistant") => {
-                let streamed = std::mem::take(&mut self.text_streamed);
-                let text = event.text();
-                if streamed || text.is_empty() {
-                    return Vec::new();
-                }
-                self.delta(json!({ "content": text }), event.seq)
+                self.text(Channel::Text, event, false)
             }
             EventType::Reasoning if is_assistant(event) => {
-                let streamed = std::mem::take(&mut self.reasoning_streamed);
-                let text = event.text();
-                if streamed || text.is_empty() {
-                    return Vec::new();
-                }
-                self.delta(json!({ "reasoning_content": text }), event.seq)
+                self.text(Channel::Reasoning, event, false)
             }
             EventType::ToolCall => {
                 let s = |k: &str| event.content.get(k).and_then(Value::as_str).unwrap_or("");

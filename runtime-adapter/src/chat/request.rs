@@ -4,10 +4,11 @@
 use serde_json::{json, Map, Value};
 
 use super::wire::tool_call_json;
-use super::ChatUpstream;
+use super::{stream, ChatUpstream};
 use crate::item::{Block, Item};
 use crate::protocol::Protocol;
 use crate::turn::{Tool, TurnRequest};
+use crate::upstream::{Stateless, StreamParser};
 
 /// Fields of `extra` never forwarded: Tether sets them itself, or they name a session the
 /// agent must not know about.
@@ -20,15 +21,11 @@ const NOT_FORWARDED: &[&str] = &[
     "max_completion_tokens",
 ];
 
-impl ChatUpstream {
-    /// JSON body of the agent request: `history` (the projection) followed by the turn's
-    /// new input, always streaming, never naming a stored conversation.
-    pub fn build_request(
-        &self,
-        history: &[Item],
-        turn: &TurnRequest,
-        default_model: &str,
-    ) -> Value {
+impl Stateless for ChatUpstream {
+    const PROTOCOL: Protocol = Protocol::OpenAiChat;
+    const PATH: &'static str = "/v1/chat/completions";
+
+    fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value {
         let mut body = Map::new();
         if turn.surface == Protocol::OpenAiChat {
             for (k, v) in &turn.extra {
@@ -73,20 +70,14 @@ impl ChatUpstream {
         }
         Value::Object(body)
     }
+
+    fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser> {
+        stream::body_parser(content_type)
+    }
 }
 
 fn chat_tool(tool: &Tool) -> Value {
-    let mut function = json!({ "name": tool.name });
-    if let Some(d) = &tool.description {
-        function["description"] = json!(d);
-    }
-    if let Some(p) = &tool.parameters {
-        function["parameters"] = p.clone();
-    }
-    if let Some(s) = tool.strict {
-        function["strict"] = json!(s);
-    }
-    json!({ "type": "function", "function": function })
+    json!({ "type": "function", "function": tool.function_fields() })
 }
 
 /// History items as chat messages. Tool calls join the assistant message just before

@@ -3,22 +3,10 @@
 
 use serde_json::{json, Value};
 
-use super::ChatUpstream;
 use crate::body_parser::{BodyParser, BodyReader};
 use crate::item::Item;
 use crate::sse::SseFrame;
 use crate::upstream::{Output, StreamParser};
-
-impl ChatUpstream {
-    /// A parser for the agent's response body with the given content type.
-    pub fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser> {
-        Box::new(BodyParser::lenient(
-            content_type,
-            SNIFF_LIMIT,
-            ChatReader::default(),
-        ))
-    }
-}
 
 /// A tool call being reassembled from stream pieces.
 #[derive(Default)]
@@ -163,6 +151,15 @@ fn first_choice(doc: &Value) -> Option<&Value> {
 /// Longest prefix of a streamed body kept in case it turns out to be a plain JSON error
 /// document sent under an SSE content type.
 const SNIFF_LIMIT: usize = 1 << 20;
+
+/// A parser for the agent's response body with the given content type.
+pub(super) fn body_parser(content_type: &str) -> Box<dyn StreamParser> {
+    Box::new(BodyParser::lenient(
+        content_type,
+        SNIFF_LIMIT,
+        ChatReader::default(),
+    ))
+}
 
 /// Reads a `chat.completion.chunk` stream, or one `chat.completion` (or error) document.
 #[derive(Default)]

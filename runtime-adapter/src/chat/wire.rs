@@ -2,9 +2,6 @@
 
 use serde_json::{json, Value};
 
-/// Where the agent serves this protocol.
-pub(super) const PATH: &str = "/v1/chat/completions";
-
 /// A tool call as an assistant message carries it.
 pub(super) fn tool_call_json(id: &str, name: &str, arguments: &str) -> Value {
     json!({ "id": id, "type": "function", "function": { "name": name, "arguments": arguments } })

@@ -3,7 +3,8 @@
 //!
 //! - `parse`: the client's request read into a turn;
 //! - `render`: committed events back as Responses stream events and the `response` object;
-//! - `request`: the agent's request built from the projection and the turn;
+//! - `request`: the agent's request built from the projection and the turn (what makes
+//!   the upstream a `Stateless` agent);
 //! - `stream`: the agent's answer read into outputs;
 //! - `wire`: what those share about the wire format.
 
@@ -19,12 +20,9 @@ mod tests;
 use serde_json::Value;
 use session_log::Event;
 
-use crate::protocol::Protocol;
 use crate::surface::{RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
-use crate::upstream::{AgentRequest, StreamParser, TurnCall, Upstream};
 use render::{run_hex, Renderer};
-use wire::PATH;
 
 pub struct ResponsesSurface;
 pub struct ResponsesUpstream;
@@ -61,22 +59,5 @@ impl Surface for ResponsesSurface {
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         ours.then(|| format!("run_{hex}"))
-    }
-}
-
-impl Upstream for ResponsesUpstream {
-    fn protocol(&self) -> Protocol {
-        Protocol::OpenAiResponses
-    }
-
-    fn request(&self, call: &TurnCall) -> AgentRequest {
-        AgentRequest::post(
-            PATH,
-            self.build_request(call.history, call.turn, call.default_model),
-        )
-    }
-
-    fn parser(&self, _call: &TurnCall, content_type: &str) -> Box<dyn StreamParser> {
-        self.body_parser(content_type)
     }
 }

@@ -10,7 +10,7 @@ use crate::protocol::Protocol;
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
 
 /// Responses tells "a decimal" from "an integer" in its errors.
-const PARAMS: Params = Params::RESPONSES;
+const PARAMS: Params = Params::Responses;
 
 /// Top-level fields that never reach `extra`: the session is Tether's business, `store` is
 /// always Tether's log, and `background` is what Tether's runs already are (a stored,
@@ -32,20 +32,6 @@ const NOT_EXTRA: [&str; 14] = [
     "tools",
     "tool_choice",
 ];
-
-/// A number between 0 and `max`.
-fn opt_ranged(obj: &Map<String, Value>, key: &str, max: f64) -> Result<Option<f64>, InputError> {
-    let Some(n) = PARAMS.opt_number(obj, key)? else {
-        return Ok(None);
-    };
-    if !(0.0..=max).contains(&n) {
-        return Err(invalid_value(
-            key,
-            format!("Invalid value for '{key}': expected a number between 0 and {max}, but got {n} instead."),
-        ));
-    }
-    Ok(Some(n))
-}
 
 /// A session id named in the body: a non-empty string.
 fn session_str(v: &Value, param: &str) -> Result<String, InputError> {
@@ -146,8 +132,8 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
     turn.model = PARAMS.opt_str(&obj, "model")?;
     turn.instructions = PARAMS.opt_str(&obj, "instructions")?;
     turn.stream = PARAMS.opt_bool(&obj, "stream")?.unwrap_or(false);
-    turn.temperature = opt_ranged(&obj, "temperature", 2.0)?;
-    turn.top_p = opt_ranged(&obj, "top_p", 1.0)?;
+    turn.temperature = PARAMS.opt_number(&obj, "temperature", 2.0)?;
+    turn.top_p = PARAMS.opt_number(&obj, "top_p", 1.0)?;
     turn.max_output_tokens = match field(&obj, "max_output_tokens") {
         None => None,
         Some(v) => match v.as_u64() {

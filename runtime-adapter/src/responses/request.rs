@@ -3,10 +3,11 @@
 
 use serde_json::{json, Value};
 
-use super::ResponsesUpstream;
+use super::{stream, ResponsesUpstream};
 use crate::item::{Block, Item};
 use crate::protocol::Protocol;
 use crate::turn::{Tool, TurnRequest};
+use crate::upstream::{Stateless, StreamParser};
 
 /// Fields Tether decides for the agent request whatever the client sent: the agent gets
 /// the whole history each turn and must not keep (or look up) any of its own.
@@ -83,28 +84,16 @@ fn is_url(s: &str) -> bool {
 }
 
 fn tool_json(t: &Tool) -> Value {
-    let mut v = json!({ "type": "function", "name": t.name });
-    if let Some(d) = &t.description {
-        v["description"] = json!(d);
-    }
-    if let Some(p) = &t.parameters {
-        v["parameters"] = p.clone();
-    }
-    if let Some(s) = t.strict {
-        v["strict"] = json!(s);
-    }
-    v
+    let mut v = t.function_fields();
+    v.insert("type".into(), json!("function"));
+    Value::Object(v)
 }
 
-impl ResponsesUpstream {
-    /// JSON body of the agent request: `history` (the projection) followed by the turn's
-    /// new input, always streaming, never naming a stored conversation.
-    pub fn build_request(
-        &self,
-        history: &[Item],
-        turn: &TurnRequest,
-        default_model: &str,
-    ) -> Value {
+impl Stateless for ResponsesUpstream {
+    const PROTOCOL: Protocol = Protocol::OpenAiResponses;
+    const PATH: &'static str = "/v1/responses";
+
+    fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value {
         let input: Vec<Value> = history
             .iter()
             .chain(&turn.input)
@@ -149,5 +138,9 @@ impl ResponsesUpstream {
             body["tools"] = Value::Array(tools);
         }
         body
+    }
+
+    fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser> {
+        stream::body_parser(content_type)
     }
 }

@@ -6,17 +6,14 @@ use std::collections::HashSet;
 use serde_json::{json, Value};
 
 use super::wire::reasoning_text;
-use super::ResponsesUpstream;
 use crate::body_parser::{BodyParser, BodyReader};
 use crate::item::{Block, Item};
 use crate::sse::SseFrame;
 use crate::upstream::{Output, StreamParser};
 
-impl ResponsesUpstream {
-    /// A parser for the agent's response body with the given content type.
-    pub fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser> {
-        Box::new(BodyParser::new(content_type, ResponsesReader::default()))
-    }
+/// A parser for the agent's response body with the given content type.
+pub(super) fn body_parser(content_type: &str) -> Box<dyn StreamParser> {
+    Box::new(BodyParser::new(content_type, ResponsesReader::default()))
 }
 
 /// Reads a stream of Responses events, or one `response` (or error) document.

@@ -2,9 +2,6 @@
 
 use serde_json::Value;
 
-/// Where the agent serves this protocol.
-pub(super) const PATH: &str = "/v1/responses";
-
 /// The text of a reasoning item: its full reasoning content when there is any, else its
 /// summaries (an OpenAI model shows only those), one paragraph each.
 pub(super) fn reasoning_text(item: &Value) -> String {

@@ -10,7 +10,7 @@ use crate::protocol::Protocol;
 use crate::sse::SseFrame;
 use crate::surface::{RunInfo, Surface};
 use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
-use crate::upstream::{Output, Upstream};
+use crate::upstream::{Output, Stateless, Upstream};
 
 mod parse;
 mod render;

@@ -123,3 +123,19 @@ fn extra_only_travels_between_chat_surfaces() {
         })
     );
 }
+
+#[test]
+fn tools_go_to_the_agent_with_every_field_given() {
+    let mut turn = TurnRequest::new(Protocol::OpenAiResponses);
+    turn.input = vec![Item::user_text("hi")];
+    turn.tools = Tool::samples();
+    let body = ChatUpstream.build_request(&[], &turn, "m");
+    assert_eq!(
+        body["tools"],
+        json!([
+            {"type": "function", "function": {
+                "name": "f", "description": "does f", "parameters": {"type": "object"}, "strict": true}},
+            {"type": "function", "function": {"name": "g"}},
+        ])
+    );
+}

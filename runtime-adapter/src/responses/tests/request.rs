@@ -105,3 +105,19 @@ fn build_request_sends_the_whole_history_and_never_a_stored_conversation() {
     assert_eq!(body["store"], false);
     assert_eq!(ResponsesUpstream.protocol(), Protocol::OpenAiResponses);
 }
+
+#[test]
+fn tools_go_to_the_agent_with_every_field_given() {
+    let mut turn = TurnRequest::new(Protocol::OpenAiChat);
+    turn.input = vec![Item::user_text("hi")];
+    turn.tools = Tool::samples();
+    let body = ResponsesUpstream.build_request(&[], &turn, "m");
+    assert_eq!(
+        body["tools"],
+        json!([
+            {"type": "function", "name": "f", "description": "does f",
+             "parameters": {"type": "object"}, "strict": true},
+            {"type": "function", "name": "g"},
+        ])
+    );
+}
