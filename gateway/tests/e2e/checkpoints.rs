@@ -64,14 +64,7 @@ fn field<'a>(items: &'a [Value], key: &str) -> Vec<&'a Value> {
 
 #[test]
 fn checkpoints_receipts_preview_and_resume() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--side-effect-free-tools", "search,lookup"],
-    );
+    let (store, agent, tether) = chat_gateway(&["--side-effect-free-tools", "search,lookup"]);
     let api = Api { base: tether.url() };
     let session = "ckpt-session-1";
 
@@ -496,19 +489,12 @@ fn checkpoints_receipts_preview_and_resume() {
 /// is 409 `checkpoint_not_resumable`.
 #[test]
 fn checkpoints_without_replay_resume_once() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &[
-            "--checkpoint-replay-allowed",
-            "false",
-            "--checkpoint-ttl-seconds",
-            "3600",
-        ],
-    );
+    let (store, _agent, tether) = chat_gateway(&[
+        "--checkpoint-replay-allowed",
+        "false",
+        "--checkpoint-ttl-seconds",
+        "3600",
+    ]);
     let api = Api { base: tether.url() };
     let session = "ckpt-session-2";
     chat(
@@ -540,9 +526,7 @@ fn checkpoints_without_replay_resume_once() {
 /// and the agent receives the history up to the checkpoint plus the instruction.
 #[test]
 fn a_resume_can_be_streamed() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, agent, tether) = chat_gateway(&[]);
     let api = Api { base: tether.url() };
     let session = "ckpt-stream";
     chat(

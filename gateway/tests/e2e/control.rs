@@ -72,9 +72,7 @@ fn read_subscription(sse: SseStream) -> (Vec<i64>, String, bool) {
 
 #[test]
 fn reconnect_after_a_cursor_loses_and_repeats_nothing() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (_store, _agent, tether) = chat_gateway(&[]);
     for by_header in [false, true] {
         let (sse, session, invocation, before, cursor) = read_some(&tether, 3);
         drop(sse);
@@ -112,9 +110,7 @@ fn reconnect_after_a_cursor_loses_and_repeats_nothing() {
 
 #[test]
 fn a_responses_stream_resumes_after_a_sequence_number() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (_store, _agent, tether) = chat_gateway(&[]);
     let mut sse = SseStream::post(
         &format!("{}/v1/responses", tether.url()),
         &Surface::Responses.body("slow:12:60", None, true),
@@ -168,9 +164,7 @@ fn a_responses_stream_resumes_after_a_sequence_number() {
 
 #[test]
 fn cancel_stops_the_agent_call_and_ends_every_subscriber() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     let mut sse = SseStream::post(
         &format!("{}/v1/chat/completions", tether.url()),
         &Surface::Chat.body("slow:200:50", None, true),
@@ -228,9 +222,7 @@ fn cancel_stops_the_agent_call_and_ends_every_subscriber() {
 
 #[test]
 fn sessions_and_events_are_listed_in_stable_pages() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     for i in 0..3 {
         let r = post_json(
             &format!("{}/v1/responses", tether.url()),
@@ -357,9 +349,7 @@ fn a_finished_run_replays_after_a_gateway_restart() {
 
 #[test]
 fn a_response_is_cancelled_through_the_responses_surface() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (_store, _agent, tether) = chat_gateway(&[]);
     let mut sse = SseStream::post(
         &format!("{}/v1/responses", tether.url()),
         &Surface::Responses.body("slow:200:50", None, true),

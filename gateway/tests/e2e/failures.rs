@@ -134,9 +134,7 @@ fn an_unreachable_agent_fails_the_run_with_a_structured_error() {
 
 #[test]
 fn an_agent_error_reaches_the_client_in_its_format() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     let reply = post_json(
         &format!("{}/v1/chat/completions", tether.url()),
         &Surface::Chat.body("please error", None, false),
@@ -264,9 +262,7 @@ fn health_and_readiness() {
 #[test]
 fn a_finished_stream_leaves_the_connection_usable() {
     use std::io::{Read, Write};
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (_store, _agent, tether) = chat_gateway(&[]);
     let mut tcp = std::net::TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let body = Surface::Chat.body("hello", None, true).to_string();

@@ -192,6 +192,15 @@ impl Drop for FakeAgent {
 }
 
 /// A running `tether serve`.
+/// A fresh SQLite store, a fake agent, and Tether in front of it speaking `openai-chat`,
+/// started with `args`. Bind all three: each lives as long as its binding.
+pub fn chat_gateway(args: &[&str]) -> (TestStore, FakeAgent, Tether) {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, args);
+    (store, agent, tether)
+}
+
 pub struct Tether {
     pub port: u16,
     child: Child,
