@@ -487,6 +487,21 @@ fn checkpoints_receipts_preview_and_resume() {
 
 /// With `checkpoint_replay_allowed = false`, a checkpoint resumes once; the second try
 /// is 409 `checkpoint_not_resumable`.
+/// Two finished runs in `session`: one that called `lookup`, one that gave it the result.
+fn lookup_and_answer(tether: &Tether, store: &TestStore, session: &str) {
+    chat(
+        tether,
+        session,
+        json!([{ "role": "user", "content": "tool:lookup x" }]),
+    );
+    chat(
+        tether,
+        session,
+        json!([{ "role": "tool", "tool_call_id": "call_1", "content": "42" }]),
+    );
+    store.wait_for_terminal("local", session, 2);
+}
+
 #[test]
 fn checkpoints_without_replay_resume_once() {
     let (store, _agent, tether) = chat_gateway(&[
@@ -497,17 +512,7 @@ fn checkpoints_without_replay_resume_once() {
     ]);
     let api = Api { base: tether.url() };
     let session = "ckpt-session-2";
-    chat(
-        &tether,
-        session,
-        json!([{ "role": "user", "content": "tool:lookup x" }]),
-    );
-    chat(
-        &tether,
-        session,
-        json!([{ "role": "tool", "tool_call_id": "call_1", "content": "42" }]),
-    );
-    store.wait_for_terminal("local", session, 2);
+    lookup_and_answer(&tether, &store, session);
     let cps = api.checkpoints(session);
     assert_eq!(cps[0]["ReplayAllowed"], false);
     assert!(cps[0]["ExpiresAt"].is_string());
@@ -529,17 +534,7 @@ fn a_resume_can_be_streamed() {
     let (store, agent, tether) = chat_gateway(&[]);
     let api = Api { base: tether.url() };
     let session = "ckpt-stream";
-    chat(
-        &tether,
-        session,
-        json!([{ "role": "user", "content": "tool:lookup x" }]),
-    );
-    chat(
-        &tether,
-        session,
-        json!([{ "role": "tool", "tool_call_id": "call_1", "content": "42" }]),
-    );
-    store.wait_for_terminal("local", session, 2);
+    lookup_and_answer(&tether, &store, session);
     let first = api.checkpoints(session)[0].clone();
     let body = json!({
         "SessionId": session, "RunId": first["RunId"], "CheckpointId": first["CheckpointId"],

@@ -2,10 +2,7 @@
 //! Last-Event-ID, starting_after), cancel, listing, and bad input — all served from the
 //! log, for an agent that knows nothing of any of it.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
-use session_log::{EventType, RunStatus};
 
 use crate::harness::*;
 
@@ -165,13 +162,7 @@ fn a_responses_stream_resumes_after_a_sequence_number() {
 #[test]
 fn cancel_stops_the_agent_call_and_ends_every_subscriber() {
     let (store, _agent, tether) = chat_gateway(&[]);
-    let mut sse = SseStream::post(
-        &format!("{}/v1/chat/completions", tether.url()),
-        &Surface::Chat.body("slow:200:50", None, true),
-    );
-    let session = sse.session_id.clone().unwrap();
-    let invocation = sse.invocation_id.clone().unwrap();
-    sse.next_event().unwrap();
+    let (sse, session, invocation) = slow_chat_run(&tether, 1);
     let subscriber = SseStream::get(&format!("{}/agentengine/api/v1/SubscribeRunEvents?SessionId={session}&InvocationId={invocation}", tether.url()), &[]);
 
     let reply = control(&tether, "CancelRun", json!({ "InvocationId": invocation }));
@@ -195,22 +186,7 @@ fn cancel_stops_the_agent_call_and_ends_every_subscriber() {
     let (_, _, done) = read_subscription(subscriber);
     assert!(done);
 
-    let events = store.wait_for_terminal("local", &session, 1);
-    assert_eq!(
-        events.last().unwrap().run_status(),
-        Some(RunStatus::Cancelled)
-    );
-    let deltas = events
-        .iter()
-        .filter(|e| e.event_type == EventType::TextDelta)
-        .count();
-    assert!(deltas < 100, "the run stopped early ({deltas} deltas)");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        store.events("local", &session).len(),
-        events.len(),
-        "nothing arrives after the terminal status"
-    );
+    assert_cancelled_early(&store, &session);
 
     // Idempotent, and an unknown id is Found=false.
     let again = control(&tether, "CancelRun", json!({ "InvocationId": invocation })).json();
