@@ -10,6 +10,7 @@ mod body_parser;
 pub mod chat;
 pub mod item;
 mod params;
+mod percent;
 pub mod projection;
 pub mod protocol;
 pub mod responses;

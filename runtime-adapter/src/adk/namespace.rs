@@ -1,7 +1,7 @@
 //! The account binding of ADK user ids (`<escaped account>~<user>`, what the agent sees),
-//! its removal from relayed answers, and the URL escaping both need.
+//! and its removal from relayed answers.
 
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
 /// Separates the account from the client's user id in the id the agent sees. Unreserved
@@ -20,9 +20,6 @@ pub fn client_user_id<'a>(account_id: &str, agent_user: &'a str) -> Option<&'a s
 
 /// What an account keeps unescaped in the prefix: `[A-Za-z0-9._-]`, so never the `~`.
 const ACCOUNT_ESCAPED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_');
-
-/// What a path segment keeps unescaped: the URL-unreserved bytes.
-const SEGMENT_ESCAPED: &AsciiSet = &ACCOUNT_ESCAPED.remove(b'~');
 
 /// `<escaped account>~`. The account is escaped down to `[A-Za-z0-9._-]` so the first `~`
 /// always ends it: distinct accounts never share a prefix, whatever their ids hold.
@@ -60,17 +57,6 @@ fn strip_prefix(value: Value, prefix: &str) -> Value {
     }
 }
 
-/// One path segment for the agent: everything but URL-unreserved bytes escaped.
-pub(super) fn path_segment(s: &str) -> String {
-    utf8_percent_encode(s, SEGMENT_ESCAPED).to_string()
-}
-
-/// Decodes `%XX` escapes the way Starlette does before routing (bad escapes stay as
-/// they are, invalid UTF-8 is replaced).
-pub(super) fn percent_decode(s: &str) -> String {
-    percent_decode_str(s).decode_utf8_lossy().into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -78,6 +64,7 @@ mod tests {
     use super::*;
     use crate::adk::test_support::*;
     use crate::adk::AdkSurface;
+    use crate::percent::{decode_segment as percent_decode, encode_segment as path_segment};
     use crate::surface::Surface;
 
     #[test]
