@@ -9,10 +9,11 @@ use serde_json::{json, Value};
 
 use crate::grpc::{Code, Deframer, Frame, Status};
 use crate::item::{Block, Item};
+use crate::percent::encode_segment;
+use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
 use crate::upstream::{
-    AgentRequest, Answer, Cancel, GrpcLocator, Probe, Protocol, Restore, StreamParser, TurnCall,
-    Upstream,
+    AgentRequest, Answer, Cancel, GrpcLocator, Probe, Restore, StreamParser, TurnCall, Upstream,
 };
 
 use super::card::grpc_address;
@@ -22,7 +23,7 @@ use super::client::{
 use super::message::message_key;
 use super::parser::A2aParser;
 use super::proto;
-use super::routes::{encode_segment, with_headers};
+use super::routes::with_headers;
 use super::wire::{message_from_v10, send_params_to_v10, Dialect};
 use super::A2aUpstream;
 

@@ -208,7 +208,7 @@ fn a_grpc_answer_is_read_into_frames_and_ended_by_its_status() {
     let mut body = stream(working.clone());
     body.extend(stream(done.clone()));
     body.extend(trailers_frame(&Status::new(Code::Ok, "")));
-    let turn = TurnRequest::new(crate::upstream::Protocol::A2a);
+    let turn = TurnRequest::new(crate::protocol::Protocol::A2a);
     let mut parser = A2aUpstream::GRPC.parser(&call(&turn, &[], &[]), "application/grpc");
     let mut out = Vec::new();
     for piece in body.chunks(7) {
