@@ -34,7 +34,7 @@ pub struct Settings {
     /// TETHER_UPSTREAM or `upstream` in the file.
     #[arg(long, env = "TETHER_UPSTREAM")]
     pub upstream: Option<String>,
-    /// Protocol the agent speaks: openai-chat, openai-responses, a2a or adk.
+    /// Protocol the agent speaks: openai-chat, openai-responses, a2a, adk or langgraph.
     /// [default: openai-chat]
     #[arg(long, env = "TETHER_PROTOCOL")]
     pub protocol: Option<String>,
@@ -445,7 +445,7 @@ impl Settings {
                 bad(
                     "protocol",
                     format!(
-                        "unknown protocol {p:?}; use openai-chat, openai-responses, a2a or adk"
+                        "unknown protocol {p:?}; use openai-chat, openai-responses, a2a, adk or langgraph"
                     ),
                 )
             })?,

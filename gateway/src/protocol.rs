@@ -7,14 +7,14 @@ use pingora::proxy::Session;
 use pingora::Result;
 use runtime_adapter::{AgentRequest, ClientRequest, Route, Surface};
 use serde_json::{json, Value};
-use session_log::{EventType, Invocation, NewEvent, Subscription};
+use session_log::{Event, EventType, Invocation, NewEvent, Subscription};
 use tokio::time::Instant;
 
 use crate::client::body::read_body;
 use crate::client::grpc::read_message;
 use crate::client::reply::Reply;
 use crate::client::respond;
-use crate::client::stream::render_step;
+use crate::client::stream::{next_event, render_step, End};
 use crate::core::on_core;
 use crate::error::ApiError;
 use crate::runs::agent::AgentError;
@@ -108,6 +108,24 @@ pub async fn serve(
             Ok(None) => reply.json(session, status, &body, &[]).await,
             Err(e) => reply.error(session, &e, surface, &[]).await,
         },
+        Route::Join {
+            agent_ref,
+            client: info_client,
+            not_found: (status, body),
+        } => match find(state, account_id, &agent_ref).await {
+            Ok(Some(inv)) => match join(state, account_id, &inv, session).await {
+                Ok(Some(events)) => {
+                    let info = run_info(&inv, &events, info_client);
+                    let body = surface.snapshot(&info, &events);
+                    let headers = [("x-session-id", inv.session_id.as_str())];
+                    reply.json(session, 200, &body, &headers).await
+                }
+                Ok(None) => Ok(()), // the client left
+                Err(e) => reply.error(session, &e, surface, &[]).await,
+            },
+            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Err(e) => reply.error(session, &e, surface, &[]).await,
+        },
         Route::Cancel {
             agent_ref,
             client: info_client,
@@ -164,6 +182,50 @@ async fn find(
         .invocation_by_agent_ref(account_id, agent_ref)
         .await
         .map_err(|e| ApiError::store_unavailable(&e, "cannot look up a run by the agent's id"))
+}
+
+/// The run's events once its latest invocation has ended (followed live until then);
+/// `None` when the client left first.
+async fn join(
+    state: &State,
+    account_id: &str,
+    inv: &Invocation,
+    session: &mut Session,
+) -> std::result::Result<Option<Vec<Event>>, ApiError> {
+    let mut subscription =
+        Subscription::open(state.store.clone(), &state.hub, run_query(account_id, inv));
+    let mut events = Vec::new();
+    let mut watch_client = true;
+    let deadline = Instant::now() + state.config.subscribe_timeout;
+    loop {
+        match next_event(
+            session,
+            &mut subscription,
+            &mut watch_client,
+            Some(deadline),
+        )
+        .await
+        {
+            Ok(event) => {
+                let ends = event.is_terminal()
+                    && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
+                events.push((*event).clone());
+                if ends {
+                    return Ok(Some(events));
+                }
+            }
+            Err(End::LogUnavailable) => return Err(ApiError::log_unavailable()),
+            Err(End::Deadline) => {
+                return Err(ApiError::new(
+                    504,
+                    "server_error",
+                    "run_not_finished",
+                    "the run did not end within subscribe_timeout_seconds; join again",
+                ))
+            }
+            Err(_) => return Ok(None),
+        }
+    }
 }
 
 /// Cancels the run (its adapter tells the agent), waits for its end to be recorded, and

@@ -244,6 +244,9 @@ async fn respond_when_done(
                 if last {
                     break;
                 }
+                if let Some((status, body)) = surface.early_response(info, &collected) {
+                    return reply.json(session, status, &body, headers).await;
+                }
             }
             Err(stream::End::LogUnavailable) => {
                 return reply

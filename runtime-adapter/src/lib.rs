@@ -10,6 +10,7 @@ mod body_parser;
 pub mod chat;
 pub mod grpc;
 pub mod item;
+pub mod langgraph;
 mod params;
 mod percent;
 pub mod projection;
@@ -53,5 +54,6 @@ fn adapter(protocol: Protocol) -> (&'static dyn Surface, &'static dyn Upstream) 
         Protocol::OpenAiResponses => (&responses::ResponsesSurface, &responses::ResponsesUpstream),
         Protocol::A2a => (&a2a::A2aSurface, &a2a::A2aUpstream::JSONRPC),
         Protocol::Adk => (&adk::AdkSurface, &adk::AdkUpstream),
+        Protocol::LangGraph => (&langgraph::LangGraphSurface, &langgraph::LangGraphUpstream),
     }
 }

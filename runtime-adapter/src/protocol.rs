@@ -1,6 +1,7 @@
 //! `Protocol`: the wire protocols Tether speaks, to clients and to agents alike.
 
-/// A protocol, named in configuration as `openai-chat`, `openai-responses`, `a2a` or `adk`.
+/// A protocol, named in configuration as `openai-chat`, `openai-responses`, `a2a`, `adk` or
+/// `langgraph`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Protocol {
     /// `POST /v1/chat/completions`
@@ -11,6 +12,8 @@ pub enum Protocol {
     A2a,
     /// Google ADK's `api_server` REST API (`/run`, `/run_sse`, `/apps/…/sessions`).
     Adk,
+    /// LangGraph's API server (`/threads`, `/threads/{id}/runs…`).
+    LangGraph,
 }
 
 impl Protocol {
@@ -20,6 +23,7 @@ impl Protocol {
             "openai-responses" => Some(Protocol::OpenAiResponses),
             "a2a" => Some(Protocol::A2a),
             "adk" => Some(Protocol::Adk),
+            "langgraph" => Some(Protocol::LangGraph),
             _ => None,
         }
     }
@@ -30,11 +34,12 @@ impl Protocol {
             Protocol::OpenAiResponses => "openai-responses",
             Protocol::A2a => "a2a",
             Protocol::Adk => "adk",
+            Protocol::LangGraph => "langgraph",
         }
     }
 
     /// Whether the agent is stateless and gets the whole history on every turn (the
-    /// OpenAI APIs), rather than keeping the conversation itself (A2A, ADK).
+    /// OpenAI APIs), rather than keeping the conversation itself (A2A, ADK, LangGraph).
     pub fn sends_history(self) -> bool {
         matches!(self, Protocol::OpenAiChat | Protocol::OpenAiResponses)
     }

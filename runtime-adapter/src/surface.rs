@@ -82,6 +82,13 @@ pub enum Route {
         client: Value,
         not_found: (u16, Value),
     },
+    /// Wait for the run's latest invocation to end, then answer with its
+    /// `Surface::snapshot` (LangGraph's `…/runs/{run_id}/join`).
+    Join {
+        agent_ref: String,
+        client: Value,
+        not_found: (u16, Value),
+    },
     /// Send to the agent and relay its answer (through `Surface::rewrite_forwarded`).
     Forward(AgentRequest),
     /// Answer at once with this status and JSON body.
@@ -151,6 +158,13 @@ pub trait Surface: Send + Sync {
             502,
             self.error_body(&message, "upstream_error", None, Some(&code)),
         )
+    }
+
+    /// The answer to a non-streaming run given before the run ends, once its events so far
+    /// allow one (LangGraph's background run is answered with the run as soon as the agent
+    /// named it); the run goes on without the client. `None`: wait for the end.
+    fn early_response(&self, _run: &RunInfo, _events: &[Event]) -> Option<(u16, Value)> {
+        None
     }
 
     /// A run's state as the client's protocol shows it (A2A `Task`), from its events so

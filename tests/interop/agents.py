@@ -243,6 +243,60 @@ class AdkAgent(AgentProcess):
         raise RuntimeError(f"{self.name} did not answer /list-apps in time:\n{self.log_tail()}")
 
 
+class StackAgent(AgentProcess):
+    """An A2A agent of one of the stacks in their own venvs (TETHER_STACK_PYTHON names its
+    python; tests/interop/venvs.sh makes it), started as its stack serves it:
+
+      kagent-adk        `kagent-adk run kagent_adk_agent --local` (tests/agents/kagent)
+      kagent-langgraph  tests/agents/kagent/kagent_langgraph_agent.py (kagent-langgraph's app)
+      adk-a2a           tests/agents/adk_a2a_agent.py (ADK's to_a2a())
+
+    Each keeps everything in memory; ready once its agent card answers."""
+
+    def __init__(self, stack: str, port: int):
+        self.name = stack
+        super().__init__(port)
+        self.stack = stack
+
+    def python(self) -> str:
+        return env("TETHER_STACK_PYTHON") or sys.executable
+
+    def command(self) -> list[str]:
+        python, port = self.python(), str(self.port)
+        if self.stack == "kagent-adk":
+            cli = str(Path(python).with_name("kagent-adk"))
+            return [cli, "run", "kagent_adk_agent", "--local", "--working-dir", str(AGENTS_DIR / "kagent"),
+                    "--host", "127.0.0.1", "--port", port]
+        if self.stack == "kagent-langgraph":
+            return [python, str(AGENTS_DIR / "kagent" / "kagent_langgraph_agent.py"), "--port", port]
+        if self.stack.startswith("adk-a2a"):
+            return [python, str(AGENTS_DIR / "adk_a2a_agent.py"), "--port", port]
+        raise ValueError(f"unknown stack {self.stack!r}")
+
+    def environment(self) -> dict:
+        # kagent's runtimes read these at import; in local mode nothing calls KAGENT_URL.
+        return {
+            **os.environ,
+            "FAKE_LLM_URL": fake_llm_base() + "/v1",
+            "KAGENT_URL": "http://127.0.0.1:9",
+            "KAGENT_NAME": self.stack,
+            "KAGENT_NAMESPACE": "kagent",
+            "OTEL_SDK_DISABLED": "true",
+            "LOG_LEVEL": "warning",
+        }
+
+    def wait_ready(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._check_running()
+            try:
+                if httpx.get(f"{self.url}/.well-known/agent-card.json", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not serve its card in time:\n{self.log_tail()}")
+
+
 def wait_for(ready, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not ready():

@@ -78,7 +78,11 @@ pub(super) async fn drive(
             }
         }
     }
-    recorder.record(parser.finish()).await;
+    // A body cut off is not an answer that ended: what it held is recorded, but it is not
+    // finished (an agent without an end marker, ADK's or LangGraph's stream, would look done).
+    if broken.is_none() {
+        recorder.record(parser.finish()).await;
+    }
     let status = response.status;
     if broken.is_none() {
         Box::pin(runs.agent.release(*response)).await;

@@ -57,6 +57,18 @@ fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<(&st
     let Some(python) = interop_python() else {
         return;
     };
+    run_pytest_with(&python, file, protocol, conf, keys, &[]);
+}
+
+/// `run_pytest` with pytest run by `python` and `more` added to its environment.
+fn run_pytest_with(
+    python: &str,
+    file: &str,
+    protocol: &str,
+    conf: Option<&Conf>,
+    keys: Option<(&str, &str)>,
+    more: &[(&str, String)],
+) {
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
     let llm = FakeAgent::start();
     let agent_port = free_port();
@@ -80,7 +92,63 @@ fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<(&st
         env.push(("TETHER_API_KEY", a.to_owned()));
         env.push(("TETHER_API_KEY_B", b.to_owned()));
     }
-    pytest(&python, file, &env, &[&tether]);
+    env.extend(more.iter().cloned());
+    pytest(python, file, &env, &[&tether]);
+}
+
+/// The python of a stack's own venv (`TETHER_STACK_PYTHON_<STACK>`, which tests/run
+/// exports from tests/interop/venvs.sh), or `None` (a failure in CI).
+fn stack_python(var: &str) -> Option<String> {
+    required_in_ci(var, "an agent stack's interop tests", "run tests/run")
+}
+
+/// tests/interop/test_a2a_stacks.py for one A2A agent stack: pytest with the interop venv
+/// (the official clients), the agent with `agent_python`.
+fn run_a2a_stack(stack: &str, agent_python: Option<String>) {
+    let (Some(python), Some(agent_python)) = (interop_python(), agent_python) else {
+        return;
+    };
+    let more = [
+        ("STACK", stack.to_owned()),
+        ("TETHER_STACK_PYTHON", agent_python),
+    ];
+    run_pytest_with(
+        &python,
+        "tests/interop/test_a2a_stacks.py",
+        "a2a",
+        None,
+        None,
+        &more,
+    );
+}
+
+/// kagent's Python ADK runtime (`kagent-adk run --local`, kagent-adk 0.10.4, A2A v0.3):
+/// the seed's two turns across a kill -9, streaming and not; cancel; reconnect.
+#[test]
+fn kagent_adk_through_tether_survives_kill_9() {
+    run_a2a_stack("kagent-adk", stack_python("TETHER_STACK_PYTHON_KAGENT"));
+}
+
+/// kagent's LangGraph runtime (kagent-langgraph 0.10.4's app, in-memory task store and
+/// checkpointer): the same tests.
+#[test]
+fn kagent_langgraph_through_tether_survives_kill_9() {
+    run_a2a_stack(
+        "kagent-langgraph",
+        stack_python("TETHER_STACK_PYTHON_KAGENT"),
+    );
+}
+
+/// Google ADK 1.x's `to_a2a()` (google-adk 1.39.1, a2a-sdk 0.3.26, the kagent venv).
+#[test]
+fn adk_1_to_a2a_through_tether_survives_kill_9() {
+    run_a2a_stack("adk-a2a-1x", stack_python("TETHER_STACK_PYTHON_KAGENT"));
+}
+
+/// Google ADK 2.x's `to_a2a()` (google-adk 2.13.0, a2a-sdk 1.3.0, the interop venv).
+#[test]
+fn adk_2_to_a2a_through_tether_survives_kill_9() {
+    run_a2a_stack("adk-a2a", interop_python());
 }
 
 /// Runs `file` with `env` (and the venv's python), failing with the pytest report and the

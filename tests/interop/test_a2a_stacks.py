@@ -1,0 +1,247 @@
+"""Interop: A2A agents built with the frameworks people deploy, unmodified, through Tether.
+
+STACK names the agent (see agents.StackAgent): `kagent-adk` (kagent's Python ADK runtime,
+`kagent-adk run --local`), `kagent-langgraph` (kagent's LangGraph runtime), `adk-a2a`
+(Google ADK's `to_a2a()`). Each keeps its conversations in memory and speaks A2A v0.3
+JSON-RPC; its model is the fake LLM. The seed's two turns (shared/seeds/000: "My project is
+named zebra42. Reply with OK.", then "What is my project named? Reply with just the name.")
+with the agent killed with -9 and restarted between them: straight to the agent, turn 2 has
+forgotten; through Tether it answers zebra42. Then cancel and a dropped stream's reconnect,
+which lean on how each runtime shapes its task events.
+
+Environment (gateway/tests/e2e/agents.rs sets it): STACK, TETHER_STACK_PYTHON (the stack's
+venv, tests/interop/venvs.sh), TETHER_URL (Tether `--protocol a2a` in front of
+127.0.0.1:$AGENT_PORT), AGENT_PORT, FAKE_LLM_URL. Unset: every test here is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+import pytest
+
+import agents
+from agents import (
+    StackAgent,
+    control,
+    describe,
+    llm_requests,
+    session_events,
+    sse_events,
+    terminal_statuses,
+    tether_url,
+    wait_terminal,
+)
+
+_missing = agents.missing_env("STACK", "TETHER_URL", "AGENT_PORT", "FAKE_LLM_URL")
+pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not set: {', '.join(_missing)}")
+
+FIRST = "My project is named zebra42. Reply with OK."
+SECOND = "What is my project named? Reply with just the name."
+STREAM_READ_TIMEOUT = 20  # s without a byte before a stream counts as hung
+CANCEL_WITHIN = 6  # s from the cancel request to the end of the stream
+
+
+@pytest.fixture(scope="module")
+def agent_process():
+    """One agent process for the module (these runtimes take seconds to start)."""
+    a = StackAgent(agents.env("STACK"), int(agents.env("AGENT_PORT")))
+    yield a
+    a.kill()
+    a.log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def agent(agent_process):
+    since = agent_process.log_size()
+    yield agent_process.ensure_running()
+    print(f"--- {agent_process.name} log during this test ---\n{agent_process.log_tail(since=since)}")
+
+
+# ---- A2A v0.3 JSON-RPC, as kagent's UI and CLI send it ---------------------------------------
+
+
+def send_body(text: str, stream: bool, context: str | None = None) -> dict:
+    message = {"kind": "message", "role": "user", "messageId": str(uuid.uuid4()),
+               "parts": [{"kind": "text", "text": text}]}
+    if context:
+        message["contextId"] = context
+    method = "message/stream" if stream else "message/send"
+    return {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": {"message": message}}
+
+
+def rpc(base: str, method: str, params: dict, headers: dict | None = None) -> dict:
+    body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
+    r = httpx.post(base + "/", json=body, headers={**agents.auth_headers(), **(headers or {})}, timeout=60)
+    assert r.status_code == 200, f"{method}: HTTP {r.status_code} {r.text}"
+    return r.json()
+
+
+def stream_results(response: httpx.Response, limit: int | None = None) -> list[tuple[int | None, dict]]:
+    """(SSE id, JSON-RPC result) of each event of a streamed answer, up to `limit`."""
+    out = []
+    try:
+        for event in sse_events(response):
+            body = event.json
+            assert "result" in body, f"stream event is not a result: {event['data'][:300]}"
+            out.append((int(event["id"]) if event["id"] else None, body["result"]))
+            if limit is not None and len(out) >= limit:
+                break
+    except httpx.ReadTimeout:
+        pytest.fail(f"the stream hung ({STREAM_READ_TIMEOUT}s silent) after {len(out)} events: {out[-3:]}")
+    return out
+
+
+def state(result: dict) -> str | None:
+    kind = result.get("kind")
+    if kind in ("task", "status-update"):
+        return result["status"]["state"]
+    return None
+
+
+def answer_of(results: list[dict]) -> str:
+    """The agent's answer: the text of its artifacts (streamed chunks put together), else
+    of the last agent status message."""
+    artifacts: dict[str, str] = {}
+    for r in results:
+        updates = [(a, False) for a in r.get("artifacts") or []] if r.get("kind") == "task" else []
+        if r.get("kind") == "artifact-update":
+            updates = [(r["artifact"], bool(r.get("append")))]
+        for artifact, append in updates:
+            key, text = artifact["artifactId"], "".join(p.get("text", "") for p in artifact["parts"])
+            artifacts[key] = artifacts.get(key, "") + text if append else text
+    if artifacts:
+        return "".join(artifacts.values())
+    for r in reversed(results):
+        message = (r.get("status") or {}).get("message")
+        if message and message.get("role") == "agent":
+            return "".join(p.get("text", "") for p in message["parts"])
+    return ""
+
+
+def turn(base: str, text: str, context: str | None, stream: bool) -> tuple[str, str, list[dict]]:
+    """(answer, contextId, results) of one turn that ended with the task's final state."""
+    body = send_body(text, stream, context)
+    headers = {**agents.auth_headers()}
+    if not stream:
+        r = httpx.post(base + "/", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200, f"message/send: HTTP {r.status_code} {r.text}"
+        doc = r.json()
+        assert "result" in doc, f"message/send {text!r}: {doc}"
+        results = [doc["result"]]
+    else:
+        with httpx.Client(timeout=httpx.Timeout(STREAM_READ_TIMEOUT)) as http:
+            with http.stream("POST", base + "/", json=body, headers=headers) as response:
+                assert response.status_code == 200, response.read()
+                assert response.headers.get("content-type", "").startswith("text/event-stream"), response.read()
+                results = [r for _, r in stream_results(response)]
+    final = [state(r) for r in results if state(r)]
+    assert final and final[-1] in ("completed", "input-required"), f"{text!r} ended {final}: {json.dumps(results)[:3000]}"
+    contexts = {r.get("contextId") for r in results} - {None}
+    assert len(contexts) == 1, f"one contextId expected: {contexts}"
+    return answer_of(results), contexts.pop(), results
+
+
+def restores(context: str) -> list[dict]:
+    return [e for e in session_events(context) if e["EventType"] == "session_restore"]
+
+
+# ---- 1. the bug, without Tether --------------------------------------------------------------
+
+
+def test_without_tether_the_agent_forgets_at_a_kill_9(agent):
+    context = f"ctx-{uuid.uuid4()}"
+    answer, ctx, _ = turn(agent.url, FIRST, context, stream=False)
+    assert (answer.strip(), ctx) == ("OK.", context), answer
+    agent.restart()
+    answer, _, results = turn(agent.url, SECOND, context, stream=False)
+    assert "zebra42" not in answer, f"the agent remembered across a kill -9?! {results}"
+
+
+# ---- 2. through Tether the conversation survives ---------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["send", "stream"])
+def test_seed_turns_survive_kill_9_through_tether(agent, stream):
+    # No contextId: Tether assigns one, and the runtime takes it as its session/thread id.
+    answer, context, _ = turn(tether_url(), FIRST, None, stream)
+    assert answer.strip() == "OK.", answer
+
+    agent.restart()  # SIGKILL: the runtime's in-memory sessions, tasks and threads are gone
+    answer, ctx, results = turn(tether_url(), SECOND, context, stream)
+    assert ctx == context, results
+    assert answer.strip() == "zebra42", f"the conversation was lost across the kill -9: {json.dumps(results)[:3000]}"
+
+    events = session_events(context)
+    assert len(restores(context)) == 1, f"expected one session_restore in {context}:\n{describe(events)}"
+    assert terminal_statuses(events) == ["completed", "completed"], describe(events)
+    # The model was given the first turn again (inside the runtime's restored session).
+    seen = json.dumps(llm_requests()[-1]["body"]["messages"])
+    assert "My project is named zebra42" in seen, seen
+
+
+# ---- 3. cancel and reconnect -----------------------------------------------------------------
+
+
+def test_cancel_through_tether_ends_the_task_canceled(agent):
+    body = send_body("slow:60:100", stream=True)
+    seen: list[dict] = []
+    with httpx.Client(timeout=httpx.Timeout(STREAM_READ_TIMEOUT)) as http:
+        with http.stream("POST", tether_url() + "/", json=body, headers=agents.auth_headers()) as response:
+            assert response.status_code == 200, response.read()
+            invocation = response.headers.get("x-invocation-id")
+            events = sse_events(response)
+            for event in events:
+                seen.append(event.json["result"])
+                if "w2 " in answer_of(seen):
+                    break
+            else:
+                pytest.fail(f"the stream ended before the answer began: {seen}")
+            task = next(r.get("taskId") or r.get("id") for r in seen if r.get("taskId") or r.get("kind") == "task")
+            context = seen[0]["contextId"]
+            asked = time.monotonic()
+            answer = rpc(tether_url(), "tasks/cancel", {"id": task})
+            assert state(answer.get("result") or {}) == "canceled", f"tasks/cancel answered {answer}"
+            cut = len(seen)
+            try:
+                for event in events:
+                    seen.append(event.json["result"])
+            except httpx.ReadTimeout:
+                pytest.fail(f"the stream stayed open after the cancel: {json.dumps(seen[cut:])[:2000]}")
+            assert time.monotonic() - asked < CANCEL_WITHIN, "the stream outlived the cancel"
+    assert state(seen[-1]) == "canceled" and seen[-1].get("final") is True, seen[-3:]
+    assert "w60" not in answer_of(seen), "the task ran to its end despite the cancel"
+    log = wait_terminal(context, invocation)
+    assert terminal_statuses(log) == ["cancelled"], describe(log)
+
+
+def test_dropped_stream_reconnects_from_last_event_id(agent):
+    body = send_body("slow:12:100", stream=True)
+    with httpx.Client(timeout=httpx.Timeout(STREAM_READ_TIMEOUT)) as http:
+        with http.stream("POST", tether_url() + "/", json=body, headers=agents.auth_headers()) as response:
+            assert response.status_code == 200, response.read()
+            invocation = response.headers.get("x-invocation-id")
+            before = stream_results(response, limit=4)
+    # The client's connection is gone; the run goes on inside Tether.
+    task = next(r.get("taskId") or r.get("id") for _, r in before if r.get("taskId") or r.get("kind") == "task")
+    context = before[0][1]["contextId"]
+    last_id = before[-1][0]
+    assert last_id is not None, before
+
+    resubscribe = {"jsonrpc": "2.0", "id": "r1", "method": "tasks/resubscribe", "params": {"id": task}}
+    with httpx.Client(timeout=httpx.Timeout(STREAM_READ_TIMEOUT)) as http:
+        headers = {**agents.auth_headers(), "Last-Event-ID": str(last_id)}
+        with http.stream("POST", tether_url() + "/", json=resubscribe, headers=headers) as response:
+            assert response.status_code == 200, response.read()
+            after = stream_results(response)
+    ids = [i for i, _ in before + after]
+    assert ids == sorted(set(ids)) and after and after[0][0] > last_id, ids
+    results = [r for _, r in before + after]
+    assert state(results[-1]) == "completed", results[-3:]
+    assert answer_of(results).split() == [f"w{k}" for k in range(1, 13)], answer_of(results)
+    log = wait_terminal(context, invocation)
+    logged = [e["SeqId"] for e in log if e["EventType"] == "agent_event" and e.get("InvocationId") == invocation]
+    assert logged == ids, f"SSE ids {ids} != the run's agent_event seqs {logged}"
