@@ -3,7 +3,10 @@
 
 Test fixture for `--protocol a2a`. `to_a2a(agent)` builds a Starlette app with a2a-sdk's
 request handler, an in-memory task store and ADK's `InMemorySessionService` (contextId =
-ADK session id): a restart forgets every conversation, the seed's failure. The model is an
+ADK session id): a restart forgets every conversation, the seed's failure. Its card is
+given as a file (A2A v0.3 JSON, which both ADK versions read) only to say that it streams:
+the card `to_a2a` builds by default declares no capabilities, and a2a-sdk then refuses
+`message/stream`. The model is an
 OpenAI-compatible class pointed at $FAKE_LLM_URL (e.g. http://127.0.0.1:P/v1): ADK 2.x's
 own `OpenAILlm`; under ADK 1.x, which has none, kagent's `OpenAI` model class (the venv
 that pins google-adk<2 is kagent's).
@@ -14,7 +17,9 @@ that pins google-adk<2 is kagent's).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import tempfile
 
 import uvicorn
 from google.adk.a2a.utils.agent_to_a2a import to_a2a
@@ -39,7 +44,21 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args()
-    app = to_a2a(root_agent, host=args.host, port=args.port)
+    card = {
+        "name": root_agent.name,
+        "description": "An ADK agent served by to_a2a(), its model the fake LLM",
+        "url": f"http://{args.host}:{args.port}/",
+        "version": "0.1.0",
+        "protocolVersion": "0.3.0",
+        "preferredTransport": "JSONRPC",
+        "capabilities": {"streaming": True},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "chat", "name": "Chat", "description": "Answers from the conversation", "tags": ["test"]}],
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(card, f)
+    app = to_a2a(root_agent, host=args.host, port=args.port, agent_card=f.name)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
