@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -83,6 +84,10 @@ class AgentProcess:
     def environment(self) -> dict:
         return dict(os.environ)
 
+    def workdir(self) -> Path:
+        """The working directory of one start."""
+        return REPO
+
     def wait_ready(self, deadline: float) -> None:
         raise NotImplementedError
 
@@ -98,7 +103,7 @@ class AgentProcess:
             log.flush()
             self.proc = subprocess.Popen(
                 self.command(),
-                cwd=REPO,
+                cwd=self.workdir(),
                 env=self.environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -295,6 +300,53 @@ class StackAgent(AgentProcess):
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"{self.name} did not serve its card in time:\n{self.log_tail()}")
+
+
+class LangGraphServer(AgentProcess):
+    """`langgraph dev` (LangGraph's API server, in memory) serving tests/agents/langgraph_agent
+    as the graph `agent`, from the venv TETHER_STACK_PYTHON names. It flushes threads to
+    .langgraph_api/ in its working directory every 10 s, so each start gets a fresh
+    directory holding only the graph's code: a restarted container, which has forgotten
+    every thread."""
+
+    name = "langgraph-dev"
+
+    def command(self) -> list[str]:
+        cli = Path(env("TETHER_STACK_PYTHON") or sys.executable).with_name("langgraph")
+        return [str(cli), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(self.port)]
+
+    work: Path | None = None
+
+    def workdir(self) -> Path:
+        self.work = Path(tempfile.mkdtemp(prefix="tether-langgraph-"))
+        for name in ("graph.py", "langgraph.json"):
+            shutil.copy(AGENTS_DIR / "langgraph_agent" / name, self.work / name)
+        return self.work
+
+    def kill(self) -> None:
+        super().kill()
+        if self.work is not None:
+            shutil.rmtree(self.work, ignore_errors=True)
+            self.work = None
+
+    def environment(self) -> dict:
+        return {
+            **os.environ,
+            "FAKE_LLM_URL": fake_llm_base() + "/v1",
+            "LANGSMITH_TRACING": "false",
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        }
+
+    def wait_ready(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._check_running()
+            try:
+                if httpx.get(f"{self.url}/ok", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not answer /ok in time:\n{self.log_tail()}")
 
 
 def wait_for(ready, timeout: float, what: str) -> None:

@@ -234,6 +234,27 @@ fn adk_api_server_through_tether_survives_agent_restarts() {
     );
 }
 
+/// tests/interop/test_langgraph.py: `langgraph dev` (langgraph-api 0.16.7, in memory) with
+/// the official langgraph-sdk client, both from the LangGraph venv: the seed's turns across
+/// a kill -9 (wait and stream), background runs, join, re-join from Last-Event-ID, cancel,
+/// and the account boundary with two API keys.
+#[test]
+fn langgraph_dev_through_tether_survives_kill_9() {
+    let Some(python) = stack_python("TETHER_STACK_PYTHON_LANGGRAPH") else {
+        return;
+    };
+    let conf = auth_conf("");
+    let more = [("TETHER_STACK_PYTHON", python.clone())];
+    run_pytest_with(
+        &python,
+        "tests/interop/test_langgraph.py",
+        "langgraph",
+        Some(&conf),
+        Some((KEY_A, KEY_B)),
+        &more,
+    );
+}
+
 /// tests/interop/test_a2a_grpc.py: A2A's gRPC binding, with the a2a-sdk client and server
 /// over grpcio. One agent serves JSON-RPC and gRPC; one gateway calls it over JSON-RPC,
 /// another over gRPC (found through its card), both with API keys, a rate-limited account
