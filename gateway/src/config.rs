@@ -863,6 +863,16 @@ mod policy_tables {
         );
     }
 
+    /// The default build fetches a JWKS over https (the `jwks-https` feature); the fetch
+    /// itself, through a configured CA, is tested in `policies`.
+    #[test]
+    fn the_default_build_takes_an_https_jwks_url() {
+        let jwt =
+            "[auth.jwt]\nalgorithms = [\"RS256\"]\njwks_url = \"https://idp.example/jwks.json\"\n";
+        let c = load(jwt, &[]).expect("an https JWKS URL is accepted");
+        assert!(c.auth.is_enabled());
+    }
+
     #[test]
     fn policy_errors_name_their_key() {
         let err = |toml: &str| load(toml, &[]).unwrap_err().key;
