@@ -1,5 +1,7 @@
-//! Configuration: one TOML file (`--conf`), overridden by `TETHER_*` environment variables,
-//! overridden by flags; validated once into `Config`, refusing bad values by key name.
+//! Configuration: a TOML file (`--conf`; several, later ones winning key by key, so that a
+//! secret part can live in a file of its own), overridden by `TETHER_*` environment
+//! variables, overridden by flags; validated once into `Config`, refusing bad values by key
+//! name.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,10 +25,11 @@ use serde::Deserialize;
                   true (--tee); --tee false or --tee=false turns it off."
 )]
 pub struct Settings {
-    /// TOML configuration file.
-    #[arg(long, env = "TETHER_CONF")]
+    /// TOML configuration file. Repeatable (TETHER_CONF: comma-separated): a later file's
+    /// keys win over an earlier one's, a table as a whole (e.g. [auth] from a Secret).
+    #[arg(long, env = "TETHER_CONF", value_delimiter = ',')]
     #[serde(skip)]
-    pub conf: Option<PathBuf>,
+    pub conf: Vec<PathBuf>,
     /// Address to listen on. [default: 127.0.0.1:8080]
     #[arg(long, env = "TETHER_LISTEN")]
     pub listen: Option<String>,
@@ -314,22 +317,24 @@ pub fn describe_store(store: &str) -> String {
 }
 
 impl Settings {
-    /// Reads the file named by `--conf` (if any) under the flags/env already parsed.
+    /// Reads the files named by `--conf` (if any) under the flags/env already parsed.
     pub fn load(self) -> Result<Config, ConfigError> {
-        let (file, text) = match &self.conf {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| bad(FILE_KEY, format!("cannot read {}: {e}", path.display())))?;
-                (parse_file(path, &text)?, Some((path.clone(), text)))
-            }
-            None => (Settings::default(), None),
-        };
+        let mut file = Settings::default();
+        let mut texts = Vec::with_capacity(self.conf.len());
+        for path in &self.conf {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| bad(FILE_KEY, format!("cannot read {}: {e}", path.display())))?;
+            file = parse_file(path, &text)?.over(file).0;
+            texts.push((path.clone(), text));
+        }
         let (settings, from_flags) = self.over(file);
         settings.validate().map_err(|mut e| {
             let top = e.key.split(['.', '[']).next().unwrap_or_default();
-            if let Some((path, text)) = text.filter(|_| !from_flags.contains(&top)) {
-                e.location =
-                    line_of_key(&text, &e.key).map(|line| format!("{}:{line}", path.display()));
+            if !from_flags.contains(&top) {
+                // The last file that has the key is the one whose value was used.
+                e.location = texts.iter().rev().find_map(|(path, text)| {
+                    line_of_key(text, &e.key).map(|line| format!("{}:{line}", path.display()))
+                });
             }
             e
         })
@@ -750,6 +755,33 @@ mod errors_say_where {
     }
 
     #[test]
+    fn a_later_file_wins_and_errors_name_the_file_that_set_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (dir.path().join("a.toml"), dir.path().join("b.toml"));
+        std::fs::write(
+            &first,
+            "upstream = \"http://x\"\nmodel = \"a\"\nthreads = 3\n",
+        )
+        .unwrap();
+        std::fs::write(&second, "\nmodel = \"b\"\n").unwrap();
+        let (a, b) = (first.to_str().unwrap(), second.to_str().unwrap());
+        let c = Settings::try_parse_from(["serve", "--conf", a, "--conf", b])
+            .unwrap()
+            .load()
+            .unwrap();
+        assert_eq!((c.model.as_str(), c.threads), ("b", 3));
+        std::fs::write(&second, "\nthreads = 0\n").unwrap();
+        let e = Settings::try_parse_from(["serve", "--conf", &format!("{a},{b}")])
+            .unwrap()
+            .load()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{b}:2: threads: must be greater than 0")
+        );
+    }
+
+    #[test]
     fn a_file_that_is_not_toml_names_its_line() {
         let (path, e) = load_file("upstream = \"http://x\nthreads = 2\n", &[]);
         assert_eq!(e.key, FILE_KEY);
@@ -907,7 +939,7 @@ mod example {
         let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test");
         let path = format!("{crate_dir}/../conf/tether.example.toml");
         let settings = super::Settings {
-            conf: Some(path.into()),
+            conf: vec![path.into()],
             ..Default::default()
         };
         settings.load().expect("conf/tether.example.toml loads");
