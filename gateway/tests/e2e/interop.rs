@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::harness::*;
 
 /// The venv's python, or `None` (a failure in CI) when the venv is missing.
-fn interop_python() -> Option<String> {
+pub fn interop_python() -> Option<String> {
     match std::env::var("TETHER_INTEROP_PYTHON") {
         Ok(p) if !p.is_empty() => Some(p),
         _ if std::env::var_os("CI").is_some() => {
@@ -64,23 +64,4 @@ fn openai_sdk_through_tether_to_a_chat_agent() {
 #[test]
 fn openai_sdk_through_tether_to_a_responses_agent() {
     run_pytest("openai-responses");
-}
-
-/// `docker-compose.yml` must stay valid (checked with Debian's docker-compose; no engine).
-#[test]
-fn compose_file_is_valid() {
-    let compose = Command::new("docker-compose")
-        .arg("-f")
-        .arg(repo_root().join("docker-compose.yml"))
-        .args(["config", "-q"])
-        .output();
-    match compose {
-        Ok(out) => assert!(
-            out.status.success(),
-            "docker-compose config: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(_) if std::env::var_os("CI").is_some() => panic!("docker-compose is required in CI"),
-        Err(_) => eprintln!("docker-compose is not installed: skipping the compose check"),
-    }
 }

@@ -9,6 +9,7 @@ mod auth;
 mod bad_input;
 mod checkpoints;
 mod control;
+mod deploy;
 mod failures;
 mod input_limits;
 mod interop;
