@@ -17,8 +17,10 @@ use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
 use super::sql;
 use crate::event::{Event, NewEvent, Seq, Session};
+use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Imported, Invocation, Lease, Renewed, Store,
+    StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -738,6 +740,38 @@ impl Store for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let invocations =
+            import::invocations(events).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        // What jsonb can hold, as appends store it (see `replace_nuls`).
+        let mut events = std::borrow::Cow::Borrowed(events);
+        if events
+            .iter()
+            .any(|e| has_nul(&e.content) || has_nul(&e.metadata))
+        {
+            for e in events.to_mut() {
+                replace_nul(&mut e.content);
+                replace_nul(&mut e.metadata);
+            }
+        }
+        let json = sql::import_json(&events);
+        let mut turn = self.write_turn().await?;
+        let conn = turn.conn();
+        sqlx::query("BEGIN").execute(&mut *conn).await?;
+        let outcome =
+            sql::import_in_transaction!(conn, Postgres, "::jsonb", &events, &json, &invocations)
+                .await;
+        let end = match outcome {
+            Ok(Imported::Created) => "COMMIT",
+            _ => "ROLLBACK",
+        };
+        let ended = sqlx::query(end).execute(&mut *conn).await;
+        let outcome = outcome?;
+        ended?;
+        turn.finish();
+        Ok(outcome)
     }
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {

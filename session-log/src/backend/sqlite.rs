@@ -23,8 +23,10 @@ use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
 use super::sql;
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
+use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Imported, Invocation, Lease, Renewed, Store,
+    StoreError,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -783,6 +785,25 @@ impl Store for SqliteStore {
             .execute(&mut *turn)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let invocations =
+            import::invocations(events).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let json = sql::import_json(events);
+        let mut conn = self.write_turn().await?;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let conn = &mut *conn;
+        let outcome =
+            sql::import_in_transaction!(conn, Sqlite, "", events, &json, &invocations).await;
+        let end = match outcome {
+            Ok(Imported::Created) => "COMMIT",
+            _ => "ROLLBACK",
+        };
+        let ended = sqlx::query(end).execute(&mut *conn).await;
+        let outcome = outcome?;
+        ended?;
+        Ok(outcome)
     }
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
