@@ -3,6 +3,7 @@
 //! so conversations survive the agent forgetting them.
 
 mod api;
+mod cli;
 mod client;
 mod config;
 mod core;
@@ -56,11 +57,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway.
-    Serve(Settings),
+    Serve(Box<Settings>),
+    #[command(flatten)]
+    Operate(cli::Command),
 }
 
 fn main() -> ExitCode {
-    let Command::Serve(settings) = Cli::parse().command;
+    let settings = match Cli::parse().command {
+        Command::Serve(settings) => *settings,
+        Command::Operate(command) => return cli::run(command),
+    };
     let config = match settings.load() {
         Ok(c) => c,
         Err(e) => {

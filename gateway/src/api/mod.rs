@@ -6,6 +6,7 @@
 mod attachments;
 mod checkpoints;
 mod event;
+mod import;
 pub mod sessions;
 mod subscribe;
 
@@ -192,6 +193,7 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListSessionCheckpoints" => checkpoints::list_session_checkpoints(call).await,
         "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
         "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
+        "ImportSession" => import::import_session(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

@@ -8,6 +8,7 @@ mod agents;
 mod auth;
 mod bad_input;
 mod checkpoints;
+mod cli;
 mod control;
 mod deploy;
 mod failures;
