@@ -142,6 +142,31 @@ pub struct Settings {
     /// size limit is the top-level `max_body_bytes`).
     #[arg(skip)]
     pub limits: Option<LimitsConfig>,
+    /// `[telemetry]`: OpenTelemetry traces (file only; the standard OTEL_* variables apply
+    /// as well).
+    #[arg(skip)]
+    pub telemetry: Option<TelemetryConfig>,
+}
+
+/// `[telemetry]` as the file has it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP base URL traces are exported to, e.g. `http://collector:4318`
+    /// (`/v1/traces` is appended). Unset, and without OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT,
+    /// traces are off.
+    pub otlp_endpoint: Option<String>,
+    /// The agent's name in traces: `gen_ai.agent.name`, and the run span's name
+    /// `invoke_agent {agent_name}`.
+    pub agent_name: Option<String>,
+}
+
+/// `[telemetry]`, validated.
+#[derive(Clone, Debug)]
+pub struct Telemetry {
+    /// Without a trailing slash.
+    pub otlp_endpoint: Option<String>,
+    pub agent_name: String,
 }
 
 /// The validated configuration the gateway runs with.
@@ -174,6 +199,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub rate_limits: RateLimitConfig,
     pub limits: LimitsConfig,
+    pub telemetry: Telemetry,
 }
 
 /// The agent's base URL, split for the connector.
@@ -381,7 +407,8 @@ impl Settings {
             side_effect_free_tools,
             auth,
             rate_limits,
-            limits
+            limits,
+            telemetry
         )
     }
 
@@ -495,6 +522,30 @@ impl Settings {
             // Heartbeats every third of the lease: below 1 s a slow commit loses it.
             return Err(bad("run_lease_seconds", "must be at least 3"));
         }
+        let telemetry = self.telemetry.unwrap_or_default();
+        let telemetry = Telemetry {
+            otlp_endpoint: match telemetry.otlp_endpoint {
+                Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                    return Err(bad(
+                        "telemetry.otlp_endpoint",
+                        "must be an http:// or https:// URL (OTLP over HTTP)",
+                    ))
+                }
+                Some(url) if url.parse::<http::Uri>().is_err() => {
+                    return Err(bad(
+                        "telemetry.otlp_endpoint",
+                        format!("{url:?} is not a URL"),
+                    ))
+                }
+                url => url.map(|u| u.trim_end_matches('/').to_owned()),
+            },
+            agent_name: match telemetry.agent_name {
+                Some(name) if name.trim().is_empty() => {
+                    return Err(bad("telemetry.agent_name", "is empty"))
+                }
+                name => name.unwrap_or_else(|| "agent".to_owned()),
+            },
+        };
         let public_url = match self.public_url {
             Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
                 return Err(bad("public_url", "must start with http:// or https://"))
@@ -560,6 +611,7 @@ impl Settings {
             auth,
             rate_limits,
             limits,
+            telemetry,
         })
     }
 }

@@ -15,6 +15,7 @@ use pingora::upstreams::peer::HttpPeer;
 use runtime_adapter::AgentRequest;
 
 use crate::config::{Config, Upstream};
+use crate::telemetry::spans;
 
 /// Why talking to the agent failed.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,8 @@ pub struct AgentResponse {
     pub content_type: String,
     http: HttpSession,
     peer: HttpPeer,
+    /// The request's span, held so that it ends when the response is dropped (read).
+    _trace: tracing::Span,
 }
 
 impl AgentResponse {
@@ -122,6 +125,40 @@ impl Agent {
         request: &AgentRequest,
         account_id: &str,
     ) -> Result<AgentResponse, AgentError> {
+        let trace = spans::agent_request(request.method, &request.path);
+        let sent = self.send_traced(request, account_id, &trace).await;
+        match sent {
+            Ok((http, peer)) => {
+                let header = http.response_header();
+                let status = header.map_or(0, |h| h.status.as_u16());
+                spans::http_status(&trace, status);
+                let content_type = header
+                    .and_then(|h| h.headers.get("content-type"))
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                Ok(AgentResponse {
+                    status,
+                    content_type,
+                    http,
+                    peer,
+                    _trace: trace,
+                })
+            }
+            Err(e) => {
+                spans::failed(&trace, &e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// `send` up to the response header, with `trace`'s context handed to the agent.
+    async fn send_traced(
+        &self,
+        request: &AgentRequest,
+        account_id: &str,
+        trace: &tracing::Span,
+    ) -> Result<(HttpSession, HttpPeer), AgentError> {
         let peer = self.peer().await?;
         let (mut http, _reused) = self
             .connector
@@ -160,6 +197,9 @@ impl Agent {
             req.insert_header(name.clone(), value.as_str())
                 .map_err(io)?;
         }
+        spans::inject(trace, |name, value| {
+            let _ = req.insert_header(name.to_owned(), value);
+        });
         http.write_request_header(Box::new(req)).await.map_err(io)?;
         if let Some(body) = body {
             http.write_request_body(Bytes::from(body), true)
@@ -168,22 +208,10 @@ impl Agent {
         }
         http.finish_request_body().await.map_err(io)?;
         http.read_response_header().await.map_err(io)?;
-        let header = http
-            .response_header()
-            .ok_or_else(|| AgentError::Io("no response header".into()))?;
-        let status = header.status.as_u16();
-        let content_type = header
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        Ok(AgentResponse {
-            status,
-            content_type,
-            http,
-            peer,
-        })
+        if http.response_header().is_none() {
+            return Err(AgentError::Io("no response header".into()));
+        }
+        Ok((http, peer))
     }
 
     /// Sends `request` and reads the whole answer, keeping its first `cap` bytes.

@@ -200,6 +200,17 @@ pub struct Tether {
 
 impl Tether {
     pub fn start(upstream: &str, protocol: &str, store: &str, extra: &[&str]) -> Tether {
+        Self::start_with_env(upstream, protocol, store, extra, &[])
+    }
+
+    /// `start` with environment variables set for the gateway process only.
+    pub fn start_with_env(
+        upstream: &str,
+        protocol: &str,
+        store: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Tether {
         let port = free_port();
         let log = tempfile::NamedTempFile::new().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_tether"))
@@ -217,6 +228,7 @@ impl Tether {
             .args(extra)
             .env("TETHER_SHUTDOWN_GRACE_SECONDS", "1")
             .env_remove("TETHER_CONF")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log.reopen().unwrap())
             .spawn()

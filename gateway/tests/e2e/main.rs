@@ -23,3 +23,4 @@ mod replicas;
 mod seed;
 mod smuggling;
 mod tour;
+mod traces;
