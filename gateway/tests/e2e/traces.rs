@@ -325,22 +325,14 @@ struct A2aAgent {
 
 impl A2aAgent {
     fn start(python: &str, port: u16, llm: &str) -> A2aAgent {
-        let mut child = Command::new(python)
+        let mut command = Command::new(python);
+        command
             .arg(repo_root().join("tests/agents/a2a_agent.py"))
             .args(["--port", &port.to_string(), "--llm", llm])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the a2a agent");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            line.starts_with("READY"),
-            "the a2a agent did not start: {line:?}"
-        );
-        A2aAgent { child }
+            .stderr(Stdio::null());
+        A2aAgent {
+            child: spawn_ready(command, "a2a agent"),
+        }
     }
 }
 

@@ -759,19 +759,20 @@ impl Store for PgStore {
         let json = sql::import_json(&events);
         let mut turn = self.write_turn().await?;
         let conn = turn.conn();
-        sqlx::query("BEGIN").execute(&mut *conn).await?;
-        let outcome =
-            sql::import_in_transaction!(conn, Postgres, "::jsonb", &events, &json, &invocations)
-                .await;
-        let end = match outcome {
-            Ok(Imported::Created) => "COMMIT",
-            _ => "ROLLBACK",
-        };
-        let ended = sqlx::query(end).execute(&mut *conn).await;
-        let outcome = outcome?;
-        ended?;
+        let cast = "::jsonb";
+        let imported = sql::import_in_transaction!(
+            conn,
+            "BEGIN",
+            Postgres,
+            cast,
+            &events,
+            &json,
+            &invocations
+        )
+        .await?;
+        // Failed, the turn drops the connection: its transaction may be left open.
         turn.finish();
-        Ok(outcome)
+        Ok(imported)
     }
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {

@@ -299,14 +299,28 @@ pub(crate) fn invocation_not_inserted(
         .map(|r| r.invocation_id.clone())
 }
 
-/// The statements of an import, in the transaction the backend opened on `$conn` (an
-/// expression giving `&mut` its connection), for database `$db` with `$json_cast` (see
-/// [`import_events`]): the session, its events, its invocations. Evaluates to the
-/// `Result<Imported, StoreError>` the backend commits on `Created` and rolls back
-/// otherwise. A macro, not a function: generic over the database, sqlx's executor bounds
-/// do not hold across the awaits of an async trait method.
+/// An import in one transaction on `$conn` (an expression giving `&mut` its connection),
+/// opened with `$begin`, for database `$db` with `$json_cast` (see [`import_events`]): the
+/// session, its events, its invocations; committed when the session was created, rolled
+/// back otherwise. Evaluates to `Result<Imported, StoreError>`. A macro, not a function:
+/// generic over the database, sqlx's executor bounds do not hold across the awaits of an
+/// async trait method.
 macro_rules! import_in_transaction {
-    ($conn:expr, $db:ty, $json_cast:expr, $events:expr, $json:expr, $invocations:expr) => {
+    ($conn:expr, $begin:expr, $db:ty, $json_cast:expr, $events:expr, $json:expr, $invocations:expr) => {
+        async {
+            sqlx::query($begin).execute(&mut *$conn).await?;
+            let outcome = $crate::backend::sql::import_in_transaction!(@statements $conn, $db, $json_cast, $events, $json, $invocations).await;
+            let end = match outcome {
+                Ok($crate::store::Imported::Created) => "COMMIT",
+                _ => "ROLLBACK",
+            };
+            let ended = sqlx::query(end).execute(&mut *$conn).await;
+            let outcome = outcome?;
+            ended?;
+            Ok::<_, $crate::store::StoreError>(outcome)
+        }
+    };
+    (@statements $conn:expr, $db:ty, $json_cast:expr, $events:expr, $json:expr, $invocations:expr) => {
         async {
             use sqlx::Row as _;
             let (events, json, invocations) = ($events, $json, $invocations);

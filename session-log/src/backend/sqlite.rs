@@ -791,19 +791,10 @@ impl Store for SqliteStore {
         let invocations =
             import::invocations(events).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let json = sql::import_json(events);
-        let mut conn = self.write_turn().await?;
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-        let conn = &mut *conn;
-        let outcome =
-            sql::import_in_transaction!(conn, Sqlite, "", events, &json, &invocations).await;
-        let end = match outcome {
-            Ok(Imported::Created) => "COMMIT",
-            _ => "ROLLBACK",
-        };
-        let ended = sqlx::query(end).execute(&mut *conn).await;
-        let outcome = outcome?;
-        ended?;
-        Ok(outcome)
+        let mut turn = self.write_turn().await?;
+        let conn = &mut *turn;
+        let begin = "BEGIN IMMEDIATE";
+        sql::import_in_transaction!(conn, begin, Sqlite, "", events, &json, &invocations).await
     }
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
