@@ -55,17 +55,25 @@ pub async fn content(
     request_id: &str,
 ) -> Result<()> {
     const ACTION: &str = "AttachmentContent";
-    let uri = session
+    let raw = session
         .req_header()
         .uri
         .query()
         .unwrap_or("")
         .split('&')
         .find_map(|p| p.strip_prefix("FileUri="))
-        .and_then(query_value);
-    let Some(uri) = uri.filter(|u| !u.is_empty()) else {
-        let e = ControlError::bad_request("FileUri is required");
-        return respond_envelope(session, ACTION, request_id, Err(e)).await;
+        .filter(|raw| !raw.is_empty());
+    let uri = match raw.map(|raw| query_value(raw).ok_or(raw)) {
+        Some(Ok(uri)) => uri,
+        Some(Err(raw)) => {
+            tracing::warn!(account_id, file_uri = ?raw, "AttachmentContent: FileUri is not UTF-8 percent-encoding");
+            let e = ControlError::bad_request("FileUri is not valid percent-encoded UTF-8");
+            return respond_envelope(session, ACTION, request_id, Err(e)).await;
+        }
+        None => {
+            let e = ControlError::bad_request("FileUri is required");
+            return respond_envelope(session, ACTION, request_id, Err(e)).await;
+        }
     };
     // Without the upload scheme, the seed's rule: a path relative to the workspace.
     let Some(file_id) = uri.strip_prefix(SCHEME) else {

@@ -8,6 +8,7 @@ mod agents;
 mod auth;
 mod bad_input;
 mod checkpoints;
+mod console;
 mod control;
 mod failures;
 mod input_limits;
