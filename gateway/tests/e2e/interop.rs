@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::harness::*;
 
 /// The venv's python, or `None` (a failure in CI) when the venv is missing.
-fn interop_python() -> Option<String> {
+pub fn interop_python() -> Option<String> {
     match std::env::var("TETHER_INTEROP_PYTHON") {
         Ok(p) if !p.is_empty() => Some(p),
         _ if std::env::var_os("CI").is_some() => {

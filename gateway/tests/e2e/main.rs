@@ -7,6 +7,7 @@ mod accounts;
 mod agents;
 mod auth;
 mod bad_input;
+mod browser;
 mod checkpoints;
 mod console;
 mod control;

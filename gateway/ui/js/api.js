@@ -36,13 +36,14 @@ function withCredential(headers = {}) {
 }
 
 /**
- * fetch with the credential. A 401 asks for a credential (once per refusal, with the
- * server's reason) and tries again with it.
+ * fetch with the credential. A refusal of the credential (a challenge in
+ * `WWW-Authenticate`: 401, or 400 for a malformed one) asks for a credential, with the
+ * server's reason, and tries again with it.
  */
 async function authorized(url, init = {}) {
   for (;;) {
     const response = await fetch(url, { ...init, headers: withCredential(init.headers) });
-    if (response.status !== 401) return response;
+    if (!response.headers.has('www-authenticate')) return response;
     const reason = await errorOf(response);
     await askCredential(credential.get() ? reason.message : null);
   }

@@ -23,7 +23,11 @@ function askCredential(reason) {
     $('login-form').onsubmit = (ev) => {
       ev.preventDefault();
       const value = input.value.trim();
-      if (!value) return;
+      // What an HTTP header can carry; anything else would fail before it is sent.
+      if (!/^[\x21-\x7e]+$/.test(value)) {
+        error.textContent = 'A key or token is printable ASCII without spaces.';
+        return;
+      }
       credential.set(value);
       dialog.close();
       resolve();
