@@ -336,6 +336,7 @@ def test_screenshots_of_a_demo_session(page: Page):
     feedback; a checkpoint's resume preview; the workspace files."""
     out = Path(os.environ["TETHER_SCREENSHOTS"])
     out.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size({"width": 1280, "height": 800})
     session = unique("demo")
     turn(session, "My project is named zebra42. Reply with OK.")
     turn(session, "tool:lookup")
@@ -348,6 +349,7 @@ def test_screenshots_of_a_demo_session(page: Page):
     page.get_by_role("button", name="Send feedback", exact=True).click()
     expect(page.get_by_text("Thanks, feedback recorded.")).to_be_visible()
     page.locator("li.event-reasoning details").last.evaluate("d => d.open = true")
+    page.locator(".timeline-scroll").evaluate("s => s.scrollTop = s.scrollHeight")
     page.screenshot(path=str(out / "console-session.png"))
 
     page.get_by_role("button", name="Preview", exact=True).first.click()

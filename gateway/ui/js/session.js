@@ -366,7 +366,7 @@ export class SessionView {
         );
       });
     if (!cards.length) cards.push(h('li', { class: 'empty' }, 'No checkpoints yet. Tether records one after each tool call, tool result and finished turn.'));
-    const gate = this.canResume ? null : h('p', { class: 'muted small' }, this.lifecycle.CheckpointResume ? 'No checkpoint of this session can be resumed now.' : `Resume is not available for this agent (resume mode: ${this.resumeMode || 'unsupported'}).`);
+    const gate = this.canResume || !data.Checkpoints.length ? null : h('p', { class: 'muted small' }, this.lifecycle.CheckpointResume ? 'No checkpoint of this session can be resumed now.' : `Resume is not available for this agent (resume mode: ${this.resumeMode || 'unsupported'}).`);
     replace(panel, gate, this.preview, h('ul', { class: 'checkpoints' }, cards));
   }
 

@@ -69,7 +69,7 @@ export class SessionList {
     replace(
       this.pager,
       h('button', { type: 'button', class: 'ghost small', disabled: this.page <= 1, onclick: () => this.go(this.page - 1) }, 'Previous'),
-      h('span', { class: 'muted' }, `Page ${this.page} of ${pages} · ${this.total} sessions`),
+      h('span', { class: 'muted', title: `page ${this.page} of ${pages}` }, `${this.page} / ${pages} · ${this.total} ${this.total === 1 ? 'session' : 'sessions'}`),
       h('button', { type: 'button', class: 'ghost small', disabled: this.page >= pages, onclick: () => this.go(this.page + 1) }, 'Next'),
     );
   }
