@@ -186,13 +186,10 @@ fn list_blocking(dir: &Path, account_id: &str, path: &str) -> Result<Value, (Str
         };
         total += 1;
         let is_dir = meta.is_dir();
-        let modified = meta
-            .modified()
-            .ok()
-            .map(|t| {
-                chrono::DateTime::<chrono::Utc>::from(t)
-                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-            });
+        let modified = meta.modified().ok().map(|t| {
+            chrono::DateTime::<chrono::Utc>::from(t)
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        });
         let shown = relative(&root, &real);
         let file_path = if shown.is_empty() {
             name.clone()

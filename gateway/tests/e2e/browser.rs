@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::auth::{auth_conf, KEY_A, KEY_B};
 use crate::harness::*;
-use crate::interop::interop_python;
+use crate::interop::{interop_python, run_pytest_with};
 
 /// Debian's chromium, or `None` (a failure in CI) when it is not installed.
 fn chromium() -> Option<String> {
@@ -56,9 +56,8 @@ fn the_console_in_a_real_browser() {
         Some(_) => repo_root().join("docs"),
         None => scratch.path().to_path_buf(),
     };
-    let out = Command::new(python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/ui"])
-        .current_dir(repo_root())
+    let mut pytest = Command::new(python);
+    pytest
         .env("TETHER_URL", tether.url())
         .env("TETHER_STORE", &store.url)
         .env("TETHER_WORKSPACE", workspace.path())
@@ -67,22 +66,6 @@ fn the_console_in_a_real_browser() {
         .env("TETHER_KEY_B", KEY_B)
         .env("TETHER_AGENT_URL", agent.url())
         .env("TETHER_SCREENSHOTS", &screenshots)
-        .env("CHROMIUM", chromium)
-        .output()
-        .expect("run pytest");
-    let report = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "the console's browser tests failed:\n{report}\n--- tether log ---\n{}\n--- tether ([auth]) log ---\n{}",
-        tether.log_text(),
-        with_auth.log_text()
-    );
-    assert!(
-        !report.contains(" skipped"),
-        "no browser test may skip:\n{report}"
-    );
+        .env("CHROMIUM", chromium);
+    run_pytest_with(pytest, &["tests/ui"], &[&tether, &with_auth]);
 }

@@ -9,24 +9,10 @@ use std::path::Path;
 use serde_json::{json, Value};
 use session_log::Rating;
 
+use crate::accounts::control as control_as;
 use crate::auth::{auth_conf, bearer, KEY_A, KEY_B};
+use crate::control::control;
 use crate::harness::*;
-
-fn control(tether: &Tether, action: &str, body: Value) -> Reply {
-    post_json(
-        &format!("{}/agentengine/api/v1/{action}", tether.url()),
-        &body,
-    )
-}
-
-fn control_as(tether: &Tether, key: &str, action: &str, body: Value) -> Reply {
-    let (k, v) = bearer(key);
-    post(
-        &format!("{}/agentengine/api/v1/{action}", tether.url()),
-        &body.to_string(),
-        &[(k, &v)],
-    )
-}
 
 /// An envelope refusal: status, `Code` = status, the action named, and `Data`.
 fn refused(r: &Reply, status: u16, action: &str) -> Value {

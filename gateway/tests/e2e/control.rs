@@ -9,7 +9,7 @@ use session_log::{EventType, RunStatus};
 
 use crate::harness::*;
 
-fn control(tether: &Tether, action: &str, body: Value) -> Reply {
+pub fn control(tether: &Tether, action: &str, body: Value) -> Reply {
     post_json(
         &format!("{}/agentengine/api/v1/{action}", tether.url()),
         &body,
