@@ -53,7 +53,7 @@ export class SessionView {
     this.notice = h('div', { class: 'notice', role: 'alert', hidden: true });
 
     this.list = h('ol', { class: 'timeline', 'aria-label': 'Events' });
-    this.timeline = new Timeline(this.list, {
+    this.timeline = new Timeline(this.id, this.list, {
       feedbackBar: (e) => this.feedbackBar(e),
       attachment: (block) => this.attachment(block),
       sessionLink: (id) => h('a', { href: `#/sessions/${encodeURIComponent(id)}` }, id),

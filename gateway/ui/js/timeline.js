@@ -1,6 +1,7 @@
-// A session's timeline: every event of the log in seq order, each once (an event at or
-// below the last seq shown is ignored, so a replay that overlaps what is on screen adds
-// nothing). Transcript events show as the conversation; control events as lifecycle
+// A session's timeline: every event of the log in seq order, each once (an event of this
+// session at or below the last seq shown is ignored, so a replay that overlaps what is on
+// screen adds nothing; a fork's inherited events, which keep their parent's seqs, are
+// counted apart). Transcript events show as the conversation; control events as lifecycle
 // rows, or folded away until "Show control events" is on. Streamed deltas build a live
 // answer that the run's final message replaces.
 
@@ -31,14 +32,17 @@ function textOf(content) {
 
 export class Timeline {
   /**
+   * @param sessionId the session shown (events of another one are inherited)
    * @param list the <ol> the rows go in
    * @param hooks {feedbackBar(event) → Element|null, attachment(block) → Element,
    *               sessionLink(id) → Element}
    */
-  constructor(list, hooks) {
+  constructor(sessionId, list, hooks) {
+    this.sessionId = sessionId;
     this.list = list;
     this.hooks = hooks;
     this.lastSeq = 0;
+    this.inherited = new Set(); // "<session>:<seq>" of inherited events shown
     /** invocation id → {runId, status, live: {row, text, el} | null, reasoning} */
     this.invocations = new Map();
     this.group = null; // the control row consecutive deltas fold into
@@ -68,8 +72,14 @@ export class Timeline {
 
   /** Adds one event; returns whether it was new. */
   add(e) {
-    if (!(e.SeqId > this.lastSeq)) return false;
-    this.lastSeq = e.SeqId;
+    if (flags(e).inherited || (e.SessionId && e.SessionId !== this.sessionId)) {
+      const key = `${e.SessionId}:${e.SeqId}`;
+      if (this.inherited.has(key)) return false;
+      this.inherited.add(key);
+    } else {
+      if (!(e.SeqId > this.lastSeq)) return false;
+      this.lastSeq = e.SeqId;
+    }
     const inv = e.InvocationId ? this.invocation(e.InvocationId) : null;
     if (inv && e.RunId) inv.runId = e.RunId;
     if (!(e.EventType === 'text_delta' || e.EventType === 'reasoning_delta')) this.group = null;
