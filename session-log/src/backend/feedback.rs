@@ -1,9 +1,9 @@
 //! The SQL of feedback records (the `feedback` table), written once for both stores:
-//! the insert, the account's (or one session's) page newest first, its count, and the
-//! decoding of a row.
+//! the insert, the account's (or one session's) page newest first with its count, and
+//! the decoding of a row.
 
 use chrono::{DateTime, Utc};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use super::sql::Statement;
 use crate::store::{Feedback, Rating, StoreError};
@@ -39,7 +39,7 @@ where
 
 /// A page of the account's feedback, or of one session's, newest first (ids are
 /// time-ordered).
-pub(crate) fn page<'q, DB: Database>(
+fn page<'q, DB: Database>(
     account_id: &'q str,
     session_id: Option<&'q str>,
     offset: i64,
@@ -73,7 +73,7 @@ where
 }
 
 /// How many records `page` chooses from; one row, one `count` column.
-pub(crate) fn count<'q, DB: Database>(
+fn count<'q, DB: Database>(
     account_id: &'q str,
     session_id: Option<&'q str>,
 ) -> Statement<'q, DB>
@@ -92,7 +92,7 @@ where
 }
 
 /// A record from a row of `page`.
-pub(crate) fn from_row<'r, R: Row>(row: &'r R) -> Result<Feedback, StoreError>
+fn from_row<'r, R: Row>(row: &'r R) -> Result<Feedback, StoreError>
 where
     &'static str: ColumnIndex<R>,
     String: Decode<'r, R::Database> + Type<R::Database>,
@@ -112,4 +112,33 @@ where
         comment: row.try_get("comment")?,
         created_at: row.try_get("created_at")?,
     })
+}
+
+/// A page of `page` and the count of what it chooses from, read from `pool`.
+pub(crate) async fn list<DB>(
+    pool: &Pool<DB>,
+    account_id: &str,
+    session_id: Option<&str>,
+    offset: i64,
+    limit: i64,
+) -> Result<(Vec<Feedback>, i64), StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> DateTime<Utc>: Decode<'r, DB> + Type<DB>,
+    &'static str: ColumnIndex<DB::Row>,
+{
+    let rows = page(account_id, session_id, offset, limit)
+        .fetch_all(pool)
+        .await?;
+    let total = count(account_id, session_id)
+        .fetch_one(pool)
+        .await?
+        .try_get("count")?;
+    let records = rows.iter().map(from_row).collect::<Result<_, _>>()?;
+    Ok((records, total))
 }

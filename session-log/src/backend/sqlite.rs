@@ -817,18 +817,7 @@ impl Store for SqliteStore {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Feedback>, i64), StoreError> {
-        let rows = feedback::page(account_id, session_id, offset, limit)
-            .fetch_all(&self.pool)
-            .await?;
-        let total = feedback::count(account_id, session_id)
-            .fetch_one(&self.pool)
-            .await?
-            .try_get("count")?;
-        let records = rows
-            .iter()
-            .map(feedback::from_row)
-            .collect::<Result<_, _>>()?;
-        Ok((records, total))
+        feedback::list(&self.pool, account_id, session_id, offset, limit).await
     }
 }
 
