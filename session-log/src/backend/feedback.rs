@@ -73,10 +73,7 @@ where
 }
 
 /// How many records `page` chooses from; one row, one `count` column.
-fn count<'q, DB: Database>(
-    account_id: &'q str,
-    session_id: Option<&'q str>,
-) -> Statement<'q, DB>
+fn count<'q, DB: Database>(account_id: &'q str, session_id: Option<&'q str>) -> Statement<'q, DB>
 where
     &'q str: Encode<'q, DB> + Type<DB>,
 {
