@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use session_log::Rating;
 
 use crate::accounts::control as control_as;
-use crate::auth::{auth_conf, bearer, KEY_A, KEY_B};
+use crate::auth::{auth_conf, authed_gateway, bearer, KEY_A, KEY_B};
 use crate::control::control;
 use crate::harness::*;
 
@@ -46,15 +46,7 @@ fn turn(tether: &Tether, session: &str, input: &str) -> (String, String, String)
 
 #[test]
 fn console_files_are_served_with_a_strict_policy_and_revalidated() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (_store, agent, tether) = authed_gateway("");
     let base = tether.url();
 
     // The page loads without a credential (it asks for one); its data does not.
@@ -423,15 +415,7 @@ fn feedback_is_stored_with_its_run_on_postgres() {
 
 #[test]
 fn feedback_and_bootstrap_are_per_account() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (_store, _agent, tether) = authed_gateway("");
     let (k, v) = bearer(KEY_A);
     let r = post(
         &format!("{}/v1/responses", tether.url()),
@@ -494,9 +478,7 @@ fn feedback_and_bootstrap_are_per_account() {
 
 #[test]
 fn list_sessions_says_each_sessions_latest_run_state() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     turn(&tether, "st-done", "Reply with OK");
     let failed = post_json(
         &format!("{}/v1/responses", tether.url()),
@@ -569,22 +551,15 @@ fn workspace_fixture(base: &Path) -> std::path::PathBuf {
 
 #[test]
 fn workspace_files_stay_inside_the_accounts_root() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
     let base = tempfile::tempdir().unwrap();
     let ws = workspace_fixture(&base.path().canonicalize().unwrap());
     let conf = auth_conf("[limits]\nattachment_max_bytes = 2048\n");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &[
-            "--conf",
-            &conf.arg(),
-            "--workspace-dir",
-            ws.to_str().unwrap(),
-        ],
-    );
+    let (_store, agent, tether) = chat_gateway(&[
+        "--conf",
+        &conf.arg(),
+        "--workspace-dir",
+        ws.to_str().unwrap(),
+    ]);
     let content = |key: &str, raw_query: &str| -> Reply {
         let (k, v) = bearer(key);
         get(
@@ -792,9 +767,7 @@ fn workspace_files_stay_inside_the_accounts_root() {
 
 #[test]
 fn workspace_files_are_off_by_default_and_a_bad_workspace_dir_is_refused_at_start() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, agent, tether) = chat_gateway(&[]);
     let off = refused(
         &control(&tether, "ListWorkspaceFiles", json!({})),
         404,
