@@ -4,6 +4,7 @@
 use serde_json::Value;
 use session_log::{Event, EventType, RunStatus};
 
+use crate::grpc::GrpcService;
 use crate::sse::SseFrame;
 use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
@@ -41,6 +42,13 @@ impl ClientRequest<'_> {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| *v)
     }
+
+    /// The first value of a query-string parameter, decoded as a form encodes it.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query?.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    }
 }
 
 /// What a claimed client request asks the gateway to do.
@@ -50,25 +58,29 @@ pub enum Route {
     Run(TurnRequest),
     /// Replay the run the agent knows as `agent_ref` from the log after `after_seq`,
     /// then follow it live to its end. `client` becomes `RunInfo::client`.
+    ///
+    /// For this and the other task routes, `not_found` (status and body) answers when the
+    /// caller's account has no such run. The agent is not asked: every task started
+    /// through Tether is in its log, and a task it did not record belongs to no account
+    /// (asking would hand one account another's task).
     Subscribe {
         agent_ref: String,
         after_seq: Option<i64>,
         client: Value,
+        not_found: (u16, Value),
     },
     /// Cancel the run the agent knows as `agent_ref` (the agent is told by the run's
-    /// adapter), then answer with `Surface::snapshot`. When Tether has no such run,
-    /// `fallback` goes to the agent as is.
+    /// adapter), then answer with `Surface::snapshot`.
     Cancel {
         agent_ref: String,
         client: Value,
-        fallback: AgentRequest,
+        not_found: (u16, Value),
     },
-    /// Answer with the run's `Surface::snapshot` from the log; `fallback` goes to the
-    /// agent when Tether has no such run.
+    /// Answer with the run's `Surface::snapshot` from the log.
     Get {
         agent_ref: String,
         client: Value,
-        fallback: AgentRequest,
+        not_found: (u16, Value),
     },
     /// Send to the agent and relay its answer (through `Surface::rewrite_forwarded`).
     Forward(AgentRequest),
@@ -90,6 +102,13 @@ pub trait Surface: Send + Sync {
     /// read). The OpenAI surfaces are routed by the gateway itself and claim nothing.
     fn claims(&self, _method: &str, _path: &str) -> bool {
         false
+    }
+
+    /// The gRPC service the surface also serves (A2A's `lf.a2a.v1.A2AService`): its calls
+    /// are claimed and routed like the surface's other requests, with the request message,
+    /// unframed, as the body, and answered through this service's encoding.
+    fn grpc(&self) -> Option<&'static dyn GrpcService> {
+        None
     }
 
     /// What a claimed request asks for.
@@ -192,4 +211,27 @@ pub fn run_error(events: &[Event], terminal: Option<RunStatus>) -> (String, Stri
             let status = terminal.map(|s| s.as_str()).unwrap_or("failed");
             (status.to_owned(), format!("the run ended as {status}"))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClientRequest;
+
+    #[test]
+    fn query_params_decode_as_forms_encode_them() {
+        let req = ClientRequest {
+            method: "GET",
+            path: "/",
+            query: Some("historyLength=2&q=a%20b+c&q=second&flag"),
+            headers: &[],
+            body: b"",
+            account_id: "acct",
+        };
+        assert_eq!(req.query_param("historyLength").as_deref(), Some("2"));
+        assert_eq!(req.query_param("q").as_deref(), Some("a b c"));
+        assert_eq!(req.query_param("flag").as_deref(), Some(""));
+        assert_eq!(req.query_param("missing"), None);
+        let bare = ClientRequest { query: None, ..req };
+        assert_eq!(bare.query_param("q"), None);
+    }
 }

@@ -1,50 +1,12 @@
-//! The upstream side of an adapter: the agent's protocol, building its request from the
+//! The upstream side of an adapter: building the agent's request from the
 //! projection plus the new turn, and parsing its response into `Output`s.
 
 use serde_json::Value;
 use session_log::Event;
 
 use crate::item::Item;
+use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Protocol {
-    /// `POST /v1/chat/completions`
-    OpenAiChat,
-    /// `POST /v1/responses`
-    OpenAiResponses,
-    /// A2A (Agent2Agent), JSON-RPC and HTTP+JSON transports, v0.3 and v1.0.
-    A2a,
-    /// Google ADK's `api_server` REST API (`/run`, `/run_sse`, `/apps/…/sessions`).
-    Adk,
-}
-
-impl Protocol {
-    pub fn parse(s: &str) -> Option<Protocol> {
-        match s {
-            "openai-chat" => Some(Protocol::OpenAiChat),
-            "openai-responses" => Some(Protocol::OpenAiResponses),
-            "a2a" => Some(Protocol::A2a),
-            "adk" => Some(Protocol::Adk),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::OpenAiChat => "openai-chat",
-            Protocol::OpenAiResponses => "openai-responses",
-            Protocol::A2a => "a2a",
-            Protocol::Adk => "adk",
-        }
-    }
-
-    /// Whether the agent is stateless and gets the whole history on every turn (the
-    /// OpenAI APIs), rather than keeping the conversation itself (A2A, ADK).
-    pub fn sends_history(self) -> bool {
-        matches!(self, Protocol::OpenAiChat | Protocol::OpenAiResponses)
-    }
-}
 
 /// Something the agent produced, in the order it produced it.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,8 +38,19 @@ pub enum Output {
     },
 }
 
-/// One HTTP request to the agent, below the agent's base URL. The gateway adds the host,
-/// content type and length, its `x-account-id`, and the configured upstream headers.
+/// How Tether reaches an agent: HTTP at `upstream`, or gRPC (A2A's `a2a_upstream_transport
+/// = "grpc"`) at the agent's gRPC address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AgentTransport {
+    #[default]
+    Http,
+    Grpc,
+}
+
+/// One request to the agent: an HTTP request below the agent's base URL, or, with `grpc`,
+/// a gRPC call to the agent's gRPC address (`path` is then `/package.Service/Method`). The
+/// gateway adds the host, content type and length (the gRPC framing), its `x-account-id`,
+/// and the configured upstream headers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentRequest {
     pub method: &'static str,
@@ -87,6 +60,10 @@ pub struct AgentRequest {
     pub headers: Vec<(String, String)>,
     /// A JSON body.
     pub body: Option<Value>,
+    /// The request message of a gRPC call, serialized (the gateway frames it). Its answer
+    /// comes as the response messages, framed, followed by the call's status as a gRPC-Web
+    /// trailers frame (see `crate::grpc::Deframer`).
+    pub grpc: Option<Vec<u8>>,
 }
 
 impl AgentRequest {
@@ -96,6 +73,7 @@ impl AgentRequest {
             path: path.into(),
             headers: Vec::new(),
             body: Some(body),
+            grpc: None,
         }
     }
 
@@ -105,6 +83,18 @@ impl AgentRequest {
             path: path.into(),
             headers: Vec::new(),
             body: None,
+            grpc: None,
+        }
+    }
+
+    /// A gRPC call of `path` (`/package.Service/Method`) with a serialized message.
+    pub fn grpc(path: impl Into<String>, message: Vec<u8>) -> Self {
+        AgentRequest {
+            method: "POST",
+            path: path.into(),
+            headers: Vec::new(),
+            body: None,
+            grpc: Some(message),
         }
     }
 
@@ -160,6 +150,17 @@ pub struct Restore {
     pub request: AgentRequest,
 }
 
+/// How to find where the agent serves gRPC when configuration names no address: a request
+/// to send over HTTP at `upstream`, and how to read the `host:port` from its answer.
+#[derive(Clone, Debug)]
+pub struct GrpcLocator {
+    pub request: AgentRequest,
+    pub address: fn(&[u8]) -> Option<String>,
+}
+
+/// An answer from the agent read whole: HTTP status, content type, body.
+pub type Answer = (u16, String, Vec<u8>);
+
 /// Parses one upstream response body, fed in arbitrary chunks.
 pub trait StreamParser: Send {
     fn feed(&mut self, bytes: &[u8]) -> Vec<Output>;
@@ -203,8 +204,54 @@ pub trait Upstream: Send + Sync {
     fn cancel(&self, _turn: &TurnRequest) -> Option<Cancel> {
         None
     }
+
+    /// Where the agent serves gRPC, for an adapter whose transport is gRPC.
+    fn grpc_locator(&self) -> Option<GrpcLocator> {
+        None
+    }
+
+    /// A request the client's surface forwards (`Route::Forward`), in the transport the
+    /// agent is called over.
+    fn forwarded(&self, request: &AgentRequest) -> AgentRequest {
+        request.clone()
+    }
+
+    /// The answer to a `forwarded` request, as the surface that made `original` reads it.
+    fn forwarded_answer(&self, _original: &AgentRequest, answer: Answer) -> Answer {
+        answer
+    }
 }
 
 /// Builds the request that tells the agent to stop the run it knows as the given
 /// handle (the run's `agent_ref`).
 pub type Cancel = Box<dyn Fn(&str) -> AgentRequest + Send + Sync>;
+
+/// A stateless agent (the OpenAI APIs): each turn is one POST to `PATH` carrying the
+/// whole history, answered by one body; nothing to probe, restore or cancel.
+pub(crate) trait Stateless: Send + Sync {
+    const PROTOCOL: Protocol;
+    /// Where the agent serves the protocol.
+    const PATH: &'static str;
+
+    /// JSON body of the agent request: `history` (the projection) followed by the
+    /// turn's new input, always streaming, never naming a stored conversation.
+    fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value;
+
+    /// A parser for the agent's response body with the given content type.
+    fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser>;
+}
+
+impl<T: Stateless> Upstream for T {
+    fn protocol(&self) -> Protocol {
+        T::PROTOCOL
+    }
+
+    fn request(&self, call: &TurnCall) -> AgentRequest {
+        let body = self.build_request(call.history, call.turn, call.default_model);
+        AgentRequest::post(T::PATH, body)
+    }
+
+    fn parser(&self, _call: &TurnCall, content_type: &str) -> Box<dyn StreamParser> {
+        self.body_parser(content_type)
+    }
+}

@@ -566,6 +566,11 @@ impl Runs {
         Ok((history, committed))
     }
 
+    /// The adapter for the agent's protocol.
+    pub fn upstream(&self) -> &'static dyn Upstream {
+        self.upstream
+    }
+
     /// The agent's handle for a run of this gateway, once the agent named it.
     pub fn agent_ref(&self, invocation_id: &str) -> Option<String> {
         self.active()
