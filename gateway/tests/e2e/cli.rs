@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::auth::{auth_conf, bearer, KEY_A, KEY_B};
+use super::auth::{auth_conf, authed_gateway, bearer, KEY_A, KEY_B};
 use crate::harness::*;
 
 /// Runs `tether ARGS` with a clean environment for its connection settings.
@@ -90,15 +90,7 @@ fn listed(tether: &Tether, session: &str, key: &str) -> Vec<Value> {
 
 #[test]
 fn sessions_events_and_cancels_through_the_cli_see_only_their_account() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (store, _agent, tether) = authed_gateway("");
     let url = tether.url();
     turn(
         &tether,
@@ -310,9 +302,7 @@ fn sessions_events_and_cancels_through_the_cli_see_only_their_account() {
 
 #[test]
 fn events_follow_prints_a_live_run_as_it_is_committed() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     let url = tether.url();
     let first = post_json(
         &format!("{url}/v1/responses"),
@@ -491,9 +481,7 @@ fn agent_requests_reset(agent: &FakeAgent) {
 /// input is a 400 that names the event and writes nothing.
 #[test]
 fn import_session_closes_unfinished_runs_and_refuses_bad_events() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     let url = format!("{}/agentengine/api/v1/ImportSession", tether.url());
     let event = |seq: i64, kind: &str, content: Value, inv: Option<&str>| {
         json!({ "SeqId": seq, "EventType": kind, "Content": content, "RunId": inv.map(|_| "run_1"),
@@ -572,9 +560,7 @@ fn import_session_closes_unfinished_runs_and_refuses_bad_events() {
 
 #[test]
 fn health_answers_for_container_checks() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (_store, _agent, tether) = chat_gateway(&[]);
     assert_eq!(ok(&["health", "--url", &tether.url()]), "ready\n");
     // Without --url it asks where TETHER_LISTEN says the gateway listens, on loopback.
     let out = Command::new(env!("CARGO_BIN_EXE_tether"))
