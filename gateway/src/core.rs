@@ -7,7 +7,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use session_log::{Appended, Event, EventQuery, Invocation, NewEvent, Session, Store, StoreError};
+use session_log::{
+    Appended, Event, EventQuery, Imported, Invocation, NewEvent, Session, Store, StoreError,
+};
 use tokio::runtime::Handle;
 
 /// Runs `fut` on the core runtime and waits for it from whichever runtime calls.
@@ -205,6 +207,11 @@ impl Store for CoreStore {
         delegate!(self, |s| s.notify(&c, &p))
     }
 
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let events = events.to_vec();
+        delegate!(self, |s| s.import_session(&events))
+    }
+
     async fn put_attachment(&self, attachment: &session_log::Attachment) -> Result<(), StoreError> {
         let a = attachment.clone();
         delegate!(self, |s| s.put_attachment(&a))
@@ -217,5 +224,21 @@ impl Store for CoreStore {
     ) -> Result<Option<session_log::Attachment>, StoreError> {
         let (a, id) = (account_id.to_owned(), file_id.to_owned());
         delegate!(self, |s| s.attachment(&a, &id))
+    }
+
+    async fn put_feedback(&self, feedback: &session_log::Feedback) -> Result<(), StoreError> {
+        let f = feedback.clone();
+        delegate!(self, |s| s.put_feedback(&f))
+    }
+
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<session_log::Feedback>, i64), StoreError> {
+        let (a, sid) = (account_id.to_owned(), session_id.map(str::to_owned));
+        delegate!(self, |s| s.list_feedback(&a, sid.as_deref(), offset, limit))
     }
 }

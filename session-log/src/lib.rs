@@ -7,6 +7,7 @@ pub mod checkpoints;
 pub mod event;
 pub mod histogram;
 pub mod hub;
+pub mod import;
 pub mod store;
 pub mod tail;
 pub mod writer;
@@ -17,6 +18,7 @@ pub use backend::{journal, postgres, sqlite};
 pub use event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
+    Rating, Renewed, Store, StoreError,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

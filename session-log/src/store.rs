@@ -152,6 +152,47 @@ pub struct Attachment {
     pub content: Vec<u8>,
 }
 
+/// A person's rating of an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rating {
+    Up,
+    Down,
+}
+
+impl Rating {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rating::Up => "up",
+            Rating::Down => "down",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Rating> {
+        match s {
+            "up" => Some(Rating::Up),
+            "down" => Some(Rating::Down),
+            _ => None,
+        }
+    }
+}
+
+/// Feedback on one answer (a run of a session), owned by one account. Stored beside the
+/// log, not in it: it takes no seq and wakes no subscriber.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Feedback {
+    pub account_id: String,
+    /// Time-ordered (UUIDv7): listings are newest first by this id.
+    pub feedback_id: String,
+    pub session_id: String,
+    pub run_id: String,
+    pub invocation_id: Option<String>,
+    /// The client-visible id of the answer (`resp_…`), when the client named it so.
+    pub response_id: Option<String>,
+    pub rating: Rating,
+    pub comment: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
 /// Where `Store::append_seqs` put each event of a batch.
 #[derive(Debug, Default)]
 pub struct Appended {
@@ -178,6 +219,17 @@ impl Appended {
             .map(|(event, placed)| placed.map(|(seq, at)| Event::committed(event, seq, at)))
             .collect()
     }
+}
+
+/// What [`Store::import_session`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Imported {
+    /// The session and its events are stored, with their seqs.
+    Created,
+    /// The account already has a session with this id: nothing was written.
+    SessionExists,
+    /// The account already has an invocation with this id: nothing was written.
+    InvocationExists(String),
 }
 
 /// A durable session log. Every read is scoped to one account: an id that belongs to
@@ -321,6 +373,14 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Stores a whole session exported from another log, in one transaction: `events`
+    /// (one account and session, checked by [`import::invocations`](crate::import::invocations))
+    /// keep their seqs and times, the session's `last_seq` is the last of them, and the
+    /// invocations their `run_status` events open are recorded as those events end them
+    /// (still `in_progress`, unowned, when they do not). A session or invocation id the
+    /// account already has refuses the whole import, which then writes nothing.
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError>;
+
     /// Stores an attachment; storing the same (account, file id) again is a no-op.
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError>;
 
@@ -330,4 +390,17 @@ pub trait Store: Send + Sync + 'static {
         account_id: &str,
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError>;
+
+    /// Stores one feedback record.
+    async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError>;
+
+    /// The account's feedback, newest first, optionally of one session; and the total
+    /// count of what matches.
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Feedback>, i64), StoreError>;
 }

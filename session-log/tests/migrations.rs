@@ -29,6 +29,10 @@ const SQLITE: &[(i64, &str)] = &[
         6,
         "55613c19418e0b8c85b1ff1127ceb5c2c2de3e02798d93d08461504a13b23fd8f4c5f1a8817eeec4ff7b067a837c22ab",
     ),
+    (
+        8,
+        "78ab6387edc4dcd0225cc790927025e1131d4850ee7d151dd853b1e0c341f48fe540923dde4648102bad8b858a7f7cfe",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -58,6 +62,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         7,
         "1274a33ecda184ed3e572b3fb94e449c3b8d9310a4fc22369771a92f8b6f058299af016d5fcf12873fa15c09d04e103b",
+    ),
+    (
+        9,
+        "06b3776cd0a2d19537d29bff9437b8fc76ba0cf8e2dcb4b1325907c15e3cae90ff58e53ce155316f691ff43f0e428ab5",
     ),
 ];
 

@@ -13,7 +13,8 @@ use session_log::event::run_status_content;
 use session_log::postgres::PgStore;
 use session_log::sqlite::SqliteStore;
 use session_log::{
-    EventQuery, EventType, Hub, NewEvent, RunStatus, Store, Subscription, Writer, WriterConfig,
+    EventQuery, EventType, Feedback, Hub, NewEvent, Rating, RunStatus, Store, Subscription, Writer,
+    WriterConfig,
 };
 use sqlx::Row;
 
@@ -198,6 +199,8 @@ store_suite!(
     leases_claim_renew_expire_and_carry_cancels,
     fresh_claims_are_written_by_the_append_that_opens_them,
     agent_refs_find_the_latest_invocation_of_the_account,
+    feedback_is_listed_newest_first_per_account_and_session_and_readable,
+    an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten,
 );
 
 fn unique(prefix: &str) -> String {
@@ -2043,4 +2046,198 @@ async fn agent_refs_find_the_latest_invocation_of_the_account(b: Backend) {
         (found.session_id, found.invocation_id),
         (claimed_session, claimed)
     );
+}
+
+async fn feedback_is_listed_newest_first_per_account_and_session_and_readable(b: Backend) {
+    let (account, other) = (unique("acct"), unique("acct"));
+    let (s1, s2) = (unique("s"), unique("s"));
+    let (run, invocation) = (unique("run"), unique("inv"));
+    b.store
+        .append(&[
+            status(&account, &s1, &run, &invocation, RunStatus::InProgress),
+            message(&account, &s1, "user", "hi").in_run(&run, &invocation),
+            message(&account, &s1, "assistant", "first draft").in_run(&run, &invocation),
+            message(&account, &s1, "assistant", "the answer").in_run(&run, &invocation),
+            status(&account, &s1, &run, &invocation, RunStatus::Completed),
+        ])
+        .await
+        .unwrap();
+    let record = |n: u32, account: &str, session: &str, rating: Rating| Feedback {
+        account_id: account.to_owned(),
+        // Time-ordered like the gateway's ids: a later n sorts later.
+        feedback_id: format!("fb_{n:04}_{}", uuid::Uuid::new_v4().simple()),
+        session_id: session.to_owned(),
+        run_id: run.clone(),
+        invocation_id: Some(invocation.clone()),
+        response_id: (n == 1).then(|| "resp_x".to_owned()),
+        rating,
+        comment: (n == 2).then(|| "caf\u{e9} \"quoted\"".to_owned()),
+        created_at: chrono::DateTime::from_timestamp(1_796_000_000 + i64::from(n), 0).unwrap(),
+    };
+    let mine = [
+        record(1, &account, &s1, Rating::Up),
+        record(2, &account, &s1, Rating::Down),
+        record(3, &account, &s2, Rating::Up),
+    ];
+    for f in &mine {
+        b.store.put_feedback(f).await.unwrap();
+    }
+    b.store
+        .put_feedback(&record(4, &other, &s1, Rating::Down))
+        .await
+        .unwrap();
+
+    let (all, total) = b.store.list_feedback(&account, None, 0, 10).await.unwrap();
+    assert_eq!(total, 3);
+    assert_eq!(all, vec![mine[2].clone(), mine[1].clone(), mine[0].clone()]);
+    let (page, total) = b
+        .store
+        .list_feedback(&account, Some(&s1), 1, 1)
+        .await
+        .unwrap();
+    assert_eq!((page, total), (vec![mine[0].clone()], 2));
+    let (theirs, total) = b
+        .store
+        .list_feedback(&other, Some(&s2), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!((theirs.len(), total), (0, 0));
+
+    // The operators' view: each rating beside the run's last assistant answer.
+    let sql = "SELECT rating, comment, answer_text FROM feedback_readable \
+               WHERE account_id = $1 AND session_id = $2 ORDER BY feedback_id";
+    let rows: Vec<(String, Option<String>, Option<String>)> = match &b.raw {
+        Raw::Sqlite(pool) => sqlx::query_as(sql)
+            .bind(&account)
+            .bind(&s1)
+            .fetch_all(pool)
+            .await
+            .unwrap(),
+        Raw::Postgres(pool) => sqlx::query_as(sql)
+            .bind(&account)
+            .bind(&s1)
+            .fetch_all(pool)
+            .await
+            .unwrap(),
+    };
+    let answer = Some("the answer".to_owned());
+    assert_eq!(
+        rows,
+        vec![
+            ("up".to_owned(), None, answer.clone()),
+            (
+                "down".to_owned(),
+                Some("caf\u{e9} \"quoted\"".to_owned()),
+                answer
+            ),
+        ]
+    );
+}
+
+/// A session exported from one account (as another gateway's log would hold it) imported
+/// into another: same seqs, times, content and runs; the next append continues after its
+/// last seq; an id the account has already refuses the whole import.
+async fn an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten(b: Backend) {
+    let store = &*b.store;
+    let (from, to, other) = (unique("from"), unique("to"), unique("other"));
+    let session = unique("s");
+    let (run1, inv1, run2, inv2) = (unique("run"), unique("inv"), unique("run"), unique("inv"));
+    let mut end = status(&from, &session, &run1, &inv1, RunStatus::Completed);
+    end.metadata = json!({ "agent_ref": "task-7", "usage": { "input_tokens": 3 } });
+    store
+        .append(&[
+            message(&from, &session, "user", "My project is zebra42.").in_run(&run1, &inv1),
+            status(&from, &session, &run1, &inv1, RunStatus::InProgress),
+            delta(&from, &session, "OK").in_run(&run1, &inv1),
+            message(&from, &session, "assistant", "OK.\u{0}").in_run(&run1, &inv1),
+            end,
+            message(&from, &session, "user", "And then?").in_run(&run2, &inv2),
+            status(&from, &session, &run2, &inv2, RunStatus::InProgress),
+        ])
+        .await
+        .expect("append");
+    let exported = all_events(store, &from, &session).await;
+    let moved = |account: &str| -> Vec<session_log::Event> {
+        exported
+            .iter()
+            .cloned()
+            .map(|mut e| {
+                e.account_id = account.to_owned();
+                e
+            })
+            .collect()
+    };
+
+    let imported = store.import_session(&moved(&to)).await.expect("import");
+    assert_eq!(imported, session_log::Imported::Created);
+    let read = all_events(store, &to, &session).await;
+    assert_eq!(read, moved(&to), "seqs, times, content and runs kept");
+    let s = store
+        .session(&to, &session)
+        .await
+        .unwrap()
+        .expect("session");
+    assert_eq!(s.last_seq, 7);
+    assert_eq!(
+        (s.created_at, s.updated_at),
+        (exported[0].created_at, exported[6].created_at)
+    );
+    let done = store.invocation(&to, &inv1).await.unwrap().expect("inv1");
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.agent_ref.as_deref(), Some("task-7"));
+    assert_eq!(
+        store
+            .invocation_by_agent_ref(&to, "task-7")
+            .await
+            .unwrap()
+            .map(|i| i.invocation_id),
+        Some(inv1.clone())
+    );
+    let open = store.invocation(&to, &inv2).await.unwrap().expect("inv2");
+    assert_eq!(open.status, RunStatus::InProgress);
+    assert_eq!(store.lease(&to, &inv2).await.unwrap().unwrap().owner, None);
+    // The run reads back whole, and the session goes on after its last seq.
+    let run = store
+        .events(&EventQuery {
+            run_id: Some(run1.clone()),
+            ..EventQuery::session(&to, &session)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        run.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    let closed = store
+        .append(&[status(&to, &session, &run2, &inv2, RunStatus::Interrupted)])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&closed), [Some(8)]);
+    // The source account is untouched.
+    assert_eq!(all_events(store, &from, &session).await, exported);
+
+    // Again into the same account: the session exists, nothing changes.
+    assert_eq!(
+        store.import_session(&moved(&to)).await.unwrap(),
+        session_log::Imported::SessionExists
+    );
+    assert_eq!(all_events(store, &to, &session).await.len(), 8);
+    // Into an account that has one of its invocation ids (under another session): refused
+    // whole, the session not created.
+    store
+        .append(&[status(
+            &other,
+            &unique("s"),
+            &run2,
+            &inv2,
+            RunStatus::InProgress,
+        )])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.import_session(&moved(&other)).await.unwrap(),
+        session_log::Imported::InvocationExists(inv2.clone())
+    );
+    assert_eq!(store.session(&other, &session).await.unwrap(), None);
+    assert!(all_events(store, &other, &session).await.is_empty());
 }

@@ -70,7 +70,10 @@ fn non_empty(name: &str, value: &str) -> Result<(), ControlError> {
 
 /// Every event of a session the caller's account owns; another account's session is
 /// "not found".
-async fn session_events(call: &Call<'_>, session_id: &str) -> Result<Vec<Event>, ControlError> {
+pub(super) async fn session_events(
+    call: &Call<'_>,
+    session_id: &str,
+) -> Result<Vec<Event>, ControlError> {
     non_empty("SessionId", session_id)?;
     let store = &call.state.store;
     if store.session(call.account_id, session_id).await?.is_none() {

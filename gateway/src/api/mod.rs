@@ -4,10 +4,14 @@
 //! request and writes the envelope; each action family has a file of its own.
 
 mod attachments;
+mod bootstrap;
 mod checkpoints;
 mod event;
+mod feedback;
+mod import;
 pub mod sessions;
 mod subscribe;
+mod workspace;
 
 use std::borrow::Cow;
 
@@ -24,6 +28,32 @@ use crate::ids::new_id;
 use crate::state::State;
 
 pub const PREFIX: &str = "/agentengine/api/v1/";
+
+/// Every action this API answers. Anything else is a 404 before its body is read, and
+/// `GetAgentUiBootstrap` derives the features it reports from this list: an action
+/// added to `dispatch` but not here is never reached.
+const ACTIONS: &[&str] = &[
+    "ListSessions",
+    "ListSessionEvents",
+    "CancelRun",
+    "UploadAttachment",
+    "AttachmentContent",
+    "SubscribeRunEvents",
+    "ListSessionCheckpoints",
+    "ListToolReceipts",
+    "GetCheckpointResumePreview",
+    "ResumeRun",
+    "GetAgentUiBootstrap",
+    "CreateFeedback",
+    "ListFeedback",
+    "ListWorkspaceFiles",
+    "ImportSession",
+];
+
+/// Whether this API answers `action`.
+pub fn answers(action: &str) -> bool {
+    ACTIONS.contains(&action)
+}
 
 /// A control-API failure: HTTP status, envelope `Code` (= the status), message, and
 /// optional details in `Data`.
@@ -105,6 +135,10 @@ pub async fn serve(
     method: Method,
     action: &str,
 ) -> Result<()> {
+    if !answers(action) {
+        let e = ControlError::new(404, format!("unknown action {action:?}"), Value::Null);
+        return respond_envelope(session, action, &new_id("req"), Err(e)).await;
+    }
     let allowed = if matches!(action, "SubscribeRunEvents" | "AttachmentContent") {
         Method::GET
     } else {
@@ -192,6 +226,11 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListSessionCheckpoints" => checkpoints::list_session_checkpoints(call).await,
         "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
         "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
+        "GetAgentUiBootstrap" => bootstrap::get_agent_ui_bootstrap(call).await,
+        "CreateFeedback" => feedback::create(call).await,
+        "ListFeedback" => feedback::list(call).await,
+        "ListWorkspaceFiles" => workspace::list_files(call).await,
+        "ImportSession" => import::import_session(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

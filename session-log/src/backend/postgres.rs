@@ -15,10 +15,12 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::sql;
+use super::{feedback, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
+use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
+    Renewed, Store, StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -740,6 +742,39 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let invocations =
+            import::invocations(events).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        // What jsonb can hold, as appends store it (see `replace_nuls`).
+        let mut events = std::borrow::Cow::Borrowed(events);
+        if events
+            .iter()
+            .any(|e| has_nul(&e.content) || has_nul(&e.metadata))
+        {
+            for e in events.to_mut() {
+                replace_nul(&mut e.content);
+                replace_nul(&mut e.metadata);
+            }
+        }
+        let json = sql::import_json(&events);
+        let mut turn = self.write_turn().await?;
+        let conn = turn.conn();
+        let cast = "::jsonb";
+        let imported = sql::import_in_transaction!(
+            conn,
+            "BEGIN",
+            Postgres,
+            cast,
+            &events,
+            &json,
+            &invocations
+        )
+        .await?;
+        // Failed, the turn drops the connection: its transaction may be left open.
+        turn.finish();
+        Ok(imported)
+    }
+
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
         sql::put_attachment(attachment).execute(&self.pool).await?;
         Ok(())
@@ -755,6 +790,21 @@ impl Store for PgStore {
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
             .transpose()
+    }
+
+    async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
+        feedback::insert(record).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Feedback>, i64), StoreError> {
+        feedback::list(&self.pool, account_id, session_id, offset, limit).await
     }
 }
 

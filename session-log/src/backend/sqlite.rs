@@ -21,10 +21,12 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::sql;
+use super::{feedback, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
+use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
+    Renewed, Store, StoreError,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -785,6 +787,16 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let invocations =
+            import::invocations(events).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let json = sql::import_json(events);
+        let mut turn = self.write_turn().await?;
+        let conn = &mut *turn;
+        let begin = "BEGIN IMMEDIATE";
+        sql::import_in_transaction!(conn, begin, Sqlite, "", events, &json, &invocations).await
+    }
+
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
         let mut turn = self.write_turn().await?;
         sql::put_attachment(attachment).execute(&mut *turn).await?;
@@ -801,6 +813,22 @@ impl Store for SqliteStore {
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
             .transpose()
+    }
+
+    async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
+        let mut turn = self.write_turn().await?;
+        feedback::insert(record).execute(&mut *turn).await?;
+        Ok(())
+    }
+
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Feedback>, i64), StoreError> {
+        feedback::list(&self.pool, account_id, session_id, offset, limit).await
     }
 }
 

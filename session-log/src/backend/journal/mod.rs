@@ -49,7 +49,8 @@ use super::sql;
 use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
+    Renewed, Store, StoreError,
 };
 
 /// Rows backfilled per PostgreSQL transaction.
@@ -1425,6 +1426,27 @@ impl Store for JournaledStore {
         self.inner.pg.notify(channel, payloads).await
     }
 
+    /// Into PostgreSQL only, and only while it is reachable: a session the journal holds
+    /// rows of exists already, whatever PostgreSQL says.
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let inner = &*self.inner;
+        let _route = inner.route.lock().await;
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            return inner.pg.import_session(events).await;
+        };
+        if inner.degraded.load(Ordering::Relaxed) {
+            return Err(unreachable_error());
+        }
+        if inner.is_pending(&first.account_id, &first.session_id) {
+            return Ok(Imported::SessionExists);
+        }
+        let imported = inner.pg.import_session(events).await?;
+        if imported == Imported::Created {
+            inner.learn(&last.account_id, &last.session_id, last.seq);
+        }
+        Ok(imported)
+    }
+
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {
         self.inner.pg.put_attachment(attachment).await
     }
@@ -1435,5 +1457,24 @@ impl Store for JournaledStore {
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError> {
         self.inner.pg.attachment(account_id, file_id).await
+    }
+
+    // Feedback is not journalled: a person can send it again, and during an outage the
+    // console says the store is unavailable.
+    async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
+        self.inner.pg.put_feedback(record).await
+    }
+
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Feedback>, i64), StoreError> {
+        self.inner
+            .pg
+            .list_feedback(account_id, session_id, offset, limit)
+            .await
     }
 }
