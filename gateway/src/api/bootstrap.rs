@@ -14,12 +14,12 @@ use super::{answers, ActionResult, Call};
 
 /// How `ResumeRun` continues a run from a checkpoint in front of this protocol. A
 /// stateless agent (OpenAI) is sent the log's history up to the checkpoint, so any
-/// checkpoint Tether recorded can be resumed; a stateful one (A2A, ADK) keeps its own
+/// checkpoint Tether recorded can be resumed; a stateful one (A2A, ADK, LangGraph) keeps its own
 /// state, which a replayed history would contradict, so resume is not offered.
 fn resume_mode(protocol: Protocol) -> &'static str {
     match protocol {
         Protocol::OpenAiChat | Protocol::OpenAiResponses => "history_replay",
-        Protocol::A2a | Protocol::Adk => "unsupported",
+        Protocol::A2a | Protocol::Adk | Protocol::LangGraph => "unsupported",
     }
 }
 

@@ -30,6 +30,7 @@ pub fn provider_name(protocol: Protocol) -> &'static str {
         Protocol::OpenAiChat | Protocol::OpenAiResponses => "openai",
         Protocol::A2a => "a2a",
         Protocol::Adk => "google.adk",
+        Protocol::LangGraph => "langgraph",
     }
 }
 

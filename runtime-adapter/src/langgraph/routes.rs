@@ -93,7 +93,7 @@ fn thread_route(req: &ClientRequest, method: &str, thread: &str, rest: &str) -> 
         _ => {
             let body = match json_body(req.body) {
                 Ok(body) => body,
-                Err(route) => return route,
+                Err(e) => return detail(422, e),
             };
             let agent = agent_thread_id(req.account_id, thread);
             forward(req, method, format!("/threads/{agent}{rest}"), body)
@@ -111,7 +111,7 @@ fn run(req: &ClientRequest, thread: &str, mode: Mode) -> Route {
     let body = match json_body(req.body) {
         Ok(Some(Value::Object(body))) => body,
         Ok(_) => return detail(422, "The body must be a JSON object."),
-        Err(route) => return route,
+        Err(e) => return detail(422, e),
     };
     match parse_run(&body, thread, mode) {
         Ok(mut turn) => {
@@ -221,7 +221,7 @@ fn create(req: &ClientRequest) -> Route {
         Ok(None) => Map::new(),
         Ok(Some(Value::Object(body))) => body,
         Ok(Some(_)) => return detail(422, "The body must be a JSON object."),
-        Err(route) => return route,
+        Err(e) => return detail(422, e),
     };
     let thread = match body.get("thread_id") {
         None | Some(Value::Null) => uuid::Uuid::new_v4().hyphenated().to_string(),
@@ -253,7 +253,7 @@ fn search(req: &ClientRequest) -> Route {
         Ok(None) => Map::new(),
         Ok(Some(Value::Object(body))) => body,
         Ok(Some(_)) => return detail(422, "The body must be a JSON object."),
-        Err(route) => return route,
+        Err(e) => return detail(422, e),
     };
     let mut metadata = match body.remove("metadata") {
         Some(Value::Object(m)) => m,
@@ -295,14 +295,15 @@ fn forward(req: &ClientRequest, method: &str, path: String, body: Option<Value>)
     })
 }
 
-/// A request body: none when empty, JSON otherwise (FastAPI's 422 when it is not).
-fn json_body(body: &[u8]) -> Result<Option<Value>, Route> {
+/// A request body: none when empty, JSON otherwise (the message of FastAPI's 422 when it
+/// is not).
+fn json_body(body: &[u8]) -> Result<Option<Value>, String> {
     if body.trim_ascii().is_empty() {
         return Ok(None);
     }
     serde_json::from_slice(body)
         .map(Some)
-        .map_err(|e| detail(422, format!("JSON decode error: {e}")))
+        .map_err(|e| format!("JSON decode error: {e}"))
 }
 
 fn detail(status: u16, detail: impl Into<Value>) -> Route {
