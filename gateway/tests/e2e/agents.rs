@@ -57,11 +57,11 @@ fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<(&st
     let Some(python) = interop_python() else {
         return;
     };
-    run_pytest_with(&python, file, protocol, conf, keys, &[]);
+    run_pytest_in(&python, file, protocol, conf, keys, &[]);
 }
 
 /// `run_pytest` with pytest run by `python` and `more` added to its environment.
-fn run_pytest_with(
+fn run_pytest_in(
     python: &str,
     file: &str,
     protocol: &str,
@@ -112,7 +112,7 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>) {
         ("STACK", stack.to_owned()),
         ("TETHER_STACK_PYTHON", agent_python),
     ];
-    run_pytest_with(
+    run_pytest_in(
         &python,
         "tests/interop/test_a2a_stacks.py",
         "a2a",
@@ -245,7 +245,7 @@ fn langgraph_dev_through_tether_survives_kill_9() {
     };
     let conf = auth_conf("");
     let more = [("TETHER_STACK_PYTHON", python.clone())];
-    run_pytest_with(
+    run_pytest_in(
         &python,
         "tests/interop/test_langgraph.py",
         "langgraph",
@@ -333,3 +333,107 @@ fn a2a_over_grpc_through_tether_survives_agent_restarts() {
 const KEY_C: &str = "tk-account-c-0123456789abcdef";
 /// The body limit of the gRPC tests' gateways: a message over it is refused.
 const MAX_BODY: &str = "65536";
+
+/// The README's compatibility matrix, checked so that it cannot drift: every test a cell
+/// names is a test in the row's pytest file, every version is pinned in the row's
+/// requirements file, and the row's Rust test (above) runs that pytest file.
+#[test]
+fn compatibility_matrix_is_true() {
+    let root = repo_root();
+    let read = |path: &str| {
+        std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let readme = read("README.md");
+    let section = readme
+        .split("\n## Compatibility matrix\n")
+        .nth(1)
+        .expect("the README has a compatibility matrix");
+    let rows: Vec<Vec<&str>> = section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // the header and its rule
+        .map(|l| {
+            l.trim()
+                .trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect()
+        })
+        .collect();
+    assert!(rows.len() >= 8, "the matrix lost rows: {rows:?}");
+    let rust_tests = read("gateway/tests/e2e/agents.rs");
+    for row in &rows {
+        let [stack, versions, _protocol, tests @ .., rust] = row.as_slice() else {
+            panic!("a matrix row without its cells: {row:?}");
+        };
+        assert_eq!(
+            tests.len(),
+            5,
+            "{stack}: turns, streaming, cancel, reconnect, fork"
+        );
+        // Versions, pinned where the row says.
+        let (versions, pins_file) = versions
+            .rsplit_once(" (")
+            .and_then(|(v, f)| Some((v, f.strip_suffix(')')?)))
+            .unwrap_or_else(|| panic!("{stack}: versions name no requirements file"));
+        let pins = read(&format!("tests/interop/{pins_file}")).to_lowercase();
+        for pair in versions.split(", ") {
+            let (name, version) = pair.rsplit_once(' ').expect("name version");
+            let name = name.to_lowercase();
+            let pinned = pins.lines().any(|l| {
+                l.strip_prefix(name.as_str())
+                    .is_some_and(|rest| rest.starts_with(['=', '[']))
+                    && l.ends_with(&format!("=={version}"))
+            });
+            assert!(
+                pinned,
+                "{stack}: {name} {version} is not pinned in {pins_file}"
+            );
+        }
+        // The Rust test, and the pytest file it runs (itself or through one helper).
+        let (rust_fn, pytest_file) = rust.split_once(", ").expect("`rust_test`, file");
+        let rust_fn = rust_fn.trim_matches('`');
+        let body = fn_body(&rust_tests, rust_fn)
+            .unwrap_or_else(|| panic!("{stack}: no test fn {rust_fn} in agents.rs"));
+        let runs = |text: &str| text.contains(&format!("tests/interop/{pytest_file}"));
+        let through_helper = body
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter_map(|name| fn_body(&rust_tests, name))
+            .any(runs);
+        assert!(
+            runs(body) || through_helper,
+            "{stack}: {rust_fn} does not run {pytest_file}"
+        );
+        // Each cell's test, in that file.
+        let pytest = read(&format!("tests/interop/{pytest_file}"));
+        for cell in tests.iter() {
+            let named: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
+            assert!(
+                !named.is_empty() || *cell == "—",
+                "{stack}: a cell is neither a test nor —: {cell}"
+            );
+            for test in named {
+                assert!(
+                    pytest.contains(&format!("def {test}(")),
+                    "{stack}: {pytest_file} has no test {test}"
+                );
+            }
+        }
+    }
+}
+
+/// The text of `fn name(` up to the next function in `source`.
+fn fn_body<'a>(source: &'a str, name: &str) -> Option<&'a str> {
+    if name.is_empty() {
+        return None;
+    }
+    let start = source.find(&format!("fn {name}("))?;
+    let rest = &source[start + 3..];
+    let end = ["\nfn ", "\n#[test]", "\n///"]
+        .iter()
+        .filter_map(|next| rest.find(next))
+        .min()
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
+}
