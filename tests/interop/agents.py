@@ -349,6 +349,30 @@ class LangGraphServer(AgentProcess):
         raise RuntimeError(f"{self.name} did not answer /ok in time:\n{self.log_tail()}")
 
 
+def fixtures(make):
+    """pytest fixtures for a test module's agent: `agent_process`, one process for the module
+    (`make()` builds it; these take seconds to start, tests restart it), and `agent`, which
+    makes sure it runs and shows its log of the test when the test fails. Use as
+    `agent_process, agent = agents.fixtures(lambda: …)`."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def agent_process():
+        process = make()
+        yield process
+        process.kill()
+        process.log_path.unlink(missing_ok=True)
+
+    @pytest.fixture
+    def agent(agent_process):
+        since = agent_process.log_size()
+        yield agent_process.ensure_running()
+        # Shown by pytest only when the test failed.
+        print(f"--- {agent_process.name} log during this test ---\n{agent_process.log_tail(since=since)}")
+
+    return agent_process, agent
+
+
 def wait_for(ready, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not ready():

@@ -45,20 +45,7 @@ STREAM_READ_TIMEOUT = 20  # s without a byte before a stream counts as hung
 CANCEL_WITHIN = 6  # s from the cancel request to the end of the stream
 
 
-@pytest.fixture(scope="module")
-def agent_process():
-    """One agent process for the module (these runtimes take seconds to start)."""
-    a = StackAgent(agents.env("STACK"), int(agents.env("AGENT_PORT")))
-    yield a
-    a.kill()
-    a.log_path.unlink(missing_ok=True)
-
-
-@pytest.fixture
-def agent(agent_process):
-    since = agent_process.log_size()
-    yield agent_process.ensure_running()
-    print(f"--- {agent_process.name} log during this test ---\n{agent_process.log_tail(since=since)}")
+agent_process, agent = agents.fixtures(lambda: StackAgent(agents.env("STACK"), int(agents.env("AGENT_PORT"))))
 
 
 # ---- A2A v0.3 JSON-RPC, as kagent's UI and CLI send it ---------------------------------------
@@ -181,6 +168,54 @@ def test_seed_turns_survive_kill_9_through_tether(agent, stream):
     # The model was given the first turn again (inside the runtime's restored session).
     seen = json.dumps(llm_requests()[-1]["body"]["messages"])
     assert "My project is named zebra42" in seen, seen
+
+
+def test_official_a2a_client_reads_tethers_card_and_keeps_the_conversation(agent):
+    """a2a-sdk 1.x's own client, as an application would use it: it resolves the card
+    through Tether (which names Tether, and stays v0.3 like the agent's), picks the v0.3
+    JSON-RPC transport from it, and streams the seed's turns across a kill -9."""
+    import asyncio
+
+    from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+    from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
+
+    async def send(text: str, context: str | None) -> tuple[str, str]:
+        message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
+        if context:
+            message.context_id = context
+        async with httpx.AsyncClient(headers=agents.auth_headers(), timeout=60) as http:
+            card = await A2ACardResolver(http, tether_url()).get_agent_card()
+            urls = [i.url for i in card.supported_interfaces]
+            assert urls and all(u.startswith(tether_url()) for u in urls), urls
+            client = ClientFactory(ClientConfig(streaming=True, httpx_client=http)).create(card)
+            try:
+                events = [e async for e in client.send_message(SendMessageRequest(message=message))]
+            finally:
+                await client.close()
+        artifacts: dict[str, str] = {}
+        contexts = set()
+        for e in events:
+            if e.HasField("artifact_update"):
+                update = e.artifact_update
+                contexts.add(update.context_id)
+                text = "".join(p.text for p in update.artifact.parts)
+                key = update.artifact.artifact_id
+                artifacts[key] = artifacts.get(key, "") + text if update.append else text
+            elif e.HasField("status_update"):
+                contexts.add(e.status_update.context_id)
+            elif e.HasField("task"):
+                contexts.add(e.task.context_id)
+                for a in e.task.artifacts:
+                    artifacts[a.artifact_id] = "".join(p.text for p in a.parts)
+        assert len(contexts) == 1, contexts
+        return "".join(artifacts.values()), contexts.pop()
+
+    answer, context = asyncio.run(send(FIRST, None))
+    assert answer.strip() == "OK.", answer
+    agent.restart()
+    answer, ctx = asyncio.run(send(SECOND, context))
+    assert (answer.strip(), ctx) == ("zebra42", context), answer
+    assert len(restores(context)) == 1, describe(session_events(context))
 
 
 # ---- 3. cancel and reconnect -----------------------------------------------------------------

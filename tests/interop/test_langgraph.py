@@ -37,19 +37,7 @@ FIRST = "My project is named zebra42. Reply with OK."
 SECOND = "What is my project named? Reply with just the name."
 
 
-@pytest.fixture(scope="module")
-def agent_process():
-    server = LangGraphServer(int(agents.env("AGENT_PORT")))
-    yield server
-    server.kill()
-    server.log_path.unlink(missing_ok=True)
-
-
-@pytest.fixture
-def agent(agent_process):
-    since = agent_process.log_size()
-    yield agent_process.ensure_running()
-    print(f"--- {agent_process.name} log during this test ---\n{agent_process.log_tail(since=since)}")
+agent_process, agent = agents.fixtures(lambda: LangGraphServer(int(agents.env("AGENT_PORT"))))
 
 
 def client(base: str | None = None, key: str | None = None):

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """A kagent-langgraph agent whose model is Tether's fake LLM (tests/fake_agent.py).
 
-Test fixture, the kind of agent kagent runs for LangGraph graphs: a `MessagesState` graph
-whose node sends the thread's messages to the fake LLM through langchain-openai's
-`ChatOpenAI` ($FAKE_LLM_URL, e.g. http://127.0.0.1:P/v1), checkpointed in memory
+Test fixture, the kind of agent kagent runs for LangGraph graphs: the graph of
+tests/agents/langgraph_agent/graph.py (its node sends the thread's messages to the fake LLM
+through langchain-openai's `ChatOpenAI`, $FAKE_LLM_URL), checkpointed in memory
 (`InMemorySaver`), served by kagent-langgraph's own `KAgentApp` (A2A v0.3 JSON-RPC at `/`,
 the graph run by its `LangGraphAgentExecutor`, thread id = contextId).
 
@@ -20,36 +20,20 @@ thread: the seed's failure.
 from __future__ import annotations
 
 import argparse
-import os
+import sys
+from pathlib import Path
 
 import uvicorn
 from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import AgentCapabilities, AgentCard, AgentSkill
-from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
 
 import kagent.langgraph._a2a as kagent_a2a
 from kagent.core import KAgentConfig
 from kagent.langgraph import KAgentApp
 
-model = ChatOpenAI(
-    model="fake-model",
-    base_url=os.environ.get("FAKE_LLM_URL", "http://127.0.0.1:8000/v1"),
-    api_key="unused",
-    streaming=True,
-)
-
-
-async def call_model(state: MessagesState) -> dict:
-    return {"messages": [await model.ainvoke(state["messages"])]}
-
-
-def graph():
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", call_model)
-    builder.add_edge(START, "model")
-    return builder.compile(checkpointer=InMemorySaver())
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langgraph_agent"))
+from graph import builder  # noqa: E402  (the LangGraph fixture's graph)
 
 
 def card(port: int) -> AgentCard:
@@ -74,7 +58,8 @@ def main() -> None:
     args = parser.parse_args()
     # The one part of kagent's app that needs the controller (see the module's docstring).
     kagent_a2a.KAgentTaskStore = lambda _client: InMemoryTaskStore()
-    app = KAgentApp(graph=graph(), agent_card=card(args.port), config=KAgentConfig(), tracing=False)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    app = KAgentApp(graph=graph, agent_card=card(args.port), config=KAgentConfig(), tracing=False)
     uvicorn.run(app.build(), host=args.host, port=args.port, log_level="warning")
 
 

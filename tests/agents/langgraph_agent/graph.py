@@ -6,7 +6,8 @@ server) serves it as the assistant `agent` from ./langgraph.json. The state is L
 langchain-openai's `ChatOpenAI` (base URL $FAKE_LLM_URL, e.g. http://127.0.0.1:P/v1), so
 the graph "remembers" exactly what the thread's state holds. `langgraph dev` keeps threads
 in memory (flushed to .langgraph_api/ in its working directory), so a restart in a fresh
-directory forgets every thread: the motivating bug.
+directory forgets every thread: the motivating bug. tests/agents/kagent/kagent_langgraph_agent.py
+serves the same graph (`builder`) with kagent's runtime.
 """
 
 import os
@@ -29,4 +30,5 @@ async def call_model(state: MessagesState) -> dict:
 builder = StateGraph(MessagesState)
 builder.add_node("model", call_model)
 builder.add_edge(START, "model")
+# The server checkpoints it itself (in memory under `langgraph dev`).
 graph = builder.compile()
