@@ -137,8 +137,10 @@ pub struct Settings {
     pub workspace_dir: Option<PathBuf>,
     // --- A2A over gRPC ---
     /// With protocol a2a: how Tether calls the agent, jsonrpc (the client's own HTTP
-    /// transport; JSON-RPC for gRPC clients) or grpc (its lf.a2a.v1.A2AService, at the
-    /// address its agent card lists, or a2a_grpc_upstream). [default: jsonrpc]
+    /// transport; JSON-RPC for gRPC clients), jsonrpc-0.3 (JSON-RPC v0.3 at `/`, whatever
+    /// the client speaks: an agent that speaks only v0.3) or grpc (its
+    /// lf.a2a.v1.A2AService, at the address its agent card lists, or a2a_grpc_upstream).
+    /// [default: jsonrpc]
     #[arg(long, env = "TETHER_A2A_UPSTREAM_TRANSPORT")]
     pub a2a_upstream_transport: Option<String>,
     /// With a2a_upstream_transport = grpc: the agent's gRPC address (host:port), for an
@@ -672,8 +674,16 @@ fn a2a_transport(
     let transport = match transport {
         None | Some("jsonrpc") => AgentTransport::Http,
         Some("grpc") if protocol == Protocol::A2a => AgentTransport::Grpc,
-        Some("grpc") => return Err(bad(KEY, "grpc needs protocol = \"a2a\"")),
-        Some(other) => return Err(bad(KEY, format!("{other:?}: use jsonrpc or grpc"))),
+        Some("jsonrpc-0.3") if protocol == Protocol::A2a => AgentTransport::JsonRpc03,
+        Some(t @ ("grpc" | "jsonrpc-0.3")) => {
+            return Err(bad(KEY, format!("{t} needs protocol = \"a2a\"")))
+        }
+        Some(other) => {
+            return Err(bad(
+                KEY,
+                format!("{other:?}: use jsonrpc, jsonrpc-0.3 or grpc"),
+            ))
+        }
     };
     let Some(address) = grpc_upstream else {
         return Ok((transport, None));
@@ -820,6 +830,14 @@ mod tests {
         .unwrap();
         assert_eq!(c.a2a_upstream_transport, AgentTransport::Grpc);
         assert_eq!(c.a2a_grpc_upstream.as_deref(), Some("agent:50051"));
+        let c = load(&[
+            "--protocol",
+            "a2a",
+            "--a2a-upstream-transport",
+            "jsonrpc-0.3",
+        ])
+        .unwrap();
+        assert_eq!(c.a2a_upstream_transport, AgentTransport::JsonRpc03);
         let err = |args: &[&str]| load(args).unwrap_err().key;
         assert_eq!(
             err(&["--a2a-upstream-transport", "grpc"]),

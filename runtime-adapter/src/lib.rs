@@ -38,10 +38,12 @@ pub fn surface(protocol: Protocol) -> &'static dyn Surface {
 }
 
 /// The adapter for an agent that speaks `protocol`, called over `transport` (only A2A
-/// agents are called over gRPC; configuration refuses it for the others).
+/// agents are called over gRPC or pinned to JSON-RPC v0.3; configuration refuses it for
+/// the others).
 pub fn upstream(protocol: Protocol, transport: AgentTransport) -> &'static dyn Upstream {
     match (protocol, transport) {
         (Protocol::A2a, AgentTransport::Grpc) => &a2a::A2aUpstream::GRPC,
+        (Protocol::A2a, AgentTransport::JsonRpc03) => &a2a::A2aUpstream::JSONRPC_V03,
         _ => adapter(protocol).1,
     }
 }

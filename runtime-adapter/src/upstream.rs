@@ -45,6 +45,9 @@ pub enum AgentTransport {
     #[default]
     Http,
     Grpc,
+    /// HTTP at `upstream`, A2A JSON-RPC v0.3 at its `/` whatever the client speaks (an A2A
+    /// agent that speaks only v0.3: `a2a_upstream_transport = "jsonrpc-0.3"`).
+    JsonRpc03,
 }
 
 /// One request to the agent: an HTTP request below the agent's base URL, or, with `grpc`,

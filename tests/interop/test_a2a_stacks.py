@@ -170,6 +170,37 @@ def test_seed_turns_survive_kill_9_through_tether(agent, stream):
     assert "My project is named zebra42" in seen, seen
 
 
+def proto_message(text: str, context: str | None):
+    from a2a.types.a2a_pb2 import Message, Part, Role
+
+    message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
+    if context:
+        message.context_id = context
+    return message
+
+
+def proto_answer(events: list) -> tuple[str, str]:
+    """(answer, contextId) of a2a-sdk 1.x's `StreamResponse`s (or `SendMessageResponse`s,
+    whose fields are its first two): the artifacts' text, chunks put together."""
+    artifacts: dict[str, str] = {}
+    contexts = set()
+    for e in events:
+        if e.HasField("task"):
+            contexts.add(e.task.context_id)
+            for a in e.task.artifacts:
+                artifacts[a.artifact_id] = "".join(p.text for p in a.parts)
+        elif e.HasField("artifact_update"):
+            update = e.artifact_update
+            contexts.add(update.context_id)
+            text = "".join(p.text for p in update.artifact.parts)
+            key = update.artifact.artifact_id
+            artifacts[key] = artifacts.get(key, "") + text if update.append else text
+        elif e.HasField("status_update"):
+            contexts.add(e.status_update.context_id)
+    assert len(contexts) == 1, contexts
+    return "".join(artifacts.values()), contexts.pop()
+
+
 def test_official_a2a_client_reads_tethers_card_and_keeps_the_conversation(agent):
     """a2a-sdk 1.x's own client, as an application would use it: it resolves the card
     through Tether (which names Tether, and stays v0.3 when the agent's is), picks its
@@ -177,12 +208,10 @@ def test_official_a2a_client_reads_tethers_card_and_keeps_the_conversation(agent
     import asyncio
 
     from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
-    from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
+    from a2a.types.a2a_pb2 import SendMessageRequest
 
     async def send(text: str, context: str | None) -> tuple[str, str]:
-        message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
-        if context:
-            message.context_id = context
+        message = proto_message(text, context)
         async with httpx.AsyncClient(headers=agents.auth_headers(), timeout=60) as http:
             card = await A2ACardResolver(http, tether_url()).get_agent_card()
             urls = [i.url for i in card.supported_interfaces]
@@ -193,28 +222,49 @@ def test_official_a2a_client_reads_tethers_card_and_keeps_the_conversation(agent
                 events = [e async for e in client.send_message(SendMessageRequest(message=message))]
             finally:
                 await client.close()
-        artifacts: dict[str, str] = {}
-        contexts = set()
-        for e in events:
-            if e.HasField("artifact_update"):
-                update = e.artifact_update
-                contexts.add(update.context_id)
-                text = "".join(p.text for p in update.artifact.parts)
-                key = update.artifact.artifact_id
-                artifacts[key] = artifacts.get(key, "") + text if update.append else text
-            elif e.HasField("status_update"):
-                contexts.add(e.status_update.context_id)
-            elif e.HasField("task"):
-                contexts.add(e.task.context_id)
-                for a in e.task.artifacts:
-                    artifacts[a.artifact_id] = "".join(p.text for p in a.parts)
-        assert len(contexts) == 1, contexts
-        return "".join(artifacts.values()), contexts.pop()
+        return proto_answer(events)
 
     answer, context = asyncio.run(send(FIRST, None))
     assert answer.strip() == "OK.", answer
     agent.restart()
     answer, ctx = asyncio.run(send(SECOND, context))
+    assert (answer.strip(), ctx) == ("zebra42", context), answer
+    assert len(restores(context)) == 1, describe(session_events(context))
+
+
+def test_v1_and_grpc_clients_reach_the_agent(agent):
+    """A2A v1.0 clients in front of the runtime, whatever version it speaks (Tether calls a
+    v0.3-only one in v0.3): turn 1 as v1.0 JSON-RPC `SendStreamingMessage`, the agent
+    killed, turn 2 over gRPC (`lf.a2a.v1.A2AService/SendMessage`) in the same context."""
+    import asyncio
+
+    import grpc
+    from a2a.types import a2a_pb2_grpc
+    from a2a.types.a2a_pb2 import SendMessageRequest, StreamResponse
+    from google.protobuf.json_format import ParseDict
+
+    message = {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [{"text": FIRST}]}
+    body = {"jsonrpc": "2.0", "id": "v1", "method": "SendStreamingMessage", "params": {"message": message}}
+    headers = {**agents.auth_headers(), "A2A-Version": "1.0"}
+    with httpx.Client(timeout=httpx.Timeout(STREAM_READ_TIMEOUT)) as http:
+        with http.stream("POST", tether_url() + "/", json=body, headers=headers) as response:
+            assert response.headers.get("content-type", "").startswith("text/event-stream"), response.read()
+            results = [r for _, r in stream_results(response)]
+    assert all("kind" not in r for r in results), f"not v1.0 results: {results}"
+    answer, context = proto_answer([ParseDict(r, StreamResponse(), ignore_unknown_fields=True) for r in results])
+    assert answer.strip() == "OK.", results
+
+    agent.restart()
+
+    async def over_grpc():
+        target = tether_url().removeprefix("http://")
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            request = SendMessageRequest(message=proto_message(SECOND, context))
+            auth = [(k.lower(), v) for k, v in agents.auth_headers().items()]
+            return await stub.SendMessage(request, metadata=auth, timeout=60)
+
+    answer, ctx = proto_answer([asyncio.run(over_grpc())])
     assert (answer.strip(), ctx) == ("zebra42", context), answer
     assert len(restores(context)) == 1, describe(session_events(context))
 

@@ -57,10 +57,11 @@ fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<(&st
     let Some(python) = interop_python() else {
         return;
     };
-    run_pytest_in(&python, file, protocol, conf, keys, &[]);
+    run_pytest_in(&python, file, protocol, conf, keys, &[], &[]);
 }
 
-/// `run_pytest` with pytest run by `python` and `more` added to its environment.
+/// `run_pytest` with pytest run by `python`, `more` added to its environment and `args`
+/// to Tether's command line.
 fn run_pytest_in(
     python: &str,
     file: &str,
@@ -68,15 +69,17 @@ fn run_pytest_in(
     conf: Option<&Conf>,
     keys: Option<(&str, &str)>,
     more: &[(&str, String)],
+    args: &[&str],
 ) {
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
     let llm = FakeAgent::start();
     let agent_port = free_port();
     let conf_arg = conf.map(Conf::arg);
-    let extra: Vec<&str> = match &conf_arg {
+    let mut extra: Vec<&str> = match &conf_arg {
         Some(path) => vec!["--conf", path],
         None => vec![],
     };
+    extra.extend_from_slice(args);
     let tether = Tether::start(
         &format!("http://127.0.0.1:{agent_port}"),
         protocol,
@@ -103,8 +106,9 @@ fn stack_python(var: &str) -> Option<String> {
 }
 
 /// tests/interop/test_a2a_stacks.py for one A2A agent stack: pytest with the interop venv
-/// (the official clients), the agent with `agent_python`.
-fn run_a2a_stack(stack: &str, agent_python: Option<String>) {
+/// (the official clients), the agent with `agent_python`; `v03_only`: the agent speaks
+/// only A2A v0.3, so Tether calls it so (`--a2a-upstream-transport jsonrpc-0.3`).
+fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
     let (Some(python), Some(agent_python)) = (interop_python(), agent_python) else {
         return;
     };
@@ -112,6 +116,10 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>) {
         ("STACK", stack.to_owned()),
         ("TETHER_STACK_PYTHON", agent_python),
     ];
+    let args: &[&str] = match v03_only {
+        true => &["--a2a-upstream-transport", "jsonrpc-0.3"],
+        false => &[],
+    };
     run_pytest_in(
         &python,
         "tests/interop/test_a2a_stacks.py",
@@ -119,6 +127,7 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>) {
         None,
         None,
         &more,
+        args,
     );
 }
 
@@ -126,7 +135,11 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>) {
 /// the seed's two turns across a kill -9, streaming and not; cancel; reconnect.
 #[test]
 fn kagent_adk_through_tether_survives_kill_9() {
-    run_a2a_stack("kagent-adk", stack_python("TETHER_STACK_PYTHON_KAGENT"));
+    run_a2a_stack(
+        "kagent-adk",
+        stack_python("TETHER_STACK_PYTHON_KAGENT"),
+        true,
+    );
 }
 
 /// kagent's LangGraph runtime (kagent-langgraph 0.10.4's app, in-memory task store and
@@ -136,19 +149,24 @@ fn kagent_langgraph_through_tether_survives_kill_9() {
     run_a2a_stack(
         "kagent-langgraph",
         stack_python("TETHER_STACK_PYTHON_KAGENT"),
+        true,
     );
 }
 
 /// Google ADK 1.x's `to_a2a()` (google-adk 1.39.1, a2a-sdk 0.3.26, the kagent venv).
 #[test]
 fn adk_1_to_a2a_through_tether_survives_kill_9() {
-    run_a2a_stack("adk-a2a-1x", stack_python("TETHER_STACK_PYTHON_KAGENT"));
+    run_a2a_stack(
+        "adk-a2a-1x",
+        stack_python("TETHER_STACK_PYTHON_KAGENT"),
+        true,
+    );
 }
 
 /// Google ADK 2.x's `to_a2a()` (google-adk 2.13.0, a2a-sdk 1.3.0, the interop venv).
 #[test]
 fn adk_2_to_a2a_through_tether_survives_kill_9() {
-    run_a2a_stack("adk-a2a", interop_python());
+    run_a2a_stack("adk-a2a", interop_python(), false);
 }
 
 /// Runs `file` with `env` (and the venv's python), failing with the pytest report and the
@@ -252,6 +270,7 @@ fn langgraph_dev_through_tether_survives_kill_9() {
         Some(&conf),
         Some((KEY_A, KEY_B)),
         &more,
+        &[],
     );
 }
 

@@ -54,15 +54,26 @@ use self::proto::A2aGrpc;
 pub struct A2aSurface;
 
 /// The A2A agent adapter. `JSONRPC` calls the agent in the client's own HTTP transport
-/// (JSON-RPC for gRPC clients); `GRPC` calls its `lf.a2a.v1.A2AService` whatever the
-/// client speaks.
+/// (JSON-RPC for gRPC clients); `GRPC` calls its `lf.a2a.v1.A2AService`, and
+/// `JSONRPC_V03` its v0.3 JSON-RPC at `/`, whatever the client speaks.
 pub struct A2aUpstream {
     grpc: bool,
+    v03: bool,
 }
 
 impl A2aUpstream {
-    pub const JSONRPC: A2aUpstream = A2aUpstream { grpc: false };
-    pub const GRPC: A2aUpstream = A2aUpstream { grpc: true };
+    pub const JSONRPC: A2aUpstream = A2aUpstream {
+        grpc: false,
+        v03: false,
+    };
+    pub const GRPC: A2aUpstream = A2aUpstream {
+        grpc: true,
+        v03: false,
+    };
+    pub const JSONRPC_V03: A2aUpstream = A2aUpstream {
+        grpc: false,
+        v03: true,
+    };
 }
 
 impl Surface for A2aSurface {

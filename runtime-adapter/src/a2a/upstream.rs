@@ -24,7 +24,7 @@ use super::message::message_key;
 use super::parser::A2aParser;
 use super::proto;
 use super::routes::with_headers;
-use super::wire::{message_from_v10, send_params_to_v10, Dialect};
+use super::wire::{message_from_v10, send_params_from_v10, send_params_to_v10, Dialect};
 use super::A2aUpstream;
 
 impl Upstream for A2aUpstream {
@@ -207,11 +207,11 @@ impl A2aUpstream {
         let mut sent = self.addressed(turn);
         sent.params = match Sent::kept(turn) {
             Some((client, kept)) => {
-                let dialect = Client::from_value(client).dialect();
-                if sent.toward.transport == Transport::Grpc {
-                    send_params_to_v10(&kept["params"], dialect)
-                } else {
+                let (from, to) = (Client::from_value(client).dialect(), sent.toward.dialect());
+                if from == to {
                     kept["params"].clone()
+                } else {
+                    send_params_from_v10(&send_params_to_v10(&kept["params"], from), to)
                 }
             }
             None => {
@@ -230,7 +230,8 @@ impl A2aUpstream {
     /// Where and how the turn's requests go, without its message: all a cancel needs.
     /// Over HTTP, in the client's own transport and version (a gRPC client's as v1.0
     /// JSON-RPC at `/`, a2a-sdk's mount; a turn from another surface as v0.3 JSON-RPC at
-    /// `/`, which every A2A agent serves); over gRPC, as v1.0.
+    /// `/`, which every A2A agent serves); over gRPC, as v1.0; to an agent pinned to v0.3,
+    /// as v0.3 JSON-RPC at `/`.
     fn addressed(&self, turn: &TurnRequest) -> Sent {
         let kept = Sent::kept(turn);
         let client = kept.map(|(c, _)| Client::from_value(c));
@@ -250,6 +251,10 @@ impl A2aUpstream {
                 Client::new(Transport::Grpc, Version::V10, op, Value::Null),
                 String::new(),
             ),
+            _ if self.v03 => (
+                Client::new(Transport::JsonRpc, Version::V03, op, Value::Null),
+                "/".to_owned(),
+            ),
             Some(c) if c.transport == Transport::Grpc => (
                 Client::new(Transport::JsonRpc, Version::V10, op, Value::Null),
                 "/".to_owned(),
@@ -263,11 +268,14 @@ impl A2aUpstream {
                 "/".to_owned(),
             ),
         };
+        let named = |(n, _): &(String, String)| n.eq_ignore_ascii_case("A2A-Version");
         if toward.version == Version::V10 && toward.transport != Transport::Rest {
-            let named = |(n, _): &(String, String)| n.eq_ignore_ascii_case("A2A-Version");
             if !headers.iter().any(named) {
                 headers.push(("A2A-Version".into(), Version::V10.as_str().into()));
             }
+        } else if toward.version == Version::V03 {
+            // A v1.0 client's header would make a v0.3 request a mismatched one.
+            headers.retain(|h| !named(h));
         }
         Sent {
             toward,

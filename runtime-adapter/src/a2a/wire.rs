@@ -246,6 +246,26 @@ pub(super) fn send_params_to_v10(params: &Value, dialect: Dialect) -> Value {
     out
 }
 
+/// A v1.0 send's params in `dialect`: the message converted, and the configuration and
+/// metadata as they are (their fields read the same in v0.3).
+pub(super) fn send_params_from_v10(params: &Value, dialect: Dialect) -> Value {
+    if dialect == Dialect::Proto {
+        return params.clone();
+    }
+    let key = if dialect == Dialect::Proto03 {
+        "request"
+    } else {
+        "message"
+    };
+    let mut out = json!({ key: message_from_v10(&params["message"], dialect) });
+    for field in ["configuration", "metadata"] {
+        if let Some(v) = params.get(field).filter(|v| v.is_object()) {
+            out[field] = v.clone();
+        }
+    }
+    out
+}
+
 fn status_to_v10(status: &Value) -> Value {
     reshape(status, |out| {
         map_str(out, "state", state_to_v10);

@@ -289,3 +289,59 @@ fn cancel_names_the_task_in_the_turns_protocol() {
         AgentRequest::post("/rest/tasks/a%2Fb:cancel", json!({})).with_header("A2A-Version", "1.0")
     );
 }
+
+#[test]
+fn an_agent_pinned_to_v03_gets_every_client_in_v03_json_rpc() {
+    let up = &A2aUpstream::JSONRPC_V03;
+    // A v1.0 JSON-RPC client's streaming send: v0.3's method, message and no version header.
+    let params =
+        json!({ "message": v10_message(json!({})), "configuration": { "historyLength": 2 } });
+    let turn = turn_of("POST", "/", V1, rpc("SendStreamingMessage", params));
+    let request = up.request(&call(&turn, &[], &[]));
+    let mut message = v03_message(json!({}));
+    message["contextId"] = json!("sess-1");
+    assert_eq!(
+        request,
+        AgentRequest::post(
+            "/",
+            json!({ "jsonrpc": "2.0", "id": "run-1", "method": "message/stream",
+                    "params": { "message": message, "configuration": { "historyLength": 2 } } })
+        )
+        .with_header("Accept", "text/event-stream")
+    );
+    // An HTTP+JSON v1.0 client's send goes to `/` too.
+    let turn = turn_of(
+        "POST",
+        "/rest/message:send",
+        V1,
+        json!({ "message": v10_message(json!({})) }),
+    );
+    let request = up.request(&call(&turn, &[], &[]));
+    assert_eq!(request.path, "/");
+    assert_eq!(request.body.unwrap()["method"], "message/send");
+    // The probe, the restore and the cancel speak v0.3 as well.
+    let history = [Item::user_text("a"), Item::assistant_text("b")];
+    let Probe::Ask(probe) = up.probe(&call(&turn, &history, &earlier_run("t0"))) else {
+        panic!("expected a probe")
+    };
+    assert_eq!(probe.body.unwrap()["method"], "tasks/get");
+    let restore = up.restore(&call(&turn, &history, &[])).unwrap();
+    let before = restore.before[0].body.clone().unwrap();
+    assert_eq!(
+        (
+            before["method"].as_str(),
+            before["params"]["message"]["kind"].as_str()
+        ),
+        (Some("message/send"), Some("message"))
+    );
+    let cancel = up.cancel(&turn).unwrap()("t1");
+    assert_eq!(cancel.body.unwrap()["method"], "tasks/cancel");
+    assert!(cancel.headers.iter().all(|(n, _)| n != "A2A-Version"));
+    // A v0.3 client's request is sent as it came.
+    let params = json!({ "message": v03_message(json!({ "contextId": "c" })) });
+    let turn = turn_of("POST", "/", &[], rpc("message/send", params));
+    assert_eq!(
+        up.request(&call(&turn, &[], &[])),
+        A2aUpstream::JSONRPC.request(&call(&turn, &[], &[]))
+    );
+}
