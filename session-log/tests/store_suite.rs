@@ -2044,3 +2044,6 @@ async fn agent_refs_find_the_latest_invocation_of_the_account(b: Backend) {
         (claimed_session, claimed)
     );
 }
+
+#[path = "store_suite/history.rs"]
+mod history;
