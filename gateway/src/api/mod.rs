@@ -6,6 +6,7 @@
 mod attachments;
 mod checkpoints;
 mod event;
+mod history;
 pub mod sessions;
 mod subscribe;
 
@@ -81,6 +82,16 @@ impl From<session_log::StoreError> for ControlError {
 }
 
 pub type ActionResult = std::result::Result<Value, ControlError>;
+
+/// Refuses a required text field that is empty or blank.
+fn non_empty(name: &str, value: &str) -> std::result::Result<(), ControlError> {
+    if value.trim().is_empty() {
+        return Err(ControlError::bad_request(format!(
+            "{name} must not be empty"
+        )));
+    }
+    Ok(())
+}
 
 /// What an action handler gets: the shared state, the caller's account and the body.
 pub struct Call<'a> {
@@ -192,6 +203,7 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListSessionCheckpoints" => checkpoints::list_session_checkpoints(call).await,
         "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
         "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
+        "ForkSession" => history::fork_session(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

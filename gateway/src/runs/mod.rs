@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 use session_log::checkpoints::{CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
 use session_log::{
-    BeforeAppend, Claim, Claimed, Event, EventQuery, EventType, NewEvent, RunStatus, Store,
-    StoreError, Subscription, WriteError, Writer,
+    BeforeAppend, Claim, Claimed, Event, EventQuery, EventType, Lineage, NewEvent, RunStatus,
+    Store, StoreError, Subscription, WriteError, Writer,
 };
 use tokio::sync::{oneshot, Notify};
 
@@ -189,6 +189,7 @@ impl Outcome {
 
 /// What the agent is told of the session's past: the projection, and the events it came
 /// from (where adapters find what they recorded earlier).
+#[derive(Default)]
 pub struct History {
     pub items: Vec<Item>,
     pub events: Vec<Event>,
@@ -468,34 +469,8 @@ impl Runs {
                 }
             }
             // A session Tether just named has no history to read.
-            None if turn.session == SessionRef::New => History {
-                items: Vec::new(),
-                events: Vec::new(),
-            },
-            None => {
-                // The projection needs only transcript events and compaction markers (and,
-                // for stateful agents, run statuses, where their adapters keep the agent's
-                // handles): a long session's deltas and teed traffic stay in the database.
-                let keeps_handles = !self.upstream.protocol().sends_history();
-                let query = EventQuery {
-                    event_types: Some(
-                        EventType::ALL
-                            .into_iter()
-                            .filter(|t| {
-                                t.is_transcript()
-                                    || *t == EventType::Compaction
-                                    || (*t == EventType::RunStatus && keeps_handles)
-                            })
-                            .collect(),
-                    ),
-                    ..EventQuery::session(account_id, session_id)
-                };
-                let events = self.store.events(&query).await?;
-                History {
-                    items: project(&events),
-                    events,
-                }
-            }
+            None if turn.session == SessionRef::New => History::default(),
+            None => self.history(account_id, session_id).await?,
         };
         let mut batch: Vec<NewEvent> = turn
             .input
@@ -547,6 +522,21 @@ impl Runs {
             return Err(StartError::SessionBusy(session_id.to_owned()));
         }
         Ok((history, committed))
+    }
+
+    /// What the agent is told of a session's past: its history (a fork's inherited part,
+    /// the active branch, a compaction's summary and tail) and the projection of it.
+    /// Empty for a session that does not exist yet.
+    async fn history(&self, account_id: &str, session_id: &str) -> Result<History, StoreError> {
+        let store = &*self.store;
+        let Some(lineage) = Lineage::resolve(store, account_id, session_id).await? else {
+            return Ok(History::default());
+        };
+        let history = lineage.history(store, None).await?;
+        Ok(History {
+            items: project(&history),
+            events: history.events,
+        })
     }
 
     /// The agent's handle for a run of this gateway, once the agent named it.

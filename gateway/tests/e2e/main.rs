@@ -10,6 +10,7 @@ mod bad_input;
 mod checkpoints;
 mod control;
 mod failures;
+mod history;
 mod input_limits;
 mod interop;
 mod metrics;
