@@ -45,7 +45,7 @@ anything else                "You said: <text>"
 
 A system message containing "summarizing the earlier part of a conversation" (Tether's
 summarizer prompt) makes it a summarizer instead: it answers "Summary: the user said: "
-and every `user: ...` line of the last user message, joined.
+and every `user: ...` and `summary so far: ...` line of the last user message, joined.
 """
 
 from __future__ import annotations
@@ -181,7 +181,11 @@ def plan_answer(history: list[Turn]) -> Plan:
     last = history[last_index].text
     plan = Plan()
     if any(turn.role == "system" and SUMMARIZER_MARK in turn.text for turn in history):
-        said = [line[len("user: ") :] for line in last.splitlines() if line.startswith("user: ")]
+        said = [
+            line.split(": ", 1)[1]
+            for line in last.splitlines()
+            if line.startswith(("user: ", "summary so far: "))
+        ]
         plan.words = split_words("Summary: the user said: " + " ".join(said))
         return plan
     if "reason" in last:

@@ -7,6 +7,7 @@
 pub mod a2a;
 pub mod adk;
 pub mod chat;
+pub mod compaction;
 pub mod item;
 pub mod projection;
 pub mod responses;

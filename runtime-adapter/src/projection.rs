@@ -82,6 +82,7 @@ mod tests {
         let history = History {
             events: vec![ev(4, Item::user_text("three").to_event("a", "s"))],
             summary: Some("said one, two".into()),
+            compacted_from: 1,
             compacted_through: 3,
         };
         assert_eq!(

@@ -207,7 +207,7 @@ impl Lineage {
             .rev()
             .filter(|e| active(e))
             .find_map(|e| self.compaction(e));
-        let (summary, through) = compaction.unwrap_or((None, 0));
+        let (summary, from, through) = compaction.unwrap_or((None, 0, 0));
         let transcript = self
             .events(store, through, at, Some(&TRANSCRIPT), i64::MAX)
             .await?;
@@ -222,16 +222,17 @@ impl Lineage {
         Ok(History {
             events: events.into_iter().map(|(_, e)| e).collect(),
             summary,
+            compacted_from: from,
             compacted_through: through,
         })
     }
 
-    /// The summary and the last position a compaction marker stands for.
-    fn compaction(&self, e: &Event) -> Option<(Option<String>, Seq)> {
+    /// The summary and the first and last positions a compaction marker stands for.
+    fn compaction(&self, e: &Event) -> Option<(Option<String>, Seq, Seq)> {
         match e.event_type {
             EventType::ContextCheckpoint => {
                 let c = ContextCheckpoint::of(&e.content)?;
-                Some((Some(c.summary), c.seq_end))
+                Some((Some(c.summary), c.seq_start, c.seq_end))
             }
             // Written by older versions: it stands for its own session's transcript up
             // to `through_seq` (up to itself without one), summarised or simply cut (a
@@ -241,6 +242,7 @@ impl Lineage {
                 let summary = e.content.get("summary").and_then(Value::as_str);
                 Some((
                     summary.map(str::to_owned),
+                    1,
                     self.position_of(&e.session_id, through.unwrap_or(e.seq)),
                 ))
             }
@@ -257,8 +259,67 @@ pub struct History {
     pub events: Vec<Event>,
     /// What stands for the transcript before them, when a compaction does.
     pub summary: Option<String>,
-    /// The last position the compaction stands for (0: none).
+    /// The first and last positions the summary stands for (0 and 0: none).
+    pub compacted_from: Seq,
     pub compacted_through: Seq,
+}
+
+/// The transcript a compaction would cover: what a new summary stands for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Covered {
+    /// The transcript events before the turns kept (after an earlier summary, which the
+    /// new one replaces and so covers too).
+    pub events: Vec<Event>,
+    pub seq_start: Seq,
+    pub seq_end: Seq,
+}
+
+impl History {
+    /// What a compaction keeping the last `keep` turns would cover: the transcript before
+    /// them. A turn is a run (a resume is the same turn again): its events share a run id.
+    /// `None` when nothing comes before them.
+    pub fn before_last_turns(&self, lineage: &Lineage, keep: usize) -> Option<Covered> {
+        let transcript: Vec<&Event> = self
+            .events
+            .iter()
+            .filter(|e| e.event_type.is_transcript())
+            .collect();
+        let mut kept: Vec<Option<&str>> = Vec::new();
+        let mut tail = transcript.len();
+        for (i, e) in transcript.iter().enumerate().rev() {
+            let run = e.run_id.as_deref();
+            if !kept.contains(&run) {
+                if kept.len() == keep {
+                    break;
+                }
+                kept.push(run);
+            }
+            tail = i;
+        }
+        let covered = &transcript[..tail];
+        let (first, last) = (covered.first()?, covered.last()?);
+        let seq_start = match self.summary {
+            Some(_) => self.compacted_from,
+            None => lineage.position(first),
+        };
+        Some(Covered {
+            events: covered.iter().map(|e| (*e).clone()).collect(),
+            seq_start,
+            seq_end: lineage.position(last),
+        })
+    }
+
+    /// This history once `checkpoint` stands for the transcript it covers.
+    pub fn compacted(mut self, lineage: &Lineage, checkpoint: &ContextCheckpoint) -> History {
+        self.events
+            .retain(|e| !e.event_type.is_transcript() || lineage.position(e) > checkpoint.seq_end);
+        History {
+            events: self.events,
+            summary: Some(checkpoint.summary.clone()),
+            compacted_from: checkpoint.seq_start,
+            compacted_through: checkpoint.seq_end,
+        }
+    }
 }
 
 /// Content of a `context_checkpoint`: the summary standing for the transcript at

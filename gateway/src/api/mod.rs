@@ -204,6 +204,7 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
         "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
         "ForkSession" => history::fork_session(call).await,
+        "CompactSession" => history::compact_session(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

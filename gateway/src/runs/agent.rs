@@ -69,10 +69,20 @@ impl AgentResponse {
 
 impl Agent {
     pub fn new(config: &Config) -> Self {
+        Self::at(
+            config.upstream.clone(),
+            config.upstream_headers.clone(),
+            config,
+        )
+    }
+
+    /// A connection to another agent-like server (the compaction summarizer), with the
+    /// agent's timeouts and `headers` of its own.
+    pub fn at(upstream: Upstream, headers: Vec<(String, String)>, config: &Config) -> Self {
         Agent {
             connector: Connector::new(None),
-            upstream: config.upstream.clone(),
-            headers: config.upstream_headers.clone(),
+            upstream,
+            headers,
             connect_timeout: config.upstream_connect_timeout,
             idle_timeout: config.upstream_idle_timeout,
             resolved: Mutex::new(None),

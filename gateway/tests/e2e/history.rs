@@ -516,6 +516,27 @@ fn bad_input_to_history_actions_changes_nothing() {
     ] {
         refused(&a, "ForkSession", body, status);
     }
+    for (body, status) in [
+        (json!({}), 400),
+        (json!({ "SessionId": "" }), 400),
+        (json!({ "SessionId": 3 }), 400),
+        (json!({ "SessionId": "s-a", "KeepLastTurns": "two" }), 400),
+        (json!({ "SessionId": "s-a", "KeepLastTurns": -1 }), 400),
+        (json!({ "SessionId": "s-a", "KeepLastTurns": 1.5 }), 400),
+        (json!({ "SessionId": "s-a", "Summary": "" }), 400),
+        (json!({ "SessionId": "s-a", "Summary": 5 }), 400),
+        (json!({ "SessionId": "nope", "Summary": "x" }), 404),
+        (json!({ "SessionId": "s-b", "Summary": "x" }), 404),
+    ] {
+        refused(&a, "CompactSession", body, status);
+    }
+    let nothing = refused(
+        &a,
+        "CompactSession",
+        json!({ "SessionId": "s-a", "KeepLastTurns": 1, "Summary": "x" }),
+        409,
+    );
+    assert_eq!(nothing["Data"]["code"], "nothing_to_compact");
     let taken = refused(
         &a,
         "ForkSession",
@@ -582,9 +603,305 @@ fn bad_input_to_history_actions_changes_nothing() {
         409,
     );
     assert_eq!(busy["Data"]["RunId"], open["RunId"]);
+    let busy = refused(
+        &a,
+        "CompactSession",
+        json!({ "SessionId": "s-a", "KeepLastTurns": 0, "Summary": "x" }),
+        409,
+    );
+    assert_eq!(busy["Data"]["code"], "session_busy");
+    assert_eq!(busy["Data"]["RunId"], open["RunId"]);
     assert_eq!(running.join().unwrap().status, 200);
     assert_eq!(sessions_of(&b), before.1);
     assert!(sessions_of(&a).iter().all(|(s, _)| s != "later"));
     // Nothing refused reached the agent: only the slow turn did.
     assert_eq!(agent.requests().len(), requests + 1);
+}
+
+/// The four turns compaction tests start from.
+const TURNS: [&str; 4] = [
+    "My project is named zebra42. Reply with OK.",
+    "The colour is teal.",
+    "The size is large.",
+    "The shape is round.",
+];
+
+/// Compaction after four turns keeping the last one: the agent's next request holds the
+/// summary, the last turn and the new input; every earlier event is still listed.
+fn compaction_keeps_the_last_turns(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let api = Api::of(&tether);
+    let s = unique("hist-compact");
+    for text in TURNS {
+        say(&tether, &s, text);
+    }
+    store.wait_for_terminal("local", &s, 4);
+    let before = listed(&api, &s, false);
+
+    // No Summary: the agent itself (an OpenAI agent) writes it.
+    let data = api.ok(
+        "CompactSession",
+        json!({ "SessionId": s, "KeepLastTurns": 1 }),
+    );
+    let summary = "Summary: the user said: My project is named zebra42. Reply with OK. \
+                   The colour is teal. The size is large.";
+    assert_eq!(data["Summary"], summary);
+    assert_eq!(data["SeqStart"], 1);
+    let turn3_answer = before
+        .iter()
+        .filter(|e| e["EventType"] == "message")
+        .nth(5)
+        .unwrap();
+    assert_eq!(
+        turn3_answer["Content"]["text"],
+        "You said: The size is large."
+    );
+    assert_eq!(data["SeqEnd"], turn3_answer["SeqId"]);
+    let n = before.len();
+    assert_eq!(
+        data["EventIds"],
+        json!([format!("evt_{s}_{}", n + 1), format!("evt_{s}_{}", n + 2)])
+    );
+    // The summarizer's request: the prompt, then the transcript it condenses.
+    let asked = agent.requests().pop().unwrap();
+    let sent = history_sent(&asked);
+    assert_eq!(sent[0].0, "system");
+    assert!(sent[0]
+        .1
+        .contains("summarizing the earlier part of a conversation"));
+    assert_eq!(
+        sent[1].1,
+        "Summarize this conversation:\n\nuser: My project is named zebra42. Reply with OK.\n\
+         assistant: OK.\nuser: The colour is teal.\nassistant: You said: The colour is teal.\n\
+         user: The size is large.\nassistant: You said: The size is large.\n"
+    );
+
+    assert_eq!(say(&tether, &s, QUESTION), "zebra42");
+    let last = agent.requests().pop().unwrap();
+    assert_eq!(
+        history_sent(&last),
+        owned(&[
+            ("system", summary),
+            ("user", "The shape is round."),
+            ("assistant", "You said: The shape is round."),
+            ("user", QUESTION),
+        ])
+    );
+
+    // Nothing is deleted; the boundary and the checkpoint are listed, the boundary with
+    // the summarizer's request.
+    let after = listed(&api, &s, false);
+    assert_eq!(&after[..n], &before[..]);
+    assert_eq!(after[n]["EventType"], "compaction_boundary");
+    assert_eq!(after[n]["Content"]["reason"], "manual");
+    assert_eq!(after[n]["Content"]["keep_last_turns"], 1);
+    assert_eq!(
+        after[n]["Content"]["summarizer"]["request"]["messages"][1]["content"],
+        sent[1].1.as_str()
+    );
+    assert_eq!(after[n + 1]["EventType"], "context_checkpoint");
+    assert_eq!(after[n + 1]["Content"]["summary"], summary);
+
+    // A given summary replaces the last one, which it covers too.
+    let data = api.ok(
+        "CompactSession",
+        json!({ "SessionId": s, "KeepLastTurns": 0, "Summary": "The project is named zebra42." }),
+    );
+    assert_eq!(data["SeqStart"], 1);
+    let asked = agent.requests().len();
+    assert_eq!(say(&tether, &s, QUESTION), "zebra42");
+    let requests = agent.requests();
+    assert_eq!(
+        requests.len(),
+        asked + 1,
+        "no summarizer call for a given summary"
+    );
+    assert_eq!(
+        history_sent(&requests[asked]),
+        owned(&[
+            ("system", "The project is named zebra42."),
+            ("user", QUESTION)
+        ])
+    );
+}
+
+#[test]
+fn compaction_keeps_the_last_turns_sqlite() {
+    compaction_keeps_the_last_turns(StoreKind::Sqlite);
+}
+
+#[test]
+fn compaction_keeps_the_last_turns_postgres() {
+    compaction_keeps_the_last_turns(StoreKind::Postgres);
+}
+
+/// Past `trigger_tokens`, a turn compacts the history first (keeping two turns), and the
+/// log says why, before the turn's own events.
+#[test]
+fn automatic_compaction_fires_at_trigger_tokens() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &store.url,
+        &["--compaction-trigger-tokens", "60"],
+    );
+    let s = unique("hist-auto");
+    let note = |i: usize| format!("Note {i}: {}", "x".repeat(80));
+    say(&tether, &s, TURNS[0]);
+    say(&tether, &s, &note(2));
+    say(&tether, &s, &note(3)); // over the threshold, but only two turns to keep
+    assert!(store
+        .events("local", &s)
+        .iter()
+        .all(|e| e.event_type != EventType::CompactionBoundary));
+    say(&tether, &s, &note(4));
+    let requests = agent.requests();
+    let summarized = &requests[requests.len() - 2];
+    assert!(history_sent(summarized)[0]
+        .1
+        .contains("summarizing the earlier part"));
+    let turn4 = history_sent(requests.last().unwrap());
+    let summary = "Summary: the user said: My project is named zebra42. Reply with OK.";
+    assert_eq!(turn4[0], ("system".to_owned(), summary.to_owned()));
+    assert_eq!(turn4[1], ("user".to_owned(), note(2)));
+    assert_eq!(
+        turn4.len(),
+        6,
+        "summary, turns 2 and 3, the input: {turn4:?}"
+    );
+
+    let events = store.wait_for_terminal("local", &s, 4);
+    let boundary = events
+        .iter()
+        .position(|e| e.event_type == EventType::CompactionBoundary)
+        .unwrap();
+    assert_eq!(events[boundary].content["reason"], "trigger_tokens");
+    assert_eq!(events[boundary].content["threshold"], 60);
+    assert!(
+        events[boundary].content["estimated_tokens"]
+            .as_u64()
+            .unwrap()
+            > 60
+    );
+    assert_eq!(
+        events[boundary + 1].event_type,
+        EventType::ContextCheckpoint
+    );
+    assert_eq!(
+        events[boundary + 2].text(),
+        note(4),
+        "then the turn's input"
+    );
+    assert!(tether
+        .log_text()
+        .contains("compacted the session's history before the turn"));
+    assert_eq!(say(&tether, &s, QUESTION), "zebra42");
+}
+
+/// A summarizer that is down: the turn still answers, with the whole history, and the
+/// session is as it was; CompactSession says so and writes nothing.
+#[test]
+fn a_failing_summarizer_leaves_the_session_as_it_was() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &store.url,
+        &[
+            "--compaction-trigger-tokens",
+            "10",
+            "--compaction-summarizer-url",
+            &down,
+        ],
+    );
+    let api = Api::of(&tether);
+    let s = unique("hist-down");
+    for text in TURNS {
+        say(&tether, &s, text);
+    }
+    assert_eq!(say(&tether, &s, QUESTION), "zebra42");
+    let last = agent.requests().pop().unwrap();
+    assert_eq!(history_sent(&last).len(), 9, "the whole history");
+    let events = store.wait_for_terminal("local", &s, 5);
+    assert!(events.iter().all(|e| !matches!(
+        e.event_type,
+        EventType::CompactionBoundary | EventType::ContextCheckpoint
+    )));
+    let log = tether.log_text();
+    assert!(
+        log.contains("compaction failed; the turn goes on with the whole history"),
+        "{log}"
+    );
+
+    let (status, envelope) = api.call("CompactSession", json!({ "SessionId": s }));
+    assert_eq!(status, 502, "{envelope}");
+    assert_eq!(envelope["Data"]["code"], "summarizer_failed");
+    assert_eq!(
+        store.events("local", &s).len(),
+        events.len(),
+        "nothing written"
+    );
+}
+
+/// Responses' own `context_management` compacts before the turn when its history is over
+/// the threshold, and never reaches the agent; a malformed one is refused.
+#[test]
+fn responses_context_management_compacts_first() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-responses", &store.url, &[]);
+    let url = format!("{}/v1/responses", tether.url());
+    let s = unique("hist-cm");
+    for text in TURNS {
+        let reply = post_json(
+            &url,
+            &json!({ "model": "fake", "conversation": s, "input": text }),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let body = json!({
+        "model": "fake", "conversation": s, "input": QUESTION,
+        "context_management": [{ "type": "compaction", "compact_threshold": 20 }],
+    });
+    let reply = post_json(&url, &body);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(Surface::Responses.text(&reply.json()), "zebra42");
+    let last = agent.requests().pop().unwrap();
+    assert!(last["body"].get("context_management").is_none(), "{last}");
+    let sent = history_sent(&last);
+    assert_eq!(sent[0].0, "system");
+    assert_eq!(sent.len(), 6, "summary, two turns, the input: {sent:?}");
+    let boundary = store
+        .events("local", &s)
+        .into_iter()
+        .find(|e| e.event_type == EventType::CompactionBoundary)
+        .unwrap();
+    assert_eq!(boundary.content["reason"], "compact_threshold");
+
+    let requests = agent.requests().len();
+    for bad in [
+        json!("compaction"),
+        json!([{ "type": "compaction" }]),
+        json!([{ "type": "compaction", "compact_threshold": -5 }]),
+        json!([{ "type": "other" }]),
+    ] {
+        let body =
+            json!({ "model": "fake", "conversation": s, "input": "hi", "context_management": bad });
+        let reply = post_json(&url, &body);
+        assert_eq!(reply.status, 400, "{bad}: {}", reply.body);
+        assert_eq!(reply.json()["error"]["param"], "context_management");
+    }
+    assert_eq!(
+        agent.requests().len(),
+        requests,
+        "nothing refused reached the agent"
+    );
 }
