@@ -753,6 +753,69 @@ mod tests {
     }
 
     #[test]
+    fn compaction_keys_come_from_the_file_the_environment_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(
+            &path,
+            "upstream = \"http://x\"\n[compaction]\nsummarizer_url = \"http://sum:9/v1\"\n\
+             summarizer_model = \"small\"\ntrigger_tokens = 100\n",
+        )
+        .unwrap();
+        let conf = path.to_str().unwrap();
+        let c = settings(&["--conf", conf]).load().unwrap();
+        let summarizer = c.compaction.summarizer.unwrap();
+        assert_eq!(
+            (summarizer.authority.as_str(), summarizer.base_path.as_str()),
+            ("sum:9", "/v1")
+        );
+        assert_eq!(c.compaction.summarizer_model.as_deref(), Some("small"));
+        assert_eq!(c.compaction.trigger_tokens, Some(100));
+        let c = settings(&["--conf", conf, "--compaction-trigger-tokens", "50"])
+            .load()
+            .unwrap();
+        assert_eq!(c.compaction.trigger_tokens, Some(50));
+        assert_eq!(c.compaction.summarizer_model.as_deref(), Some("small"));
+        let off = settings(&["--upstream", "http://x"]).load().unwrap();
+        assert!(off.compaction.trigger_tokens.is_none() && off.compaction.summarizer.is_none());
+
+        let err = |args: &[&str]| settings(args).load().unwrap_err();
+        let e = err(&["--upstream", "http://x", "--compaction-trigger-tokens", "0"]);
+        assert_eq!(e.key, "compaction.trigger_tokens");
+        let e = err(&[
+            "--upstream",
+            "http://x",
+            "--compaction-summarizer-url",
+            "https://s",
+        ]);
+        assert_eq!(e.key, "compaction.summarizer_url");
+        let e = err(&[
+            "--upstream",
+            "http://x",
+            "--compaction-summarizer-model",
+            " ",
+        ]);
+        assert_eq!(e.key, "compaction.summarizer_model");
+        std::fs::write(
+            &path,
+            "upstream = \"http://x\"\n[compaction]\ntrigger_tokens = 0\n",
+        )
+        .unwrap();
+        let e = err(&["--conf", conf]);
+        assert!(
+            e.to_string()
+                .contains("t.toml:3: compaction.trigger_tokens"),
+            "{e}"
+        );
+        std::fs::write(
+            &path,
+            "upstream = \"http://x\"\n[compaction]\ntrigger = 5\n",
+        )
+        .unwrap();
+        assert!(err(&["--conf", conf]).to_string().contains("trigger"));
+    }
+
+    #[test]
     fn non_loopback_needs_explicit_consent() {
         let c = settings(&[
             "--upstream",
