@@ -277,12 +277,13 @@ def control(action: str, body: dict, key: str | None = None) -> httpx.Response:
 
 
 def session_events(session_id: str, key: str | None = None) -> list[dict]:
-    """Every event of one session in Tether's log (ListSessionEvents, paged)."""
+    """Every event of one session's history in Tether's log (ListSessionEvents, paged by
+    position): a fork's inherited events (`Inherited`) first, then its own."""
     events: list[dict] = []
     while True:
         r = control(
             "ListSessionEvents",
-            {"SessionId": session_id, "Offset": events[-1]["SeqId"] if events else 0, "Limit": 500},
+            {"SessionId": session_id, "Offset": events[-1]["Position"] if events else 0, "Limit": 500},
             key,
         )
         assert r.status_code == 200, f"ListSessionEvents {session_id}: {r.status_code} {r.text}"

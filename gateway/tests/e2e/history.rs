@@ -905,3 +905,36 @@ fn responses_context_management_compacts_first() {
         "nothing refused reached the agent"
     );
 }
+
+/// tests/interop/test_history_openai.py: the seed's fork scenario through the official
+/// `openai` SDK, in front of the fake agent (an openai-chat agent the file kills and
+/// restarts), and a Responses turn after an older response.
+#[test]
+fn fork_scenario_through_the_openai_sdk() {
+    crate::agents::run_pytest(
+        "tests/interop/test_history_openai.py",
+        "openai-chat",
+        None,
+        None,
+    );
+}
+
+/// tests/interop/test_history_a2a.py: the fork scenario in front of the a2a-sdk agent,
+/// the fork a new contextId; compaction shortening what a restore sends.
+#[test]
+fn fork_scenario_in_front_of_an_a2a_agent() {
+    crate::agents::run_pytest("tests/interop/test_history_a2a.py", "a2a", None, None);
+}
+
+/// tests/interop/test_history_adk.py: the fork scenario in front of `adk api_server`.
+#[test]
+fn fork_scenario_in_front_of_an_adk_api_server() {
+    use crate::auth::{auth_conf, KEY_A, KEY_B};
+    let conf = auth_conf("");
+    crate::agents::run_pytest(
+        "tests/interop/test_history_adk.py",
+        "adk",
+        Some(&conf),
+        Some((KEY_A, KEY_B)),
+    );
+}
