@@ -602,13 +602,15 @@ impl Store for PgStore {
         until_seq: Option<Seq>,
     ) -> Result<Option<Event>, StoreError> {
         let until = until_seq.unwrap_or(Seq::MAX);
+        // A lookup by id has no order: checkpoint ids are unique (Tether makes them), and
+        // without one the planner walks `events_checkpoint_ids` instead of the markers.
         let row = match checkpoint_id {
             Some(id) => sqlx::query(concat!(
                 "SELECT ",
                 sql::event_value_columns!(),
                 " FROM events WHERE account_id = $1 AND session_id = $2 \
                  AND event_type = 'run_checkpoint' AND (content_json ->> 'checkpoint_id') = $3 \
-                 AND seq <= $4 ORDER BY seq DESC LIMIT 1"
+                 AND seq <= $4 LIMIT 1"
             ))
             .bind(account_id)
             .bind(session_id)

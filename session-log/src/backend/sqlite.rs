@@ -642,15 +642,15 @@ impl Store for SqliteStore {
     ) -> Result<Option<Event>, StoreError> {
         let until = until_seq.unwrap_or(Seq::MAX);
         // Each through its partial index, named: without statistics the planner could
-        // take either one, or the primary key.
+        // take either one, or the primary key. Checkpoint ids are unique (Tether makes
+        // them), so a lookup by id needs no order.
         let row = match checkpoint_id {
             Some(id) => sqlx::query(concat!(
                 "SELECT ",
                 sql::event_columns!(),
                 " FROM events INDEXED BY events_checkpoint_ids \
                  WHERE account_id = $1 AND session_id = $2 AND event_type = 'run_checkpoint' \
-                 AND json_extract(content_json, '$.checkpoint_id') = $3 AND seq <= $4 \
-                 ORDER BY seq DESC LIMIT 1"
+                 AND json_extract(content_json, '$.checkpoint_id') = $3 AND seq <= $4 LIMIT 1"
             ))
             .bind(account_id)
             .bind(session_id)
