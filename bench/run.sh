@@ -65,7 +65,7 @@ snapshot() {
 log "building tether-bench"
 build_from "$ROOT" tether-bench
 cp "$CARGO_TARGET_DIR/release/bench-agent" "$CARGO_TARGET_DIR/release/bench-load" \
-  "$CARGO_TARGET_DIR/release/bench-bare-proxy" "$BIN/"
+  "$CARGO_TARGET_DIR/release/bench-bare-proxy" "$CARGO_TARGET_DIR/release/bench-history" "$BIN/"
 log "building tether (release)"
 if build_from "$ROOT" tether; then
   TETHER_SOURCE="working tree at $(git -C "$ROOT" rev-parse --short HEAD) (uncommitted changes: $(git -C "$ROOT" status --porcelain | grep -vc ' bench/\|BENCHMARKS.md' || true) paths)"
@@ -307,6 +307,16 @@ if [ $PG_OK = 1 ]; then
   TEST_DATABASE_URL=$PG_URL timeout 300 "$BIN/append_throughput" $WRITER_EVENTS >"$LAST/writer.txt" 2>&1 || echo "append_throughput failed: $?" >>"$LAST/writer.txt"
 else
   timeout 300 "$BIN/append_throughput" $WRITER_EVENTS >"$LAST/writer.txt" 2>&1 || echo "append_throughput failed: $?" >>"$LAST/writer.txt"
+fi
+
+# ---------------------------------------------------------------- 6. session history
+log "6. session history: forks and projections (bench-history)"
+HISTORY_REPEATS=50; [ "$QUICK" = 1 ] && HISTORY_REPEATS=10
+cmdlog "TEST_DATABASE_URL=$PG_URL bench-history $HISTORY_REPEATS"
+if [ $PG_OK = 1 ]; then
+  TEST_DATABASE_URL=$PG_URL timeout 300 "$BIN/bench-history" $HISTORY_REPEATS >"$LAST/history.txt" 2>&1 || echo "bench-history failed: $?" >>"$LAST/history.txt"
+else
+  timeout 300 "$BIN/bench-history" $HISTORY_REPEATS >"$LAST/history.txt" 2>&1 || echo "bench-history failed: $?" >>"$LAST/history.txt"
 fi
 
 # ---------------------------------------------------------------- 4. idle streams (last:

@@ -37,13 +37,19 @@ pub struct Branch {
 
 impl Branch {
     /// The active branch ending at position `at` (the history's end when `None`).
-    /// `markers` are the history's `run_status` and `run_checkpoint` events in history
-    /// order (other events are ignored), each with its position.
+    /// `markers` are the history's `run_status` events in history order, each with its
+    /// position (other events are ignored, but for `run_checkpoint` events, which place
+    /// their checkpoint); `checkpoints` places the checkpoints resumes name, as far as
+    /// they are not among the markers.
     pub fn derive<'a>(
         markers: impl IntoIterator<Item = (Seq, &'a Event)>,
+        checkpoints: &'a HashMap<String, Seq>,
         at: Option<Seq>,
     ) -> Self {
-        let mut checkpoints: HashMap<&str, Seq> = HashMap::new();
+        let mut checkpoints: HashMap<&str, Seq> = checkpoints
+            .iter()
+            .map(|(id, &p)| (id.as_str(), p))
+            .collect();
         let mut segments: Vec<Segment> = Vec::new();
         let mut resumed = HashMap::new();
         for (position, e) in markers {
@@ -151,7 +157,7 @@ mod tests {
     }
 
     fn active(events: &[Event], at: Option<Seq>) -> Vec<Seq> {
-        let branch = Branch::derive(events.iter().map(|e| (e.seq, e)), at);
+        let branch = Branch::derive(events.iter().map(|e| (e.seq, e)), &HashMap::new(), at);
         events
             .iter()
             .filter(|e| branch.is_active(e.seq, e))
@@ -201,6 +207,23 @@ mod tests {
         ];
         assert_eq!(active(&events, None), [1, 2, 3, 7, 8]);
         assert_eq!(active(&events, Some(6)), [1, 5, 6]);
+    }
+
+    #[test]
+    fn checkpoints_can_be_placed_apart_from_the_markers() {
+        let events = [
+            message(1, "i1"),
+            message(2, "i1"),
+            started(3, "i2", Some("c1")),
+        ];
+        let placed = HashMap::from([("c1".to_owned(), 1)]);
+        let branch = Branch::derive(events.iter().map(|e| (e.seq, e)), &placed, None);
+        let active: Vec<i64> = events
+            .iter()
+            .filter(|e| branch.is_active(e.seq, e))
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(active, [1, 3]);
     }
 
     #[test]

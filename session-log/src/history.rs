@@ -14,10 +14,13 @@
 //! `Lineage::history` is what the agent's history is made of: the active branch, with
 //! the transcript a compaction stands for left out and its summary given instead.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::branch::Branch;
+use crate::checkpoints::RESUMED_FROM;
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 use crate::store::{EventQuery, Store, StoreError};
 
@@ -161,13 +164,8 @@ impl Lineage {
                 break;
             }
             let end = link.upto.map_or(Seq::MAX, |u| link.base + u);
-            if end <= after || until.is_some_and(|u| u <= link.base) {
+            let Some(until_seq) = reach(link, until).filter(|_| end > after) else {
                 continue;
-            }
-            let until_seq = match (link.upto, until) {
-                (Some(upto), Some(u)) => Some(upto.min(u - link.base)),
-                (upto, None) => upto,
-                (None, Some(u)) => Some(u - link.base),
             };
             let query = EventQuery {
                 after_seq: (after - link.base).max(0),
@@ -182,17 +180,59 @@ impl Lineage {
     }
 
     /// The active branch of the history ending at `at` (its end when `None`), and the
-    /// history's markers it was derived from (in history order, up to `at`).
+    /// markers read for it, in history order up to `at`: run statuses (resumes name their
+    /// checkpoint) and compaction markers. The checkpoints resumes name are looked up by
+    /// id: the rest, one or more per turn and the bulk of the markers, are not read.
     pub async fn branch(
         &self,
         store: &dyn Store,
         at: Option<Seq>,
     ) -> Result<(Branch, Vec<Event>), StoreError> {
-        let markers = self
-            .events(store, 0, at, Some(&EventType::MARKERS), i64::MAX)
-            .await?;
-        let branch = Branch::derive(markers.iter().map(|e| (self.position(e), e)), at);
+        const READ: [EventType; 3] = [
+            EventType::RunStatus,
+            EventType::Compaction,
+            EventType::ContextCheckpoint,
+        ];
+        let markers = self.events(store, 0, at, Some(&READ), i64::MAX).await?;
+        let mut checkpoints = HashMap::new();
+        let resumed = markers
+            .iter()
+            .filter(|e| e.run_status() == Some(RunStatus::InProgress))
+            .filter_map(|e| e.metadata.get(RESUMED_FROM)?.as_str());
+        for id in resumed {
+            if !checkpoints.contains_key(id) {
+                if let Some(position) = self.checkpoint_position(store, id, at).await? {
+                    checkpoints.insert(id.to_owned(), position);
+                }
+            }
+        }
+        let branch = Branch::derive(
+            markers.iter().map(|e| (self.position(e), e)),
+            &checkpoints,
+            at,
+        );
         Ok((branch, markers))
+    }
+
+    /// Where the history's checkpoint `id` is, up to position `at`.
+    async fn checkpoint_position(
+        &self,
+        store: &dyn Store,
+        id: &str,
+        at: Option<Seq>,
+    ) -> Result<Option<Seq>, StoreError> {
+        for link in self.links.iter().rev() {
+            let Some(until) = reach(link, at) else {
+                continue;
+            };
+            let found = store
+                .checkpoint_event(&self.account_id, &link.session_id, Some(id), until)
+                .await?;
+            if let Some(e) = found {
+                return Ok(Some(link.base + e.seq));
+            }
+        }
+        Ok(None)
     }
 
     /// What the agent's history is made of at position `at` (the end when `None`): the
@@ -248,6 +288,17 @@ impl Lineage {
             }
             _ => None,
         }
+    }
+}
+
+/// How far `link` is read for a history up to position `until`: `None` when none of it
+/// is, `Some(None)` when all of it is.
+fn reach(link: &Link, until: Option<Seq>) -> Option<Option<Seq>> {
+    match (link.upto, until) {
+        (_, Some(u)) if u <= link.base => None,
+        (Some(upto), Some(u)) => Some(Some(upto.min(u - link.base))),
+        (upto, None) => Some(upto),
+        (None, Some(u)) => Some(Some(u - link.base)),
     }
 }
 

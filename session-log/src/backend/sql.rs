@@ -255,9 +255,12 @@ where
     }
     push_run_filter(select, query);
     if let Some(types) = &query.event_types {
-        // Literals, not binds: the names come from the `EventType` enum, and a query for
-        // exactly the history markers then repeats the partial index's condition word for
-        // word, which is how SQLite recognises it can use the index.
+        // Literals, not binds: the names come from the `EventType` enum. A read of history
+        // markers only also repeats the partial index's condition word for word, which is
+        // how SQLite recognises it can use the index.
+        if types.iter().all(|t| EventType::MARKERS.contains(t)) {
+            select.push(concat!(" AND ", markers_condition!()));
+        }
         select.push(" AND event_type IN (");
         for (i, t) in types.iter().enumerate() {
             if i > 0 {
