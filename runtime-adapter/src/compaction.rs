@@ -8,8 +8,9 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 
 use crate::item::{Block, Item};
+use crate::protocol::Protocol;
 use crate::turn::{InputError, TurnRequest};
-use crate::upstream::{Output, Protocol};
+use crate::upstream::Output;
 
 /// The summarizer's instructions (its system message). The transcript follows as the
 /// user's message, one line per item (see [`summary_turn`]).
@@ -118,10 +119,10 @@ pub fn summary_of(outputs: &[Output]) -> Result<String, String> {
     Ok(summary)
 }
 
-/// Takes the Responses API's `context_management` out of a turn's other fields: `[{"type":
-/// "compaction", "compact_threshold": N}]` asks for a compaction before the turn when its
-/// history would exceed N tokens. Returns N; Tether does the compaction, so the field
-/// never reaches the agent.
+/// Takes the Responses API's `context_management` out of a request's other fields (the
+/// Responses surface's parse calls it): `[{"type": "compaction", "compact_threshold":
+/// N}]` asks for a compaction before the turn when its history would exceed N tokens.
+/// Returns N; Tether does the compaction, so the field never reaches the agent.
 pub fn context_management(extra: &mut Map<String, Value>) -> Result<Option<u64>, InputError> {
     let Some(value) = extra.remove("context_management") else {
         return Ok(None);

@@ -6,12 +6,15 @@
 
 pub mod a2a;
 pub mod adk;
+mod body_parser;
 pub mod chat;
 pub mod compaction;
 pub mod item;
+mod params;
+mod percent;
 pub mod projection;
+pub mod protocol;
 pub mod responses;
-mod responses_render;
 pub mod sse;
 pub mod surface;
 pub mod turn;
@@ -20,28 +23,30 @@ pub mod usage;
 
 pub use item::{Block, Item};
 pub use projection::project;
+pub use protocol::Protocol;
 pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, SessionRef, Tool, TurnRequest};
 pub use upstream::{
-    AgentRequest, Cancel, Output, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
+    AgentRequest, Cancel, Output, Probe, Restore, StreamParser, TurnCall, Upstream,
 };
 
 /// The surface a client speaks (its request and response wire format).
 pub fn surface(protocol: Protocol) -> &'static dyn Surface {
-    match protocol {
-        Protocol::OpenAiChat => &chat::ChatSurface,
-        Protocol::OpenAiResponses => &responses::ResponsesSurface,
-        Protocol::A2a => &a2a::A2aSurface,
-        Protocol::Adk => &adk::AdkSurface,
-    }
+    adapter(protocol).0
 }
 
 /// The adapter for an agent that speaks `protocol`.
 pub fn upstream(protocol: Protocol) -> &'static dyn Upstream {
+    adapter(protocol).1
+}
+
+/// Each protocol's client surface and upstream adapter: the one place a protocol is
+/// bound to its code.
+fn adapter(protocol: Protocol) -> (&'static dyn Surface, &'static dyn Upstream) {
     match protocol {
-        Protocol::OpenAiChat => &chat::ChatUpstream,
-        Protocol::OpenAiResponses => &responses::ResponsesUpstream,
-        Protocol::A2a => &a2a::A2aUpstream,
-        Protocol::Adk => &adk::AdkUpstream,
+        Protocol::OpenAiChat => (&chat::ChatSurface, &chat::ChatUpstream),
+        Protocol::OpenAiResponses => (&responses::ResponsesSurface, &responses::ResponsesUpstream),
+        Protocol::A2a => (&a2a::A2aSurface, &a2a::A2aUpstream),
+        Protocol::Adk => (&adk::AdkSurface, &adk::AdkUpstream),
     }
 }

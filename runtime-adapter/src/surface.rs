@@ -41,6 +41,13 @@ impl ClientRequest<'_> {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| *v)
     }
+
+    /// The first value of a query-string parameter, decoded as a form encodes it.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query?.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    }
 }
 
 /// What a claimed client request asks the gateway to do.
@@ -192,4 +199,27 @@ pub fn run_error(events: &[Event], terminal: Option<RunStatus>) -> (String, Stri
             let status = terminal.map(|s| s.as_str()).unwrap_or("failed");
             (status.to_owned(), format!("the run ended as {status}"))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClientRequest;
+
+    #[test]
+    fn query_params_decode_as_forms_encode_them() {
+        let req = ClientRequest {
+            method: "GET",
+            path: "/",
+            query: Some("historyLength=2&q=a%20b+c&q=second&flag"),
+            headers: &[],
+            body: b"",
+            account_id: "acct",
+        };
+        assert_eq!(req.query_param("historyLength").as_deref(), Some("2"));
+        assert_eq!(req.query_param("q").as_deref(), Some("a b c"));
+        assert_eq!(req.query_param("flag").as_deref(), Some(""));
+        assert_eq!(req.query_param("missing"), None);
+        let bare = ClientRequest { query: None, ..req };
+        assert_eq!(bare.query_param("q"), None);
+    }
 }

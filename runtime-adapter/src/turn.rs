@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use crate::item::Item;
-use crate::upstream::Protocol;
+use crate::protocol::Protocol;
 
 /// How the client named the session of this turn.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +23,46 @@ pub struct Tool {
     pub description: Option<String>,
     pub parameters: Option<Value>,
     pub strict: Option<bool>,
+}
+
+impl Tool {
+    /// The function's fields as both OpenAI APIs spell them (`name`, and `description`,
+    /// `parameters`, `strict` when given).
+    pub(crate) fn function_fields(&self) -> Map<String, Value> {
+        let mut function = Map::new();
+        function.insert("name".into(), Value::String(self.name.clone()));
+        if let Some(d) = &self.description {
+            function.insert("description".into(), Value::String(d.clone()));
+        }
+        if let Some(p) = &self.parameters {
+            function.insert("parameters".into(), p.clone());
+        }
+        if let Some(s) = self.strict {
+            function.insert("strict".into(), Value::Bool(s));
+        }
+        function
+    }
+}
+
+#[cfg(test)]
+impl Tool {
+    /// One tool with every optional field given (`f`) and one with none (`g`).
+    pub(crate) fn samples() -> Vec<Tool> {
+        vec![
+            Tool {
+                name: "f".into(),
+                description: Some("does f".into()),
+                parameters: Some(serde_json::json!({"type": "object"})),
+                strict: Some(true),
+            },
+            Tool {
+                name: "g".into(),
+                description: None,
+                parameters: None,
+                strict: None,
+            },
+        ]
+    }
 }
 
 /// One turn as the client asked for it.

@@ -1,50 +1,12 @@
-//! The upstream side of an adapter: the agent's protocol, building its request from the
+//! The upstream side of an adapter: building the agent's request from the
 //! projection plus the new turn, and parsing its response into `Output`s.
 
 use serde_json::Value;
 use session_log::Event;
 
 use crate::item::Item;
+use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Protocol {
-    /// `POST /v1/chat/completions`
-    OpenAiChat,
-    /// `POST /v1/responses`
-    OpenAiResponses,
-    /// A2A (Agent2Agent), JSON-RPC and HTTP+JSON transports, v0.3 and v1.0.
-    A2a,
-    /// Google ADK's `api_server` REST API (`/run`, `/run_sse`, `/apps/…/sessions`).
-    Adk,
-}
-
-impl Protocol {
-    pub fn parse(s: &str) -> Option<Protocol> {
-        match s {
-            "openai-chat" => Some(Protocol::OpenAiChat),
-            "openai-responses" => Some(Protocol::OpenAiResponses),
-            "a2a" => Some(Protocol::A2a),
-            "adk" => Some(Protocol::Adk),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::OpenAiChat => "openai-chat",
-            Protocol::OpenAiResponses => "openai-responses",
-            Protocol::A2a => "a2a",
-            Protocol::Adk => "adk",
-        }
-    }
-
-    /// Whether the agent is stateless and gets the whole history on every turn (the
-    /// OpenAI APIs), rather than keeping the conversation itself (A2A, ADK).
-    pub fn sends_history(self) -> bool {
-        matches!(self, Protocol::OpenAiChat | Protocol::OpenAiResponses)
-    }
-}
 
 /// Something the agent produced, in the order it produced it.
 #[derive(Clone, Debug, PartialEq)]
@@ -212,3 +174,33 @@ pub trait Upstream: Send + Sync {
 /// Builds the request that tells the agent to stop the run it knows as the given
 /// handle (the run's `agent_ref`).
 pub type Cancel = Box<dyn Fn(&str) -> AgentRequest + Send + Sync>;
+
+/// A stateless agent (the OpenAI APIs): each turn is one POST to `PATH` carrying the
+/// whole history, answered by one body; nothing to probe, restore or cancel.
+pub(crate) trait Stateless: Send + Sync {
+    const PROTOCOL: Protocol;
+    /// Where the agent serves the protocol.
+    const PATH: &'static str;
+
+    /// JSON body of the agent request: `history` (the projection) followed by the
+    /// turn's new input, always streaming, never naming a stored conversation.
+    fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value;
+
+    /// A parser for the agent's response body with the given content type.
+    fn body_parser(&self, content_type: &str) -> Box<dyn StreamParser>;
+}
+
+impl<T: Stateless> Upstream for T {
+    fn protocol(&self) -> Protocol {
+        T::PROTOCOL
+    }
+
+    fn request(&self, call: &TurnCall) -> AgentRequest {
+        let body = self.build_request(call.history, call.turn, call.default_model);
+        AgentRequest::post(T::PATH, body)
+    }
+
+    fn parser(&self, _call: &TurnCall, content_type: &str) -> Box<dyn StreamParser> {
+        self.body_parser(content_type)
+    }
+}

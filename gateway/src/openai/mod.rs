@@ -6,7 +6,6 @@ pub mod responses;
 
 use pingora::proxy::Session;
 use pingora::Result;
-use runtime_adapter::compaction::context_management;
 use runtime_adapter::{surface, Protocol};
 
 use crate::client::body::read_body;
@@ -39,15 +38,7 @@ pub async fn serve_turn(
         .get("x-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let parsed = surface
-        .parse_request(&body, header.as_deref())
-        .and_then(|mut turn| {
-            // Responses' own compaction request: Tether compacts, the agent never sees it.
-            if protocol == Protocol::OpenAiResponses {
-                turn.compact_threshold = context_management(&mut turn.extra)?;
-            }
-            Ok(turn)
-        });
+    let parsed = surface.parse_request(&body, header.as_deref());
     drop(body); // not kept while the run streams
     match parsed {
         Ok(turn) => run_turn(state, session, account_id, surface, turn).await,

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::auth::{auth_conf, bearer, KEY_A, KEY_B};
+use crate::auth::{authed_gateway, bearer, KEY_A, KEY_B};
 use crate::harness::*;
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDRtiny";
@@ -45,15 +45,7 @@ fn not_found(r: &Reply, what: &str) {
 
 #[test]
 fn account_b_never_sees_account_a() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (store, agent, tether) = authed_gateway("");
 
     // Account A: a conversation named "shared", with a secret and an attachment.
     let a = run(

@@ -16,16 +16,11 @@ const PYTEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The venv's python, or `None` (a failure in CI) when the venv is missing.
 fn interop_python() -> Option<String> {
-    match std::env::var("TETHER_INTEROP_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("TETHER_INTEROP_PYTHON must be set in CI (run tests/run)")
-        }
-        _ => {
-            eprintln!("TETHER_INTEROP_PYTHON is not set: skipping the A2A/ADK interop tests (run tests/run)");
-            None
-        }
-    }
+    required_in_ci(
+        "TETHER_INTEROP_PYTHON",
+        "the A2A/ADK interop tests",
+        "run tests/run",
+    )
 }
 
 /// Waits for pytest; past the deadline, SIGTERM (its handler kills the agent it started),

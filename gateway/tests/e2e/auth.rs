@@ -39,6 +39,11 @@ public_key_files = ["{}"]
     ))
 }
 
+/// `chat_gateway` with `auth_conf(extra)` (read at start, so the file may go after).
+pub fn authed_gateway(extra: &str) -> (TestStore, FakeAgent, Tether) {
+    chat_gateway(&["--conf", &auth_conf(extra).arg()])
+}
+
 pub fn bearer(key: &str) -> (&'static str, String) {
     ("authorization", format!("Bearer {key}"))
 }
@@ -50,15 +55,7 @@ fn claims(account: &str) -> Value {
 
 #[test]
 fn no_credential_is_a_401_with_a_challenge_on_every_surface() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (store, agent, tether) = authed_gateway("");
     assert_eq!(get(&format!("{}/healthz", tether.url()), &[]).status, 200);
     assert_eq!(get(&format!("{}/readyz", tether.url()), &[]).status, 200);
 
@@ -108,15 +105,7 @@ fn no_credential_is_a_401_with_a_challenge_on_every_surface() {
 
 #[test]
 fn api_keys_and_jwts_are_accepted_and_bad_jwts_are_not() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (_store, _agent, tether) = authed_gateway("");
     let echo = |headers: &[(&str, &str)]| get(&format!("{}/echo", tether.url()), headers);
 
     let (k, v) = bearer(KEY_A);
@@ -229,15 +218,7 @@ fn echo_raw(port: u16, header_lines: &str) -> Value {
 
 #[test]
 fn spoofed_identity_headers_never_reach_the_agent() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (_store, agent, tether) = authed_gateway("");
     let cases: &[(&str, &str)] = &[
         ("plain", "x-account-id: evil\r\n"),
         ("upper", "X-ACCOUNT-ID: evil\r\n"),

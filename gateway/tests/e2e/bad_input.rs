@@ -6,14 +6,7 @@ use crate::harness::*;
 
 #[test]
 fn bad_requests_are_refused_and_change_nothing() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--max-body-bytes", "4096"],
-    );
+    let (store, agent, tether) = chat_gateway(&["--max-body-bytes", "4096"]);
     let responses = format!("{}/v1/responses", tether.url());
     let chat = format!("{}/v1/chat/completions", tether.url());
     let big = "x".repeat(5000);

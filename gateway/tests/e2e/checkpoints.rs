@@ -29,14 +29,7 @@ fn field<'a>(items: &'a [Value], key: &str) -> Vec<&'a Value> {
 
 #[test]
 fn checkpoints_receipts_preview_and_resume() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--side-effect-free-tools", "search,lookup"],
-    );
+    let (store, agent, tether) = chat_gateway(&["--side-effect-free-tools", "search,lookup"]);
     let api = Api::of(&tether);
     let session = "ckpt-session-1";
 
@@ -459,34 +452,32 @@ fn checkpoints_receipts_preview_and_resume() {
 
 /// With `checkpoint_replay_allowed = false`, a checkpoint resumes once; the second try
 /// is 409 `checkpoint_not_resumable`.
-#[test]
-fn checkpoints_without_replay_resume_once() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &[
-            "--checkpoint-replay-allowed",
-            "false",
-            "--checkpoint-ttl-seconds",
-            "3600",
-        ],
-    );
-    let api = Api::of(&tether);
-    let session = "ckpt-session-2";
+/// Two finished runs in `session`: one that called `lookup`, one that gave it the result.
+fn lookup_and_answer(tether: &Tether, store: &TestStore, session: &str) {
     chat(
-        &tether,
+        tether,
         session,
         json!([{ "role": "user", "content": "tool:lookup x" }]),
     );
     chat(
-        &tether,
+        tether,
         session,
         json!([{ "role": "tool", "tool_call_id": "call_1", "content": "42" }]),
     );
     store.wait_for_terminal("local", session, 2);
+}
+
+#[test]
+fn checkpoints_without_replay_resume_once() {
+    let (store, _agent, tether) = chat_gateway(&[
+        "--checkpoint-replay-allowed",
+        "false",
+        "--checkpoint-ttl-seconds",
+        "3600",
+    ]);
+    let api = Api::of(&tether);
+    let session = "ckpt-session-2";
+    lookup_and_answer(&tether, &store, session);
     let cps = api.checkpoints(session);
     assert_eq!(cps[0]["ReplayAllowed"], false);
     assert!(cps[0]["ExpiresAt"].is_string());
@@ -505,22 +496,10 @@ fn checkpoints_without_replay_resume_once() {
 /// and the agent receives the history up to the checkpoint plus the instruction.
 #[test]
 fn a_resume_can_be_streamed() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, agent, tether) = chat_gateway(&[]);
     let api = Api::of(&tether);
     let session = "ckpt-stream";
-    chat(
-        &tether,
-        session,
-        json!([{ "role": "user", "content": "tool:lookup x" }]),
-    );
-    chat(
-        &tether,
-        session,
-        json!([{ "role": "tool", "tool_call_id": "call_1", "content": "42" }]),
-    );
-    store.wait_for_terminal("local", session, 2);
+    lookup_and_answer(&tether, &store, session);
     let first = api.checkpoints(session)[0].clone();
     let body = json!({
         "SessionId": session, "RunId": first["RunId"], "CheckpointId": first["CheckpointId"],

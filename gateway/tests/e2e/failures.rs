@@ -134,9 +134,7 @@ fn an_unreachable_agent_fails_the_run_with_a_structured_error() {
 
 #[test]
 fn an_agent_error_reaches_the_client_in_its_format() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     let reply = post_json(
         &format!("{}/v1/chat/completions", tether.url()),
         &Surface::Chat.body("please error", None, false),
@@ -188,17 +186,8 @@ fn sigterm_lets_a_short_run_finish_and_commits_it() {
 
 #[test]
 fn sigterm_interrupts_a_long_run_and_commits_what_it_had() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let mut tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
-    let mut sse = SseStream::post(
-        &format!("{}/v1/chat/completions", tether.url()),
-        &Surface::Chat.body("slow:200:50", None, true),
-    );
-    let session = sse.session_id.clone().unwrap();
-    for _ in 0..3 {
-        sse.next_event().unwrap();
-    }
+    let (store, _agent, mut tether) = chat_gateway(&[]);
+    let (_sse, session, _) = slow_chat_run(&tether, 3);
     assert!(
         tether.signal("TERM", Duration::from_secs(20)),
         "tether exits after SIGTERM"
@@ -217,17 +206,8 @@ fn sigterm_interrupts_a_long_run_and_commits_what_it_had() {
 
 #[test]
 fn a_run_left_open_by_a_killed_gateway_is_closed_at_restart() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let mut tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
-    let mut sse = SseStream::post(
-        &format!("{}/v1/chat/completions", tether.url()),
-        &Surface::Chat.body("slow:200:50", None, true),
-    );
-    let session = sse.session_id.clone().unwrap();
-    for _ in 0..3 {
-        sse.next_event().unwrap();
-    }
+    let (store, agent, mut tether) = chat_gateway(&[]);
+    let (_sse, session, _) = slow_chat_run(&tether, 3);
     assert!(tether.signal("KILL", Duration::from_secs(5)));
     let before = store.events("local", &session);
     assert!(
@@ -264,9 +244,7 @@ fn health_and_readiness() {
 #[test]
 fn a_finished_stream_leaves_the_connection_usable() {
     use std::io::{Read, Write};
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (_store, _agent, tether) = chat_gateway(&[]);
     let mut tcp = std::net::TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let body = Surface::Chat.body("hello", None, true).to_string();

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use session_log::{Event, EventQuery, Store};
+use session_log::{Event, EventQuery, EventType, RunStatus, Store};
 
 /// Read when the test runs, not when it is built: a target directory shared between two
 /// checkouts can hold a test binary built in the other one.
@@ -41,18 +41,26 @@ pub enum StoreKind {
     Postgres,
 }
 
-/// The PostgreSQL URL for tests: required in CI, optional on a laptop.
-pub fn postgres_url() -> Option<String> {
-    match std::env::var("TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("TEST_DATABASE_URL must be set when CI is set")
-        }
+/// The value of `var`: required in CI (a missing one fails the test there), optional on
+/// a laptop, where `None` skips `what` and says so.
+pub fn required_in_ci(var: &str, what: &str, hint: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ if std::env::var_os("CI").is_some() => panic!("{var} must be set in CI ({hint})"),
         _ => {
-            eprintln!("TEST_DATABASE_URL is not set: skipping the PostgreSQL variant");
+            eprintln!("{var} is not set: skipping {what} ({hint})");
             None
         }
     }
+}
+
+/// The PostgreSQL URL for tests.
+pub fn postgres_url() -> Option<String> {
+    required_in_ci(
+        "TEST_DATABASE_URL",
+        "the PostgreSQL variant",
+        "e.g. postgres://postgres@127.0.0.1:5432/test",
+    )
 }
 
 /// A store location for one test: a fresh SQLite file or the shared test database.
@@ -192,6 +200,54 @@ impl Drop for FakeAgent {
 }
 
 /// A running `tether serve`.
+/// A fresh SQLite store, a fake agent, and Tether in front of it speaking `openai-chat`,
+/// started with `args`. Bind all three: each lives as long as its binding.
+pub fn chat_gateway(args: &[&str]) -> (TestStore, FakeAgent, Tether) {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, args);
+    (store, agent, tether)
+}
+
+/// A long streamed chat run (200 deltas, 50 ms apart) started through `tether`, with its
+/// first `events` events read: the stream, its session and its invocation.
+pub fn slow_chat_run(tether: &Tether, events: usize) -> (SseStream, String, String) {
+    let mut sse = SseStream::post(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("slow:200:50", None, true),
+    );
+    let session = sse.session_id.clone().unwrap();
+    let invocation = sse.invocation_id.clone().unwrap();
+    for _ in 0..events {
+        sse.next_event().unwrap();
+    }
+    (sse, session, invocation)
+}
+
+/// Waits for the session's one run to end and checks that it was cancelled long before
+/// the agent's 200 deltas, and that nothing was written after its terminal status.
+pub fn assert_cancelled_early(store: &TestStore, session: &str) {
+    let events = store.wait_for_terminal("local", session, 1);
+    assert_eq!(
+        events.last().unwrap().run_status(),
+        Some(RunStatus::Cancelled)
+    );
+    let deltas = events
+        .iter()
+        .filter(|e| e.event_type == EventType::TextDelta)
+        .count();
+    assert!(
+        deltas < 100,
+        "the agent call stopped early ({deltas} deltas)"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        store.events("local", session).len(),
+        events.len(),
+        "nothing arrives after the terminal status"
+    );
+}
+
 pub struct Tether {
     pub port: u16,
     child: Child,

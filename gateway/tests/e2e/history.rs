@@ -176,9 +176,7 @@ fn a_fork_keeps_both_branches_postgres() {
 /// A fork at the checkpoint that ended turn 1, taken after turn 2, does not know turn 2.
 #[test]
 fn a_fork_at_an_earlier_checkpoint_does_not_know_what_came_after() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (_store, agent, tether) = chat_gateway(&[]);
     let api = Api::of(&tether);
     let s = unique("hist-s");
     say(&tether, &s, "My project is named zebra42. Reply with OK.");
@@ -363,14 +361,7 @@ fn previous_response_id_of_an_older_response_forks() {
 /// fork's own seqs), then its own events; an inherited run is replayed on its own.
 #[test]
 fn subscribing_to_a_fork_follows_its_parent() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--subscribe-timeout-seconds", "1"],
-    );
+    let (store, _agent, tether) = chat_gateway(&["--subscribe-timeout-seconds", "1"]);
     let api = Api::of(&tether);
     let s = unique("hist-sub");
     say(&tether, &s, "My project is named zebra42. Reply with OK.");
@@ -460,16 +451,8 @@ fn refused(api: &Api, action: &str, body: Value, status: u16) -> Value {
 
 #[test]
 fn bad_input_to_history_actions_changes_nothing() {
-    use crate::auth::{auth_conf, KEY_A, KEY_B};
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    use crate::auth::{authed_gateway, KEY_A, KEY_B};
+    let (store, agent, tether) = authed_gateway("");
     let a = Api {
         base: tether.url(),
         key: Some(KEY_A.into()),
@@ -743,14 +726,7 @@ fn compaction_keeps_the_last_turns_postgres() {
 /// log says why, before the turn's own events.
 #[test]
 fn automatic_compaction_fires_at_trigger_tokens() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--compaction-trigger-tokens", "60"],
-    );
+    let (store, agent, tether) = chat_gateway(&["--compaction-trigger-tokens", "60"]);
     let s = unique("hist-auto");
     let note = |i: usize| format!("Note {i}: {}", "x".repeat(80));
     say(&tether, &s, TURNS[0]);
@@ -808,20 +784,13 @@ fn automatic_compaction_fires_at_trigger_tokens() {
 /// session is as it was; CompactSession says so and writes nothing.
 #[test]
 fn a_failing_summarizer_leaves_the_session_as_it_was() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
     let down = format!("http://127.0.0.1:{}", free_port());
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &[
-            "--compaction-trigger-tokens",
-            "10",
-            "--compaction-summarizer-url",
-            &down,
-        ],
-    );
+    let (store, agent, tether) = chat_gateway(&[
+        "--compaction-trigger-tokens",
+        "10",
+        "--compaction-summarizer-url",
+        &down,
+    ]);
     let api = Api::of(&tether);
     let s = unique("hist-down");
     for text in TURNS {

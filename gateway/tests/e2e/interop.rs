@@ -7,16 +7,11 @@ use crate::harness::*;
 
 /// The venv's python, or `None` (a failure in CI) when the venv is missing.
 fn interop_python() -> Option<String> {
-    match std::env::var("TETHER_INTEROP_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("TETHER_INTEROP_PYTHON must be set in CI (run tests/run)")
-        }
-        _ => {
-            eprintln!("TETHER_INTEROP_PYTHON is not set: skipping the OpenAI SDK interop tests (run tests/run)");
-            None
-        }
-    }
+    required_in_ci(
+        "TETHER_INTEROP_PYTHON",
+        "the OpenAI SDK interop tests",
+        "run tests/run",
+    )
 }
 
 fn run_pytest(protocol: &str) {

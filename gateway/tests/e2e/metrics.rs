@@ -2,7 +2,7 @@
 //! sizes and commit latency, commit-to-forward lag, subscribers, rate-limited requests and
 //! the backend state — and needs no credential, like the health checks.
 
-use crate::auth::{auth_conf, bearer, KEY_A};
+use crate::auth::{authed_gateway, bearer, KEY_A};
 use crate::harness::*;
 
 /// The value of the sample `name` (with its labels, exactly as printed).
@@ -16,15 +16,8 @@ fn sample(page: &str, name: &str) -> f64 {
 
 #[test]
 fn metrics_count_runs_commits_lag_and_refusals() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("[rate_limits]\nrequests_per_second = 0.5\nburst = 2\n");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (store, _agent, tether) =
+        authed_gateway("[rate_limits]\nrequests_per_second = 0.5\nburst = 2\n");
     // No credential needed.
     let page = get(&format!("{}/metrics", tether.url()), &[]);
     assert_eq!(page.status, 200, "{}", page.body);

@@ -8,9 +8,7 @@ use crate::harness::*;
 
 #[test]
 fn other_paths_are_proxied_with_the_gateways_identity_and_recorded() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
 
     let reply = get(
         &format!("{}/echo?x=1", tether.url()),
@@ -85,9 +83,7 @@ fn an_exchange_the_agent_never_answered_is_recorded_with_its_error() {
 
 #[test]
 fn a_streamed_pass_through_response_is_recorded_event_by_event() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     let reply = get(
         &format!("{}/events?n=5&ms=20", tether.url()),
         &[("x-session-id", "tee-sse")],
@@ -133,9 +129,7 @@ fn a_streamed_pass_through_response_is_recorded_event_by_event() {
 
 #[test]
 fn chunked_pass_through_bodies_of_any_size_are_forwarded_whole_and_recorded() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, _agent, tether) = chat_gateway(&[]);
     let pattern =
         |n: usize| -> String { (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect() };
     // (case, chunk sizes): empty, small, just under and over the 64 KiB Pingora replays,

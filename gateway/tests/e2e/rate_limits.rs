@@ -6,20 +6,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::auth::{auth_conf, bearer, KEY_A, KEY_B};
+use crate::auth::{authed_gateway, bearer, KEY_A, KEY_B};
 use crate::harness::*;
 
 #[test]
 fn the_burst_passes_then_429_with_retry_after_then_recovery() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("[rate_limits]\nrequests_per_second = 0.5\nburst = 3\n");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (store, _agent, tether) =
+        authed_gateway("[rate_limits]\nrequests_per_second = 0.5\nburst = 3\n");
     let (k, v) = bearer(KEY_A);
     let echo = || get(&format!("{}/echo", tether.url()), &[(k, &v)]);
     for i in 0..3 {
@@ -69,15 +62,7 @@ fn the_burst_passes_then_429_with_retry_after_then_recovery() {
 
 #[test]
 fn a_running_run_holds_its_slot_until_it_ends() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let conf = auth_conf("[rate_limits]\nconcurrent_runs = 1\n");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-chat",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
+    let (store, _agent, tether) = authed_gateway("[rate_limits]\nconcurrent_runs = 1\n");
     let (k, v) = bearer(KEY_A);
     // A slow streamed run; its client leaves after the first event.
     let started = Instant::now();

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use session_log::{Event, EventType, RunStatus};
+use session_log::{Event, RunStatus};
 
 use crate::harness::*;
 
@@ -147,22 +147,7 @@ fn cancel_sent_to_another_replica_stops_the_run() {
         frames.last().unwrap().json()["error"].is_object(),
         "A's client learns of the cancel"
     );
-    let events = store.wait_for_terminal("local", &session, 1);
-    assert_eq!(
-        events.last().unwrap().run_status(),
-        Some(RunStatus::Cancelled)
-    );
-    let deltas = events
-        .iter()
-        .filter(|e| e.event_type == EventType::TextDelta)
-        .count();
-    assert!(deltas < 100, "the agent call was aborted ({deltas} deltas)");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        store.events("local", &session).len(),
-        events.len(),
-        "nothing after the end"
-    );
+    assert_cancelled_early(&store, &session);
 }
 
 #[test]
@@ -172,15 +157,7 @@ fn a_killed_replica_s_run_is_closed_by_the_survivor_and_replayable() {
     let agent = FakeAgent::start();
     let (mut a, b) = two_replicas(&agent, &url);
 
-    let mut original = SseStream::post(
-        &format!("{}/v1/chat/completions", a.url()),
-        &Surface::Chat.body("slow:200:50", None, true),
-    );
-    let session = original.session_id.clone().unwrap();
-    let invocation = original.invocation_id.clone().unwrap();
-    for _ in 0..4 {
-        original.next_event().unwrap();
-    }
+    let (_original, session, invocation) = slow_chat_run(&a, 4);
     // A follower on B, before the kill.
     let follower = SseStream::get(&subscribe_url(&b, &session, &invocation), &[]);
     assert!(a.signal("KILL", Duration::from_secs(5)));

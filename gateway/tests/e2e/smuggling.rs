@@ -12,9 +12,7 @@ const SMUGGLED: &str = "GET /echo?smuggled=1 HTTP/1.1\r\nHost: t\r\n\r\n";
 
 #[test]
 fn ambiguous_framing_is_refused_and_nothing_is_smuggled() {
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = FakeAgent::start();
-    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let (store, agent, tether) = chat_gateway(&[]);
     let post = |headers: &str, body: &str| {
         format!("POST /echo?outer=1 HTTP/1.1\r\nHost: t\r\n{headers}\r\n{body}")
     };

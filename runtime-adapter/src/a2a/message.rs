@@ -4,9 +4,9 @@
 use serde_json::{json, Value};
 
 use crate::item::{Block, Item};
+use crate::protocol::Protocol;
 use crate::surface::Route;
 use crate::turn::{SessionRef, TurnRequest};
-use crate::upstream::Protocol;
 
 use super::client::{error_info, Client, Transport, Version, INVALID_PARAMS, INVALID_REQUEST};
 use super::wire::{part_to_v10, Dialect};

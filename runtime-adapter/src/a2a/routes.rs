@@ -2,10 +2,9 @@
 //! part in go to the agent as they are, sends become runs, and gets, cancels and
 //! resubscribes are answered from the log. Requests the SDK would refuse get its errors.
 
-use std::fmt::Write as _;
-
 use serde_json::{json, Value};
 
+use crate::percent::decode_segment;
 use crate::surface::{ClientRequest, Route};
 use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
@@ -186,8 +185,9 @@ fn route_rest(
                 .map_or_else(|e| e.reply(&client), Route::Run)
         }
         Op::Get => {
-            client.history_length =
-                query_param(req.query, "historyLength").and_then(|n| n.parse().ok());
+            client.history_length = req
+                .query_param("historyLength")
+                .and_then(|n| n.parse().ok());
             let fallback = with_headers(AgentRequest::get(path), headers);
             task_route(op, task_id, &client, fallback, req)
         }
@@ -313,14 +313,6 @@ fn path_and_query(req: &ClientRequest) -> String {
     }
 }
 
-fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    query?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
-
 /// The client's protocol headers, to send on to the agent.
 fn protocol_headers(req: &ClientRequest) -> Vec<(String, String)> {
     PROTOCOL_HEADERS
@@ -354,42 +346,6 @@ fn version_header<'r>(req: &'r ClientRequest) -> Option<&'r str> {
 /// The major version an `A2A-Version` header names (`"1.0"` → 1).
 fn header_major(header: &str) -> Option<u64> {
     header.trim().split('.').next()?.parse().ok()
-}
-
-/// Percent-encodes a path segment (task ids are usually UUIDs, but need not be).
-pub(super) fn encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
-pub(super) fn decode_segment(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = (bytes[i] == b'%')
-            .then(|| s.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match hex {
-            Some(b) => {
-                out.push(b);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// HTTP+JSON bodies are protobuf JSON, where a field may be spelled in snake_case as in

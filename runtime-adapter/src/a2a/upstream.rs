@@ -7,15 +7,15 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use crate::item::{Block, Item};
+use crate::percent::encode_segment;
+use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
-use crate::upstream::{
-    AgentRequest, Cancel, Probe, Protocol, Restore, StreamParser, TurnCall, Upstream,
-};
+use crate::upstream::{AgentRequest, Cancel, Probe, Restore, StreamParser, TurnCall, Upstream};
 
 use super::client::{method_name, Client, Op, Transport, Version, TASK_NOT_FOUND};
 use super::message::message_key;
 use super::parser::A2aParser;
-use super::routes::{encode_segment, with_headers};
+use super::routes::with_headers;
 use super::wire::{message_from_v10, Dialect};
 use super::A2aUpstream;
 

@@ -38,9 +38,10 @@ mod test_support;
 use serde_json::{json, Map, Value};
 use session_log::Event;
 
+use crate::protocol::Protocol;
 use crate::surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
-use crate::upstream::{AgentRequest, Protocol, Restore, StreamParser, TurnCall, Upstream};
+use crate::upstream::{AgentRequest, Restore, StreamParser, TurnCall, Upstream};
 
 pub use namespace::{agent_user_id, client_user_id};
 

@@ -1,8 +1,7 @@
 //! The account binding of ADK user ids (`<escaped account>~<user>`, what the agent sees),
-//! its removal from relayed answers, and the URL escaping both need.
+//! and its removal from relayed answers.
 
-use std::fmt::Write as _;
-
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
 /// Separates the account from the client's user id in the id the agent sees. Unreserved
@@ -19,12 +18,13 @@ pub fn client_user_id<'a>(account_id: &str, agent_user: &'a str) -> Option<&'a s
     agent_user.strip_prefix(user_prefix(account_id).as_str())
 }
 
+/// What an account keeps unescaped in the prefix: `[A-Za-z0-9._-]`, so never the `~`.
+const ACCOUNT_ESCAPED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_');
+
 /// `<escaped account>~`. The account is escaped down to `[A-Za-z0-9._-]` so the first `~`
 /// always ends it: distinct accounts never share a prefix, whatever their ids hold.
 fn user_prefix(account_id: &str) -> String {
-    let mut p = percent_encode(account_id, |b| {
-        b.is_ascii_alphanumeric() || b"-._".contains(&b)
-    });
+    let mut p = utf8_percent_encode(account_id, ACCOUNT_ESCAPED).to_string();
     p.push(SEPARATOR);
     p
 }
@@ -57,45 +57,6 @@ fn strip_prefix(value: Value, prefix: &str) -> Value {
     }
 }
 
-/// Percent-encodes every byte `keep` refuses.
-fn percent_encode(s: &str, keep: impl Fn(u8) -> bool) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if keep(b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
-/// One path segment for the agent: everything but URL-unreserved bytes escaped.
-pub(super) fn path_segment(s: &str) -> String {
-    percent_encode(s, |b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
-}
-
-/// Decodes `%XX` escapes the way Starlette does before routing (bad escapes stay as
-/// they are, invalid UTF-8 is replaced).
-pub(super) fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-            if let Some(b) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -103,6 +64,7 @@ mod tests {
     use super::*;
     use crate::adk::test_support::*;
     use crate::adk::AdkSurface;
+    use crate::percent::{decode_segment as percent_decode, encode_segment as path_segment};
     use crate::surface::Surface;
 
     #[test]
@@ -123,6 +85,17 @@ mod tests {
         assert_ne!(agent_user_id("a~b", "c"), agent_user_id("a", "b~c"));
         assert_ne!(agent_user_id("a%7Eb", "c"), agent_user_id("a~b", "c"));
         assert_eq!(client_user_id("other", "acct~u1"), None);
+    }
+
+    #[test]
+    fn segments_escape_all_but_unreserved_bytes_and_decode_like_starlette() {
+        assert_eq!(path_segment("a b/~-._ü%"), "a%20b%2F~-._%C3%BC%25");
+        assert_eq!(agent_user_id("a b/ü", "u"), "a%20b%2F%C3%BC~u");
+        assert_eq!(percent_decode("a%20b%2f%C3%BC"), "a b/ü");
+        // Bad escapes stay as they are; invalid UTF-8 is replaced.
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%4%+1"), "%zz%4%+1");
+        assert_eq!(percent_decode("%ff"), "\u{fffd}");
     }
 
     #[test]

@@ -96,8 +96,9 @@ mod tests {
     use crate::adk::test_support::*;
     use crate::adk::AdkUpstream;
     use crate::item::Item;
+    use crate::protocol::Protocol;
     use crate::turn::TurnRequest;
-    use crate::upstream::{Protocol, Upstream};
+    use crate::upstream::Upstream;
     use serde_json::json;
 
     #[test]

@@ -9,9 +9,9 @@ use serde_json::{json, Map, Value};
 use session_log::{Event, EventType, RunStatus};
 
 use super::content::item_parts;
-use super::namespace::path_segment;
 use super::request::AdkTurn;
 use crate::item::Item;
+use crate::percent::encode_segment;
 use crate::upstream::{AgentRequest, Restore, TurnCall};
 
 /// Function calls ADK makes itself for human-in-the-loop flows. ADK refuses them in
@@ -79,8 +79,8 @@ pub(super) fn restore(call: &TurnCall) -> Option<Restore> {
     let create = AgentRequest::post(
         format!(
             "/apps/{}/users/{}/sessions",
-            path_segment(&app),
-            path_segment(&t.agent_user(call.account_id))
+            encode_segment(&app),
+            encode_segment(&t.agent_user(call.account_id))
         ),
         json!({
             "session_id": t.session,

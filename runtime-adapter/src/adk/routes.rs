@@ -5,11 +5,13 @@
 use serde_json::{json, Map, Value};
 
 use super::content::message_items;
-use super::namespace::{agent_user_id, path_segment, percent_decode};
+use super::namespace::agent_user_id;
 use super::{alias, field_str, FINALIZE_IDENTITY, RUN, RUN_LIVE, RUN_SSE};
+use crate::percent::{decode_segment, encode_segment};
+use crate::protocol::Protocol;
 use crate::surface::{ClientRequest, Route};
 use crate::turn::{InputError, SessionRef, TurnRequest};
-use crate::upstream::{AgentRequest, Protocol};
+use crate::upstream::AgentRequest;
 
 pub(super) fn claims(method: &str, path: &str) -> bool {
     match path {
@@ -44,7 +46,7 @@ pub(super) fn deletes_session(req: &ClientRequest) -> Option<String> {
     }
     let (_, _, rest) = user_path(req.path)?;
     let session = rest.strip_prefix("/sessions/")?;
-    (!session.is_empty() && !session.contains('/')).then(|| percent_decode(session))
+    (!session.is_empty() && !session.contains('/')).then(|| decode_segment(session))
 }
 
 /// A `/run` body as `Surface::parse_request` returns it: the first pydantic error as an
@@ -168,7 +170,7 @@ fn user_path(path: &str) -> Option<(&str, &str, &str)> {
     // path name some other user.
     let moves = app.is_empty()
         || user.is_empty()
-        || percent_decode(app).contains(['/', '\\'])
+        || decode_segment(app).contains(['/', '\\'])
         || is_dot_segment(app)
         || is_dot_segment(user)
         || rest.split('/').any(is_dot_segment);
@@ -176,7 +178,7 @@ fn user_path(path: &str) -> Option<(&str, &str, &str)> {
 }
 
 fn is_dot_segment(raw: &str) -> bool {
-    let decoded = percent_decode(raw);
+    let decoded = decode_segment(raw);
     decoded == "." || decoded == ".."
 }
 
@@ -189,8 +191,8 @@ fn session_route(req: &ClientRequest, app: &str, user: &str, rest: &str) -> Rout
         Ok(b) => b,
         Err(errors) => return unprocessable(errors),
     };
-    let user = agent_user_id(req.account_id, &percent_decode(user));
-    let path = format!("/apps/{app}/users/{}{rest}", path_segment(&user));
+    let user = agent_user_id(req.account_id, &decode_segment(user));
+    let path = format!("/apps/{app}/users/{}{rest}", encode_segment(&user));
     forward(req, method, path, body)
 }
 
@@ -300,10 +302,10 @@ mod tests {
 
     use crate::adk::test_support::*;
     use crate::adk::AdkSurface;
+    use crate::protocol::Protocol;
     use crate::surface::Surface;
     use crate::surface::{ClientRequest, Route};
     use crate::turn::SessionRef;
-    use crate::upstream::Protocol;
 
     #[test]
     fn claims_runs_and_everything_under_a_user() {

@@ -1,7 +1,8 @@
 //! Parsing the agent's answer: streams, JSON documents, errors.
 
 use super::*;
-use crate::upstream::{Output, Protocol, StreamParser, Upstream};
+use crate::protocol::Protocol;
+use crate::upstream::{Output, StreamParser, Upstream};
 
 use super::super::parser::A2aParser;
 use super::super::A2aUpstream;

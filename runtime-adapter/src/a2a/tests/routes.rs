@@ -2,10 +2,11 @@
 
 use super::*;
 use crate::item::Block;
+use crate::protocol::Protocol;
 use crate::turn::SessionRef;
-use crate::upstream::{AgentRequest, Protocol};
+use crate::upstream::AgentRequest;
 
-use super::super::routes::{decode_segment, encode_segment};
+use crate::percent::{decode_segment, encode_segment};
 
 #[test]
 fn a_v03_send_is_a_run_in_a_new_session() {

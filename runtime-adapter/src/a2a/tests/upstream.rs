@@ -4,7 +4,8 @@ use super::*;
 use chrono::{TimeZone, Utc};
 use session_log::{EventType, NewEvent, RunStatus};
 
-use crate::upstream::{AgentRequest, Probe, Protocol, Upstream};
+use crate::protocol::Protocol;
+use crate::upstream::{AgentRequest, Probe, Upstream};
 
 use super::super::A2aUpstream;
 

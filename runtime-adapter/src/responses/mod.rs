@@ -1,0 +1,63 @@
+//! OpenAI Responses: the client surface at `POST /v1/responses` and the adapter for agents
+//! that speak Responses.
+//!
+//! - `parse`: the client's request read into a turn;
+//! - `render`: committed events back as Responses stream events and the `response` object;
+//! - `request`: the agent's request built from the projection and the turn (what makes
+//!   the upstream a `Stateless` agent);
+//! - `stream`: the agent's answer read into outputs;
+//! - `wire`: what those share about the wire format.
+
+mod parse;
+mod render;
+mod request;
+mod stream;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use serde_json::Value;
+use session_log::Event;
+
+use crate::surface::{RunInfo, StreamRenderer, Surface};
+use crate::turn::{InputError, TurnRequest};
+use render::{run_hex, Renderer};
+
+pub struct ResponsesSurface;
+pub struct ResponsesUpstream;
+
+impl Surface for ResponsesSurface {
+    fn parse_request(
+        &self,
+        body: &[u8],
+        session_header: Option<&str>,
+    ) -> Result<TurnRequest, InputError> {
+        parse::parse_request(body, session_header)
+    }
+
+    fn stream_renderer(&self, run: &RunInfo) -> Box<dyn StreamRenderer> {
+        Box::new(Renderer::new(run))
+    }
+
+    fn final_body(&self, run: &RunInfo, events: &[Event]) -> Value {
+        let mut renderer = Renderer::new(run);
+        for event in events {
+            renderer.render(event);
+        }
+        renderer.response()
+    }
+
+    fn response_id(&self, run_id: &str) -> String {
+        format!("resp_{}", run_hex(run_id))
+    }
+
+    fn run_id(&self, response_id: &str) -> Option<String> {
+        let hex = response_id.strip_prefix("resp_")?;
+        let ours = hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        ours.then(|| format!("run_{hex}"))
+    }
+}
