@@ -17,7 +17,7 @@ import json
 import pytest
 
 import agents
-from agents import control, describe, llm_requests, session_events, tether_url, wait_terminal
+from agents import control, control_ok, describe, llm_requests, session_events, tether_url, wait_terminal
 
 _missing = agents.missing_env("TETHER_URL", "AGENT_PORT", "FAKE_LLM_URL")
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not set: {', '.join(_missing)}")
@@ -28,12 +28,6 @@ from test_a2a import agent, agent_process, rpc, turn  # noqa: E402,F401
 FIRST = "My project is named zebra42."
 QUESTION = "What is my project named?"
 RENAMED = "My project is now named koala7."
-
-
-def ok(action: str, body: dict) -> dict:
-    r = control(action, body)
-    assert r.status_code == 200 and r.json()["Code"] == 0, f"{action}: {r.status_code} {r.text}"
-    return r.json()["Data"]
 
 
 def ask(context: str, text: str) -> str:
@@ -47,7 +41,7 @@ def test_a_fork_is_a_new_context_that_remembers_across_an_agent_kill(agent):
     assert "zebra42" in answer, shown
     wait_terminal(s, None)
 
-    forked = ok("ForkSession", {"SessionId": s})
+    forked = control_ok("ForkSession", {"SessionId": s})
     f = forked["SessionId"]
     assert forked["ForkedFrom"]["SessionId"] == s
 
@@ -73,6 +67,11 @@ def test_a_fork_is_a_new_context_that_remembers_across_an_agent_kill(agent):
     task = got["result"]
     assert task["contextId"] == f, got
     assert "koala7" in json.dumps(task), got
+    # ListTasks through Tether (the agent answers it): the fork's tasks are its own.
+    listed = rpc(tether_url(), "1.0", "tasks/list", "ListTasks", {"contextId": f})
+    tasks = listed.get("result", {}).get("tasks") or []
+    assert tasks and all(t["contextId"] == f for t in tasks), listed
+    assert "koala7" in json.dumps(tasks), listed
     # ...and the original's log knows nothing of the fork.
     assert "koala7" not in json.dumps(session_events(s))
 
@@ -87,7 +86,7 @@ def test_compaction_shortens_what_a_restore_sends(agent):
     r = control("CompactSession", {"SessionId": s})
     assert r.status_code == 400 and r.json()["Data"]["code"] == "summarizer_not_configured", r.text
     summary = "Earlier, the user said their project is named zebra42."
-    data = ok("CompactSession", {"SessionId": s, "KeepLastTurns": 1, "Summary": summary})
+    data = control_ok("CompactSession", {"SessionId": s, "KeepLastTurns": 1, "Summary": summary})
     assert data["Summary"] == summary and len(data["EventIds"]) == 2, data
 
     agent.restart()

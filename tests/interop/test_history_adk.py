@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 import agents
-from agents import control, describe, session_events, tether_url, wait_terminal
+from agents import control, control_ok, describe, session_events, tether_url, wait_terminal
 
 _missing = agents.missing_env("TETHER_URL", "AGENT_PORT", "FAKE_LLM_URL", "TETHER_API_KEY")
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not set: {', '.join(_missing)}")
@@ -32,12 +32,6 @@ QUESTION = "What is my project named?"
 RENAMED = "My project is now named koala7."
 
 
-def ok(action: str, body: dict) -> dict:
-    r = control(action, body)
-    assert r.status_code == 200 and r.json()["Code"] == 0, f"{action}: {r.status_code} {r.text}"
-    return r.json()["Data"]
-
-
 def test_a_fork_is_a_new_adk_session_that_remembers_across_an_agent_kill(agent):
     adk, user, s = Adk(tether_url(), key_a()), "u1", new_session()
     assert adk.create(user, s).status_code == 200
@@ -45,7 +39,7 @@ def test_a_fork_is_a_new_adk_session_that_remembers_across_an_agent_kill(agent):
     wait_terminal(s, None)
 
     f = f"fork-{uuid.uuid4().hex[:12]}"
-    forked = ok("ForkSession", {"SessionId": s, "NewSessionId": f})
+    forked = control_ok("ForkSession", {"SessionId": s, "NewSessionId": f})
     assert forked["SessionId"] == f and forked["ForkedFrom"]["SessionId"] == s
 
     agent.restart()

@@ -17,15 +17,12 @@ Unset: every test here is skipped.
 
 from __future__ import annotations
 
-import sys
-import threading
-import time
 import uuid
 
 import pytest
 
 import agents
-from agents import REPO, AgentProcess, control, session_events, tether_url
+from agents import FakeAgent, control_ok, session_events, tether_url
 
 _missing = agents.missing_env("TETHER_URL", "AGENT_PORT")
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not set: {', '.join(_missing)}")
@@ -36,24 +33,6 @@ if not _missing:
 FIRST = "My project is named zebra42. Reply with OK."
 QUESTION = "What is my project named?"
 RENAMED = "My project is now named koala7."
-
-
-class FakeAgent(AgentProcess):
-    """tests/fake_agent.py, the agent Tether fronts."""
-
-    name = "fake-agent"
-
-    def command(self) -> list[str]:
-        return [sys.executable, str(REPO / "tests" / "fake_agent.py"), "--port", str(self.port)]
-
-    def wait_ready(self, deadline: float) -> None:
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(max(0.0, deadline - time.monotonic()))
-        self._check_running()
-        if not line or not line[0].startswith("READY"):
-            raise RuntimeError(f"{self.name} did not print READY: {line!r}\n{self.log_tail()}")
 
 
 @pytest.fixture(scope="module")
@@ -81,20 +60,14 @@ def chat(client, session: str, text: str, stream: bool = False) -> str:
     return reply.choices[0].message.content
 
 
-def ok(action: str, body: dict) -> dict:
-    r = control(action, body)
-    assert r.status_code == 200 and r.json()["Code"] == 0, f"{action}: {r.status_code} {r.text}"
-    return r.json()["Data"]
-
-
 def test_a_fork_and_the_original_both_remember_across_an_agent_kill(agent, client):
     s = f"sdk-fork-{uuid.uuid4().hex[:12]}"
     assert chat(client, s, FIRST) == "OK."
 
-    forked = ok("ForkSession", {"SessionId": s})
+    forked = control_ok("ForkSession", {"SessionId": s})
     f = forked["SessionId"]
     assert forked["ForkedFrom"]["SessionId"] == s
-    latest = ok("ListSessionCheckpoints", {"SessionId": s})["Checkpoints"][-1]
+    latest = control_ok("ListSessionCheckpoints", {"SessionId": s})["Checkpoints"][-1]
     assert forked["ForkedFrom"]["CheckpointId"] == latest["CheckpointId"]
 
     agent.restart()  # SIGKILL: the agent's memory (there is none to begin with) is gone
@@ -104,7 +77,7 @@ def test_a_fork_and_the_original_both_remember_across_an_agent_kill(agent, clien
     assert chat(client, f, QUESTION, stream=True) == "koala7"
     assert chat(client, s, QUESTION) == "zebra42", "the original never saw the fork's turns"
 
-    sessions = {row["SessionId"]: row for row in ok("ListSessions", {"PageSize": 100})["Sessions"]}
+    sessions = {row["SessionId"]: row for row in control_ok("ListSessions", {"PageSize": 100})["Sessions"]}
     assert sessions[f]["ForkedFrom"] == forked["ForkedFrom"]
     assert sessions[s]["ForkedFrom"] is None
     events = session_events(f)

@@ -513,6 +513,12 @@ fn bad_input_to_history_actions_changes_nothing() {
     ] {
         refused(&a, "CompactSession", body, status);
     }
+    refused(
+        &a,
+        "ListSessionEvents",
+        json!({ "SessionId": "s-a", "ActiveOnly": "yes" }),
+        400,
+    );
     let nothing = refused(
         &a,
         "CompactSession",
