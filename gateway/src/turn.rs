@@ -203,20 +203,24 @@ async fn continue_after(
     run: &Invocation,
 ) -> std::result::Result<Target, StoreError> {
     let store = &*state.store;
-    let events = store.events(&run_query(account_id, run)).await?;
-    let ended = events.iter().rev().find(|e| {
-        e.event_type == EventType::RunCheckpoint
-            && e.content.get("phase").and_then(Value::as_str) == Some(Phase::TurnCompleted.as_str())
+    let checkpoints = EventQuery {
+        event_types: Some(vec![EventType::RunCheckpoint]),
+        ..run_query(account_id, run)
+    };
+    let checkpoints = store.events(&checkpoints).await?;
+    let ended = checkpoints.iter().rev().find(|e| {
+        e.content.get("phase").and_then(Value::as_str) == Some(Phase::TurnCompleted.as_str())
     });
     let Some(ended) = ended else {
         return Ok(Target::Session(run.session_id.clone()));
     };
-    // The run's own end follows its checkpoint; another run's start means it is older.
+    // The run's own end is the first status after its checkpoint; a second one is a later
+    // run's start.
     let later = store
         .events(&EventQuery {
             after_seq: ended.seq,
-            event_types: Some(EventType::MARKERS.to_vec()),
-            limit: 16,
+            event_types: Some(vec![EventType::RunStatus]),
+            limit: 2,
             ..EventQuery::session(account_id, &run.session_id)
         })
         .await?;
