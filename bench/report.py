@@ -259,10 +259,36 @@ for t in ("tether", "tether-pg"):
     verdicts.append((f"Replay ≥ 200,000 events/s ({store})", f"{r['events_per_s_p50']:,} events/s", r["events_per_s_p50"] >= 200_000))
 w("")
 
-# ---- 6. session history
+# ---- 6. A2A over gRPC
+if any(k[0].startswith("grpc-") for k in cells):
+    w("## 6. A2A over gRPC (`lf.a2a.v1.A2AService/SendMessage`, `SendStreamingMessage`)")
+    w("")
+    w("The a2a-sdk 1.3 agent of the interop tests (Python, grpcio) serving gRPC, its LLM the fast "
+      "fake agent (5 deltas at once per message); 16 callers on one HTTP/2 connection "
+      "(`bench/grpc_load.py`), each message a new conversation, back to back. *direct*: straight "
+      "to the agent's gRPC port; *tether*: through Tether (`--a2a-upstream-transport grpc`, "
+      "SQLite), same load, alternated run by run. The agent (Python) is the bottleneck, so "
+      "*CPU ms per message* tells Tether's own cost: the agent's process for direct, Tether's "
+      "process for tether (the agent does the same work behind it).")
+    w("")
+    w("| call | target | messages/s | ratio to direct | latency p50 | p99 | added p50 | CPU ms per message | ok / failed |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for mode in ("unary", "stream"):
+        sc = f"grpc-{mode}"
+        d_rate, d_p50 = med(sc, "grpc-direct", "msgs_per_s"), med(sc, "grpc-direct", "lat_p50_us")
+        for t in ("grpc-direct", "grpc-tether"):
+            if n_runs(sc, t) == 0:
+                continue
+            rate, p50, p99 = med(sc, t, "msgs_per_s"), med(sc, t, "lat_p50_us"), med(sc, t, "lat_p99_us")
+            w(f"| {mode} | {t.removeprefix('grpc-')} | {rate} | {ratio(rate, d_rate)} | {ms(p50)} | {ms(p99)} | "
+              f"{added(p50, d_p50)} | {cpu_per(sc, t, lambda r: r.get('msgs', 0), 1e-3)} | "
+              f"{total(sc, t, 'msgs')} / {total(sc, t, 'failed')} |")
+    w("")
+
+# ---- 7. session history
 history_path = os.path.join(last, "history.txt")
 if os.path.exists(history_path):
-    w("## 6. Session history: forks and projections (`bench-history`)")
+    w("## 7. Session history: forks and projections (`bench-history`)")
     w("")
     w("A fork refers to its parent and copies nothing, so forking a 10,000-event session "
       "must cost what forking a 1,000-event one does; a compaction checkpoint lets the "

@@ -7,6 +7,9 @@
 #   RUNS=5 bench/run.sh          # more repetitions per cell (medians are taken over them)
 #   QUICK=1 bench/run.sh         # shorter smoke run (fewer/shorter cells, 2k idle streams)
 #
+# The A2A-over-gRPC rows (section 6) need a Python with a2a-sdk and grpcio: TETHER_VENV
+# (default .venv, made from tests/interop/requirements.txt when missing, as tests/run does).
+#
 # Environment: CARGO_TARGET_DIR (default /root/.cache/tether-target), PG_ADMIN_URL
 # (default postgres://postgres@127.0.0.1:5432/postgres; the database tether_bench is
 # dropped and recreated), IDLE_STREAMS (default 9000: see BENCHMARKS.md for why not 10k),
@@ -25,8 +28,9 @@ BASE_PORT=${BASE_PORT:-19100}
 AGENT_PORT=$BASE_PORT NGINX_PORT=$((BASE_PORT + 1)) TS_PORT=$((BASE_PORT + 2)) TP_PORT=$((BASE_PORT + 3))
 TA_PORT=$((BASE_PORT + 4))
 PB_PORT=$((BASE_PORT + 5)) TN_PORT=$((BASE_PORT + 6))
-OPEN_SECONDS=5 SAT_SECONDS=3 SSE_ROUNDS1=3
-if [ "$QUICK" = 1 ]; then RUNS=1 OPEN_SECONDS=2 SAT_SECONDS=2 SSE_ROUNDS1=1 IDLE_STREAMS=2000; fi
+GA_PORT=$((BASE_PORT + 7)) GG_PORT=$((BASE_PORT + 8)) TG_PORT=$((BASE_PORT + 9))
+OPEN_SECONDS=5 SAT_SECONDS=3 SSE_ROUNDS1=3 GRPC_SECONDS=5
+if [ "$QUICK" = 1 ]; then RUNS=1 OPEN_SECONDS=2 SAT_SECONDS=2 SSE_ROUNDS1=1 IDLE_STREAMS=2000 GRPC_SECONDS=2; fi
 
 WORK=$(mktemp -d /tmp/tether-bench.XXXXXX)
 BIN=$WORK/bin
@@ -203,6 +207,8 @@ proxy_pids() { # target
     tether-notee) echo "$tnotee_PID" ;;
     tether-auth) echo "$tauth_PID" ;;
     tether-pg) echo "$tpg_PID" ;;
+    grpc-direct) echo "$GAGENT_PID" ;;
+    grpc-tether) echo "$tgrpc_PID" ;;
   esac
 }
 cpu_ticks() { # pid,pid,... -> user+system clock ticks so far
@@ -309,8 +315,45 @@ else
   timeout 300 "$BIN/append_throughput" $WRITER_EVENTS >"$LAST/writer.txt" 2>&1 || echo "append_throughput failed: $?" >>"$LAST/writer.txt"
 fi
 
-# ---------------------------------------------------------------- 6. session history
-log "6. session history: forks and projections (bench-history)"
+# ---------------------------------------------------------------- 6. A2A over gRPC
+# The a2a-sdk agent of the interop tests, serving gRPC, with the fast fake agent as its LLM
+# (each message: 5 deltas at once); Tether in front calls it over gRPC. The same load goes
+# straight to the agent and through Tether, alternated run by run. CPU per message: the
+# agent's process for direct, Tether's own for tether (the agent's work is the same).
+VENV=${TETHER_VENV:-$ROOT/.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV" && "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+    -r "$ROOT/tests/interop/requirements.txt" >>"$WORK/build.log" 2>&1 || true
+fi
+if "$VENV/bin/python" -c 'import a2a, grpc' 2>/dev/null; then
+  log "6. A2A over gRPC: unary and streaming SendMessage, straight to the agent and through Tether"
+  "$VENV/bin/python" "$ROOT/tests/agents/a2a_agent.py" --port $GA_PORT --grpc-port $GG_PORT \
+    --llm http://127.0.0.1:$AGENT_PORT >"$WORK/a2a-agent.out" 2>"$WORK/a2a-agent.log" &
+  GAGENT_PID=$!; PIDS+=("$GAGENT_PID")
+  for _ in $(seq 1 300); do grep -q READY "$WORK/a2a-agent.out" && break; sleep 0.1; done
+  TETHER_LOG=warn "$BIN/tether" serve --listen 127.0.0.1:$TG_PORT --upstream http://127.0.0.1:$GA_PORT \
+    --protocol a2a --a2a-upstream-transport grpc --store "$WORK/grpc.sqlite" --threads 2 >"$WORK/tgrpc.log" 2>&1 &
+  tgrpc_PID=$!; PIDS+=("$tgrpc_PID")
+  wait_http http://127.0.0.1:$TG_PORT/healthz
+  ADDR[grpc-direct]=127.0.0.1:$GG_PORT ADDR[grpc-tether]=127.0.0.1:$TG_PORT
+  for run in $(seq 1 "$RUNS"); do
+    for mode in unary stream; do
+      for t in grpc-direct grpc-tether; do
+        cmdlog "python bench/grpc_load.py --target ${ADDR[$t]} --mode $mode --conns 16 --seconds $GRPC_SECONDS"
+        pids=$(proxy_pids $t); ticks=$(cpu_ticks "$pids")
+        out=$("$VENV/bin/python" "$ROOT/bench/grpc_load.py" --target ${ADDR[$t]} --mode $mode --conns 16 \
+          --seconds $GRPC_SECONDS 2>>"$WORK/load.err") || out='{"error":"grpc_load failed"}'
+        ticks=$(( $(cpu_ticks "$pids") - ticks ))
+        record grpc-$mode $t $run "${out%\}},\"cpu_ticks\":$ticks,\"clk_tck\":$CLK_TCK}"
+      done
+    done
+  done
+else
+  log "6. A2A over gRPC skipped: no a2a-sdk/grpcio in $VENV"
+fi
+
+# ---------------------------------------------------------------- 7. session history
+log "7. session history: forks and projections (bench-history)"
 HISTORY_REPEATS=50; [ "$QUICK" = 1 ] && HISTORY_REPEATS=10
 cmdlog "TEST_DATABASE_URL=$PG_URL bench-history $HISTORY_REPEATS"
 if [ $PG_OK = 1 ]; then

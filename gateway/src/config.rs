@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 use policies::config::{AuthConfig, LimitsConfig, RateLimitConfig};
-use runtime_adapter::Protocol;
+use runtime_adapter::{AgentTransport, Protocol};
 use serde::Deserialize;
 
 /// Every key, as it may appear in the file. Flags and environment variables use the same
@@ -128,6 +128,17 @@ pub struct Settings {
     /// to have them when a resume's risk is assessed. [default: none]
     #[arg(long, env = "TETHER_SIDE_EFFECT_FREE_TOOLS", value_delimiter = ',')]
     pub side_effect_free_tools: Option<Vec<String>>,
+    // --- A2A over gRPC ---
+    /// With protocol a2a: how Tether calls the agent, jsonrpc (the client's own HTTP
+    /// transport; JSON-RPC for gRPC clients) or grpc (its lf.a2a.v1.A2AService, at the
+    /// address its agent card lists, or a2a_grpc_upstream). [default: jsonrpc]
+    #[arg(long, env = "TETHER_A2A_UPSTREAM_TRANSPORT")]
+    pub a2a_upstream_transport: Option<String>,
+    /// With a2a_upstream_transport = grpc: the agent's gRPC address (host:port), for an
+    /// agent without an HTTP agent card. [default: the GRPC interface of the agent's card]
+    #[arg(long, env = "TETHER_A2A_GRPC_UPSTREAM")]
+    pub a2a_grpc_upstream: Option<String>,
+    // --- end of A2A over gRPC ---
     /// `[auth]`: API keys and JWT verification (file only: key material and long lists do
     /// not belong in flags or the process environment).
     #[arg(skip)]
@@ -228,6 +239,10 @@ pub struct Config {
     pub listen: SocketAddr,
     pub upstream: Upstream,
     pub protocol: Protocol,
+    /// How the agent is called (gRPC only for A2A agents).
+    pub a2a_upstream_transport: AgentTransport,
+    /// The agent's gRPC `host:port` when configuration names it.
+    pub a2a_grpc_upstream: Option<String>,
     /// Without a trailing slash.
     pub public_url: Option<String>,
     pub store: String,
@@ -458,6 +473,8 @@ impl Settings {
             checkpoint_ttl_seconds,
             checkpoint_replay_allowed,
             side_effect_free_tools,
+            a2a_upstream_transport,
+            a2a_grpc_upstream,
             auth,
             rate_limits,
             limits
@@ -518,6 +535,11 @@ impl Settings {
                 )
             })?,
         };
+        let (a2a_upstream_transport, a2a_grpc_upstream) = a2a_transport(
+            protocol,
+            self.a2a_upstream_transport.as_deref(),
+            self.a2a_grpc_upstream,
+        )?;
         let store = self
             .store
             .unwrap_or_else(|| ".tether/sessions.sqlite".to_owned());
@@ -582,6 +604,8 @@ impl Settings {
             url => url.map(|u| u.trim_end_matches('/').to_owned()),
         };
         Ok(Config {
+            a2a_upstream_transport,
+            a2a_grpc_upstream,
             public_url,
             replica_id,
             run_lease,
@@ -643,6 +667,38 @@ impl Settings {
             compaction: self.compaction.validate()?,
         })
     }
+}
+
+/// `a2a_upstream_transport` and `a2a_grpc_upstream`, checked against the protocol.
+fn a2a_transport(
+    protocol: Protocol,
+    transport: Option<&str>,
+    grpc_upstream: Option<String>,
+) -> Result<(AgentTransport, Option<String>), ConfigError> {
+    const KEY: &str = "a2a_upstream_transport";
+    let transport = match transport {
+        None | Some("jsonrpc") => AgentTransport::Http,
+        Some("grpc") if protocol == Protocol::A2a => AgentTransport::Grpc,
+        Some("grpc") => return Err(bad(KEY, "grpc needs protocol = \"a2a\"")),
+        Some(other) => return Err(bad(KEY, format!("{other:?}: use jsonrpc or grpc"))),
+    };
+    let Some(address) = grpc_upstream else {
+        return Ok((transport, None));
+    };
+    if transport != AgentTransport::Grpc {
+        return Err(bad(
+            "a2a_grpc_upstream",
+            "is used only with a2a_upstream_transport = \"grpc\"",
+        ));
+    }
+    let port = address.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
+    if address.contains('/') || !matches!(port, Some(Ok(p)) if p > 0) {
+        return Err(bad(
+            "a2a_grpc_upstream",
+            format!("{address:?} is not host:port, e.g. 127.0.0.1:50051"),
+        ));
+    }
+    Ok((transport, Some(address)))
 }
 
 /// An agent-like base URL (`upstream`, `compaction.summarizer_url`): http only.
@@ -813,6 +869,52 @@ mod tests {
         )
         .unwrap();
         assert!(err(&["--conf", conf]).to_string().contains("trigger"));
+    }
+
+    #[test]
+    fn a2a_transport_keys_are_checked_against_the_protocol() {
+        let load = |args: &[&str]| {
+            let mut all = vec!["--upstream", "http://x"];
+            all.extend_from_slice(args);
+            settings(&all).load()
+        };
+        let c = load(&[]).unwrap();
+        assert_eq!(c.a2a_upstream_transport, AgentTransport::Http);
+        let c = load(&[
+            "--protocol",
+            "a2a",
+            "--a2a-upstream-transport",
+            "grpc",
+            "--a2a-grpc-upstream",
+            "agent:50051",
+        ])
+        .unwrap();
+        assert_eq!(c.a2a_upstream_transport, AgentTransport::Grpc);
+        assert_eq!(c.a2a_grpc_upstream.as_deref(), Some("agent:50051"));
+        let err = |args: &[&str]| load(args).unwrap_err().key;
+        assert_eq!(
+            err(&["--a2a-upstream-transport", "grpc"]),
+            "a2a_upstream_transport"
+        );
+        assert_eq!(
+            err(&["--protocol", "a2a", "--a2a-upstream-transport", "rest"]),
+            "a2a_upstream_transport"
+        );
+        assert_eq!(
+            err(&["--protocol", "a2a", "--a2a-grpc-upstream", "agent:1"]),
+            "a2a_grpc_upstream"
+        );
+        for bad in ["agent", "http://agent:1", "agent:0", "agent:x"] {
+            let args = [
+                "--protocol",
+                "a2a",
+                "--a2a-upstream-transport",
+                "grpc",
+                "--a2a-grpc-upstream",
+                bad,
+            ];
+            assert_eq!(err(&args), "a2a_grpc_upstream", "{bad}");
+        }
     }
 
     #[test]

@@ -55,6 +55,17 @@ impl ApiError {
         )
     }
 
+    /// A client stream or answer that cannot go on because the log cannot be read; the
+    /// client resumes from what it has.
+    pub fn log_unavailable() -> Self {
+        ApiError::new(
+            503,
+            "server_error",
+            "session_store_unavailable",
+            "the session log is unavailable; resume later",
+        )
+    }
+
     pub fn with_param(mut self, param: &str) -> Self {
         self.param = Some(param.to_owned());
         self

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use clap::{Parser, Subcommand};
+use pingora::apps::HttpServerOptions;
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{
@@ -167,8 +168,8 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         Ok::<_, Box<dyn std::error::Error>>((store, writer, hub))
     })?;
     let store = core::CoreStore::shared(raw_store.clone(), handle.clone());
-    let agent = Arc::new(agent::Agent::new(&config));
-    let upstream = runtime_adapter::upstream(config.protocol);
+    let upstream = runtime_adapter::upstream(config.protocol, config.a2a_upstream_transport);
+    let agent = Arc::new(agent::Agent::new(&config, upstream.grpc_locator()));
     let limits = Arc::new(policies::RateLimits::new(&config.rate_limits));
     let runs = Runs::new(
         raw_store.clone(),
@@ -248,12 +249,23 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         auth,
         limits: limits.clone(),
     });
-    let app = pingora::proxy::http_proxy(
+    let grpc = state.protocol_surface.and_then(|s| s.grpc()).is_some();
+    let mut app = pingora::proxy::http_proxy(
         &server.configuration,
         Gateway {
             state: state.clone(),
         },
     );
+    if grpc {
+        // gRPC clients speak HTTP/2 without TLS, with prior knowledge: Pingora reads the
+        // first bytes of each connection and serves HTTP/2 when they are its preface,
+        // HTTP/1.1 otherwise, on the same port. An idle HTTP/2 connection is closed like
+        // an idle keep-alive one (an open call keeps it busy).
+        let mut options = HttpServerOptions::default();
+        options.h2c = true;
+        options.h2_idle_timeout = Some(std::time::Duration::from_secs(60));
+        app.server_options = Some(options);
+    }
     // Pingora keeps an idle keep-alive connection 60 s; the header deadline starts at a
     // request's first byte.
     let app =

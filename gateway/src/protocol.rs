@@ -1,6 +1,7 @@
 //! The client API of a stateful agent protocol (A2A, ADK): requests the protocol's surface
 //! claims are read, routed by the adapter, and answered from a run, from the log, or by
-//! the agent. Nothing here knows a protocol; the adapter decides what each request means.
+//! the agent — over HTTP, or as gRPC calls of the service the surface serves. Nothing
+//! here knows a protocol; the adapter decides what each request means.
 
 use pingora::proxy::Session;
 use pingora::Result;
@@ -10,10 +11,13 @@ use session_log::{EventType, Invocation, NewEvent, Subscription};
 use tokio::time::Instant;
 
 use crate::client::body::read_body;
+use crate::client::grpc::read_message;
+use crate::client::reply::Reply;
 use crate::client::respond;
-use crate::client::stream::{self, render_step};
+use crate::client::stream::render_step;
 use crate::core::on_core;
 use crate::error::ApiError;
+use crate::runs::agent::AgentError;
 use crate::state::State;
 use crate::turn::{cancel_and_wait, run_events, run_info, run_query, run_turn};
 
@@ -53,9 +57,14 @@ pub async fn serve(
     account_id: &str,
     surface: &'static dyn Surface,
 ) -> Result<()> {
-    let body = match read_body(session, &state.input).await {
+    let mut reply = Reply::for_request(session, surface);
+    let body = match reply.is_grpc() {
+        true => read_message(session, &state.input).await,
+        false => read_body(session, &state.input).await,
+    };
+    let body = match body {
         Ok(body) => body,
-        Err(e) => return e.send(session, surface, &[]).await,
+        Err(e) => return reply.error(session, &e, surface, &[]).await,
     };
     let header = session.req_header();
     let request = Request {
@@ -75,67 +84,73 @@ pub async fn serve(
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     let client = request.view(&headers, account_id);
+    let reply = &mut reply;
     match surface.route(&client) {
-        Route::Run(turn) => run_turn(state, session, account_id, surface, turn).await,
-        Route::Reply { status, body } => respond::json(session, status, &body, &[]).await,
+        Route::Run(turn) => run_turn(state, session, reply, account_id, surface, turn).await,
+        Route::Reply { status, body } => reply.json(session, status, &body, &[]).await,
         Route::Forward(agent_request) => {
-            forward(state, session, &client, surface, agent_request).await
+            forward(state, session, reply, &client, surface, agent_request).await
         }
         Route::Get {
             agent_ref,
             client: info_client,
-            fallback,
+            not_found: (status, body),
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => match run_events(state, account_id, &inv).await {
                 Ok(events) => {
                     let info = run_info(&inv, &events, info_client);
                     let body = surface.snapshot(&info, &events);
-                    respond::json(session, 200, &body, &[("x-session-id", &inv.session_id)]).await
+                    let headers = [("x-session-id", inv.session_id.as_str())];
+                    reply.json(session, 200, &body, &headers).await
                 }
-                Err(e) => e.send(session, surface, &[]).await,
+                Err(e) => reply.error(session, &e, surface, &[]).await,
             },
-            Ok(None) => forward(state, session, &client, surface, fallback).await,
-            Err(e) => e.send(session, surface, &[]).await,
+            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Err(e) => reply.error(session, &e, surface, &[]).await,
         },
         Route::Cancel {
             agent_ref,
             client: info_client,
-            fallback,
+            not_found: (status, body),
         } => match find(state, account_id, &agent_ref).await {
-            Ok(Some(inv)) => cancel(state, session, account_id, surface, &inv, info_client).await,
-            Ok(None) => forward(state, session, &client, surface, fallback).await,
-            Err(e) => e.send(session, surface, &[]).await,
+            Ok(Some(inv)) => {
+                cancel(
+                    state,
+                    session,
+                    reply,
+                    account_id,
+                    surface,
+                    &inv,
+                    info_client,
+                )
+                .await
+            }
+            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Err(e) => reply.error(session, &e, surface, &[]).await,
         },
         Route::Subscribe {
             agent_ref,
             after_seq,
             client: info_client,
+            not_found: (status, body),
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => {
-                let after = after_seq.unwrap_or(0);
-                subscribe(
-                    state,
-                    session,
-                    account_id,
-                    surface,
-                    &inv,
-                    after,
-                    info_client,
-                )
-                .await
+                let from = Cursor {
+                    after_seq: after_seq.unwrap_or(0),
+                    client: info_client,
+                };
+                subscribe(state, session, reply, account_id, surface, &inv, from).await
             }
-            Ok(None) => {
-                let e = ApiError::new(
-                    404,
-                    "not_found_error",
-                    "task_not_found",
-                    format!("no run is known as {agent_ref:?}"),
-                );
-                e.send(session, surface, &[]).await
-            }
-            Err(e) => e.send(session, surface, &[]).await,
+            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Err(e) => reply.error(session, &e, surface, &[]).await,
         },
     }
+}
+
+/// Where a subscriber picks a run up: after which seq, and how it asked (for its renderer).
+struct Cursor {
+    after_seq: i64,
+    client: Value,
 }
 
 /// The latest invocation the agent knows as `agent_ref`, in the caller's account.
@@ -156,6 +171,7 @@ async fn find(
 async fn cancel(
     state: &State,
     session: &mut Session,
+    reply: &mut Reply,
     account_id: &str,
     surface: &dyn Surface,
     inv: &Invocation,
@@ -165,9 +181,10 @@ async fn cancel(
         Ok(events) => {
             let info = run_info(inv, &events, client);
             let body = surface.snapshot(&info, &events);
-            respond::json(session, 200, &body, &[("x-session-id", &inv.session_id)]).await
+            let headers = [("x-session-id", inv.session_id.as_str())];
+            reply.json(session, 200, &body, &headers).await
         }
-        Err(e) => e.send(session, surface, &[]).await,
+        Err(e) => reply.error(session, &e, surface, &[]).await,
     }
 }
 
@@ -176,14 +193,15 @@ async fn cancel(
 async fn subscribe(
     state: &State,
     session: &mut Session,
+    reply: &mut Reply,
     account_id: &str,
     surface: &dyn Surface,
     inv: &Invocation,
-    after_seq: i64,
-    client: Value,
+    from: Cursor,
 ) -> Result<()> {
+    let Cursor { after_seq, client } = from;
     let headers = [("x-session-id", inv.session_id.as_str())];
-    respond::sse_start(session, &headers).await?;
+    reply.stream_start(session, &headers).await?;
     let info = run_info(inv, &[], client);
     let mut renderer = surface.stream_renderer(&info);
     let mut subscription =
@@ -191,33 +209,46 @@ async fn subscribe(
     let deadline = Instant::now() + state.config.subscribe_timeout;
     // The renderer sees every event from the run's start (it may need earlier ones to
     // render later ones); what the client already has is dropped after rendering.
-    stream::pump(session, &mut subscription, Some(deadline), |event| {
-        let mut step = render_step(&mut *renderer, event);
-        step.frames.retain(|f| {
-            f.id.as_deref()
-                .and_then(|id| id.parse::<i64>().ok())
-                .is_none_or(|seq| seq > after_seq)
-        });
-        step.last = step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
-        step
-    })
-    .await;
+    reply
+        .pump(
+            session,
+            surface,
+            &mut subscription,
+            Some(deadline),
+            |event| {
+                let mut step = render_step(&mut *renderer, event);
+                step.frames.retain(|f| {
+                    f.id.as_deref()
+                        .and_then(|id| id.parse::<i64>().ok())
+                        .is_none_or(|seq| seq > after_seq)
+                });
+                step.last =
+                    step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
+                step
+            },
+        )
+        .await;
     Ok(())
 }
 
-/// Sends `request` to the agent and relays its answer, JSON bodies through the surface's
-/// rewrite (the agent card's addresses become Tether's).
+/// Sends `request` to the agent (in the transport the agent is called over) and relays
+/// its answer, JSON bodies through the surface's rewrite (the agent card's addresses
+/// become Tether's).
 async fn forward(
     state: &State,
     session: &mut Session,
+    reply: &mut Reply,
     client: &ClientRequest<'_>,
     surface: &dyn Surface,
     request: AgentRequest,
 ) -> Result<()> {
     let agent = state.agent.clone();
+    let upstream = state.runs.upstream();
     let account_id = client.account_id.to_owned();
     let answer = on_core(&state.core, async move {
-        agent.exchange(&request, &account_id, FORWARD_CAP).await
+        let toward = upstream.forwarded(&request);
+        let answer = agent.exchange(&toward, &account_id, FORWARD_CAP).await?;
+        Ok::<_, AgentError>(upstream.forwarded_answer(&request, answer))
     })
     .await;
     let (status, content_type, body) = match answer {
@@ -225,7 +256,7 @@ async fn forward(
         Err(e) => {
             tracing::warn!(error = %e, "a forwarded request did not reach the agent");
             let e = ApiError::new(502, "server_error", "agent_unreachable", e.to_string());
-            return e.send(session, surface, &[]).await;
+            return reply.error(session, &e, surface, &[]).await;
         }
     };
     if (200..300).contains(&status) {
@@ -236,9 +267,15 @@ async fn forward(
     let json = content_type.contains("json");
     match serde_json::from_slice::<Value>(&body) {
         Ok(value) if json => {
-            let public_url = public_url(state, client);
+            let public_url = public_url(state, session, client);
             let value = surface.rewrite_forwarded(client, &public_url, value);
-            respond::json(session, status, &value, &[]).await
+            reply.json(session, status, &value, &[]).await
+        }
+        _ if reply.is_grpc() => {
+            let text = String::from_utf8_lossy(&body);
+            let message = format!("the agent answered HTTP {status}: {text:.200}");
+            let e = ApiError::new(502, "server_error", "agent_error", message);
+            reply.error(session, &e, surface, &[]).await
         }
         _ => respond::bytes(session, status, &content_type, body).await,
     }
@@ -266,10 +303,16 @@ async fn forget_history(state: &State, account_id: &str, session_id: &str) {
     }
 }
 
-/// Tether's address as the client reached it.
-fn public_url(state: &State, client: &ClientRequest) -> String {
-    match &state.config.public_url {
-        Some(url) => url.clone(),
-        None => format!("http://{}", client.header("host").unwrap_or("localhost")),
+/// Tether's address as the client reached it: `public_url`, or the request's authority
+/// (the Host header; HTTP/2's `:authority`, which Pingora keeps in the URI).
+fn public_url(state: &State, session: &Session, client: &ClientRequest) -> String {
+    if let Some(url) = &state.config.public_url {
+        return url.clone();
     }
+    let uri = &session.req_header().uri;
+    let authority = client
+        .header("host")
+        .or_else(|| uri.authority().map(|a| a.as_str()))
+        .unwrap_or("localhost");
+    format!("http://{authority}")
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use pingora::proxy::Session;
 use pingora::Result;
-use runtime_adapter::sse::SseFrame;
 use runtime_adapter::{RunInfo, SessionRef, Surface, TurnRequest};
 use serde_json::Value;
 use session_log::checkpoints::Phase;
@@ -17,7 +16,7 @@ use session_log::{
 };
 use tokio::time::Instant;
 
-use crate::client::respond;
+use crate::client::reply::Reply;
 use crate::client::stream::{self, render_step};
 use crate::core::on_core;
 use crate::error::ApiError;
@@ -31,6 +30,7 @@ use crate::state::State;
 pub async fn run_turn(
     state: &State,
     session: &mut Session,
+    reply: &mut Reply,
     account_id: &str,
     surface: &'static dyn Surface,
     turn: TurnRequest,
@@ -48,7 +48,7 @@ pub async fn run_turn(
                 .map(|s| ("x-session-id", s))
                 .into_iter()
                 .collect();
-            return e.send(session, surface, &headers).await;
+            return reply.error(session, &e, surface, &headers).await;
         }
     };
     let info = started.info(client);
@@ -60,12 +60,13 @@ pub async fn run_turn(
         ("x-invocation-id", started.invocation_id.as_str()),
     ];
     if stream {
-        stream_run(session, surface, &info, &mut events, &headers).await;
+        stream_run(session, reply, surface, &info, &mut events, &headers).await;
         Ok(())
     } else {
         // Boxed too: the streaming path would otherwise carry its larger future.
         Box::pin(respond_when_done(
             session,
+            reply,
             surface,
             &info,
             &mut events,
@@ -277,6 +278,7 @@ async fn fork_after(
 /// is answered with the surface's plain error response, as the agent itself would.
 async fn stream_run(
     session: &mut Session,
+    reply: &mut Reply,
     surface: &dyn Surface,
     info: &RunInfo,
     events: &mut Subscription,
@@ -297,7 +299,7 @@ async fn stream_run(
         held.push((*event).clone());
         if step.last && event.run_status() != Some(session_log::RunStatus::Completed) {
             let (status, body) = surface.final_response(info, &held);
-            let _ = respond::json(session, status, &body, headers).await;
+            let _ = reply.json(session, status, &body, headers).await;
             return;
         }
         if !step.frames.is_empty() || step.last {
@@ -305,12 +307,13 @@ async fn stream_run(
         }
     };
     drop(held);
-    if respond::sse_start(session, headers).await.is_err() {
+    if reply.stream_start(session, headers).await.is_err() {
         return;
     }
-    let end = match first {
+    match first {
         Some(step) => {
-            if stream::write_frames(session, &step.frames, step.last)
+            if reply
+                .frames(session, &step.frames, step.last)
                 .await
                 .is_err()
             {
@@ -319,28 +322,25 @@ async fn stream_run(
             if step.last {
                 return;
             }
-            stream::pump(session, events, None, |event| {
-                render_step(&mut *renderer, event)
-            })
-            .await
+            reply
+                .pump(session, surface, events, None, |event| {
+                    render_step(&mut *renderer, event)
+                })
+                .await;
         }
-        None => stream::End::LogUnavailable,
-    };
-    if end == stream::End::LogUnavailable {
         // Say so in the stream rather than hang; the client can resume from its last id.
-        let body = surface.error_body(
-            "the session log is unavailable; resume later",
-            "server_error",
-            None,
-            Some("session_store_unavailable"),
-        );
-        let _ = stream::write_frames(session, &[SseFrame::json(&body)], true).await;
+        None => {
+            reply
+                .fail_stream(session, &ApiError::log_unavailable(), surface)
+                .await
+        }
     }
 }
 
 /// Waits for the run to end and answers with the whole response.
 async fn respond_when_done(
     session: &mut Session,
+    reply: &mut Reply,
     surface: &dyn Surface,
     info: &RunInfo,
     events: &mut Subscription,
@@ -358,19 +358,15 @@ async fn respond_when_done(
                 }
             }
             Err(stream::End::LogUnavailable) => {
-                let body = surface.error_body(
-                    "the session log is unavailable",
-                    "server_error",
-                    None,
-                    Some("session_store_unavailable"),
-                );
-                return respond::json(session, 503, &body, headers).await;
+                return reply
+                    .error(session, &ApiError::log_unavailable(), surface, headers)
+                    .await;
             }
             Err(_) => return Ok(()), // the client left; the run goes on
         }
     }
     let (status, body) = surface.final_response(info, &collected);
-    respond::json(session, status, &body, headers).await
+    reply.json(session, status, &body, headers).await
 }
 
 /// Every event of the invocation's run (all its invocations), in seq order.

@@ -9,6 +9,7 @@ pub mod adk;
 mod body_parser;
 pub mod chat;
 pub mod compaction;
+pub mod grpc;
 pub mod item;
 mod params;
 mod percent;
@@ -27,7 +28,8 @@ pub use protocol::Protocol;
 pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, SessionRef, Tool, TurnRequest};
 pub use upstream::{
-    AgentRequest, Cancel, Output, Probe, Restore, StreamParser, TurnCall, Upstream,
+    AgentRequest, AgentTransport, Answer, Cancel, GrpcLocator, Output, Probe, Restore,
+    StreamParser, TurnCall, Upstream,
 };
 
 /// The surface a client speaks (its request and response wire format).
@@ -35,9 +37,13 @@ pub fn surface(protocol: Protocol) -> &'static dyn Surface {
     adapter(protocol).0
 }
 
-/// The adapter for an agent that speaks `protocol`.
-pub fn upstream(protocol: Protocol) -> &'static dyn Upstream {
-    adapter(protocol).1
+/// The adapter for an agent that speaks `protocol`, called over `transport` (only A2A
+/// agents are called over gRPC; configuration refuses it for the others).
+pub fn upstream(protocol: Protocol, transport: AgentTransport) -> &'static dyn Upstream {
+    match (protocol, transport) {
+        (Protocol::A2a, AgentTransport::Grpc) => &a2a::A2aUpstream::GRPC,
+        _ => adapter(protocol).1,
+    }
 }
 
 /// Each protocol's client surface and upstream adapter: the one place a protocol is
@@ -46,7 +52,7 @@ fn adapter(protocol: Protocol) -> (&'static dyn Surface, &'static dyn Upstream) 
     match protocol {
         Protocol::OpenAiChat => (&chat::ChatSurface, &chat::ChatUpstream),
         Protocol::OpenAiResponses => (&responses::ResponsesSurface, &responses::ResponsesUpstream),
-        Protocol::A2a => (&a2a::A2aSurface, &a2a::A2aUpstream),
+        Protocol::A2a => (&a2a::A2aSurface, &a2a::A2aUpstream::JSONRPC),
         Protocol::Adk => (&adk::AdkSurface, &adk::AdkUpstream),
     }
 }

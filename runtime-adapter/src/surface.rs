@@ -4,6 +4,7 @@
 use serde_json::Value;
 use session_log::{Event, EventType, RunStatus};
 
+use crate::grpc::GrpcService;
 use crate::sse::SseFrame;
 use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
@@ -57,25 +58,29 @@ pub enum Route {
     Run(TurnRequest),
     /// Replay the run the agent knows as `agent_ref` from the log after `after_seq`,
     /// then follow it live to its end. `client` becomes `RunInfo::client`.
+    ///
+    /// For this and the other task routes, `not_found` (status and body) answers when the
+    /// caller's account has no such run. The agent is not asked: every task started
+    /// through Tether is in its log, and a task it did not record belongs to no account
+    /// (asking would hand one account another's task).
     Subscribe {
         agent_ref: String,
         after_seq: Option<i64>,
         client: Value,
+        not_found: (u16, Value),
     },
     /// Cancel the run the agent knows as `agent_ref` (the agent is told by the run's
-    /// adapter), then answer with `Surface::snapshot`. When Tether has no such run,
-    /// `fallback` goes to the agent as is.
+    /// adapter), then answer with `Surface::snapshot`.
     Cancel {
         agent_ref: String,
         client: Value,
-        fallback: AgentRequest,
+        not_found: (u16, Value),
     },
-    /// Answer with the run's `Surface::snapshot` from the log; `fallback` goes to the
-    /// agent when Tether has no such run.
+    /// Answer with the run's `Surface::snapshot` from the log.
     Get {
         agent_ref: String,
         client: Value,
-        fallback: AgentRequest,
+        not_found: (u16, Value),
     },
     /// Send to the agent and relay its answer (through `Surface::rewrite_forwarded`).
     Forward(AgentRequest),
@@ -97,6 +102,13 @@ pub trait Surface: Send + Sync {
     /// read). The OpenAI surfaces are routed by the gateway itself and claim nothing.
     fn claims(&self, _method: &str, _path: &str) -> bool {
         false
+    }
+
+    /// The gRPC service the surface also serves (A2A's `lf.a2a.v1.A2AService`): its calls
+    /// are claimed and routed like the surface's other requests, with the request message,
+    /// unframed, as the body, and answered through this service's encoding.
+    fn grpc(&self) -> Option<&'static dyn GrpcService> {
+        None
     }
 
     /// What a claimed request asks for.

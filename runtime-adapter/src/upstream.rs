@@ -38,8 +38,19 @@ pub enum Output {
     },
 }
 
-/// One HTTP request to the agent, below the agent's base URL. The gateway adds the host,
-/// content type and length, its `x-account-id`, and the configured upstream headers.
+/// How Tether reaches an agent: HTTP at `upstream`, or gRPC (A2A's `a2a_upstream_transport
+/// = "grpc"`) at the agent's gRPC address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AgentTransport {
+    #[default]
+    Http,
+    Grpc,
+}
+
+/// One request to the agent: an HTTP request below the agent's base URL, or, with `grpc`,
+/// a gRPC call to the agent's gRPC address (`path` is then `/package.Service/Method`). The
+/// gateway adds the host, content type and length (the gRPC framing), its `x-account-id`,
+/// and the configured upstream headers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentRequest {
     pub method: &'static str,
@@ -49,6 +60,10 @@ pub struct AgentRequest {
     pub headers: Vec<(String, String)>,
     /// A JSON body.
     pub body: Option<Value>,
+    /// The request message of a gRPC call, serialized (the gateway frames it). Its answer
+    /// comes as the response messages, framed, followed by the call's status as a gRPC-Web
+    /// trailers frame (see `crate::grpc::Deframer`).
+    pub grpc: Option<Vec<u8>>,
 }
 
 impl AgentRequest {
@@ -58,6 +73,7 @@ impl AgentRequest {
             path: path.into(),
             headers: Vec::new(),
             body: Some(body),
+            grpc: None,
         }
     }
 
@@ -67,6 +83,18 @@ impl AgentRequest {
             path: path.into(),
             headers: Vec::new(),
             body: None,
+            grpc: None,
+        }
+    }
+
+    /// A gRPC call of `path` (`/package.Service/Method`) with a serialized message.
+    pub fn grpc(path: impl Into<String>, message: Vec<u8>) -> Self {
+        AgentRequest {
+            method: "POST",
+            path: path.into(),
+            headers: Vec::new(),
+            body: None,
+            grpc: Some(message),
         }
     }
 
@@ -126,6 +154,17 @@ pub struct Restore {
     pub request: AgentRequest,
 }
 
+/// How to find where the agent serves gRPC when configuration names no address: a request
+/// to send over HTTP at `upstream`, and how to read the `host:port` from its answer.
+#[derive(Clone, Debug)]
+pub struct GrpcLocator {
+    pub request: AgentRequest,
+    pub address: fn(&[u8]) -> Option<String>,
+}
+
+/// An answer from the agent read whole: HTTP status, content type, body.
+pub type Answer = (u16, String, Vec<u8>);
+
 /// Parses one upstream response body, fed in arbitrary chunks.
 pub trait StreamParser: Send {
     fn feed(&mut self, bytes: &[u8]) -> Vec<Output>;
@@ -168,6 +207,22 @@ pub trait Upstream: Send + Sync {
     /// protocol has no cancel.
     fn cancel(&self, _turn: &TurnRequest) -> Option<Cancel> {
         None
+    }
+
+    /// Where the agent serves gRPC, for an adapter whose transport is gRPC.
+    fn grpc_locator(&self) -> Option<GrpcLocator> {
+        None
+    }
+
+    /// A request the client's surface forwards (`Route::Forward`), in the transport the
+    /// agent is called over.
+    fn forwarded(&self, request: &AgentRequest) -> AgentRequest {
+        request.clone()
+    }
+
+    /// The answer to a `forwarded` request, as the surface that made `original` reads it.
+    fn forwarded_answer(&self, _original: &AgentRequest, answer: Answer) -> Answer {
+        answer
     }
 }
 

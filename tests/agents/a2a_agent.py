@@ -9,8 +9,10 @@ every message, sends that whole history plus the new user text to an OpenAI-comp
 LLM (tests/fake_agent.py) with `stream: true`, forwarding each delta as it arrives.
 
     python tests/agents/a2a_agent.py --port N --llm http://127.0.0.1:P [--public-url URL]
+                                     [--grpc-port G]
 
-`--port 0` picks a free port; `READY <port>` is printed on stdout once listening.
+`--port 0` picks a free port; `READY <port>` is printed on stdout once listening (and,
+with `--grpc-port`, the gRPC server too).
 
 Served (one process, one port):
   GET  /.well-known/agent-card.json  card; its URLs start with --public-url
@@ -19,6 +21,11 @@ Served (one process, one port):
                                      `A2A-Version: 1.0`) and v0.3 methods (message/send ...)
   /rest/...                          HTTP+JSON: v1.0 (/rest/message:send, /rest/tasks/{id},
                                      ...) and v0.3 (/rest/v1/message:send, ...)
+  GET  /_received                    what the executor was given, in order (tests read the
+                                     agent's view): [{contextId, transport, account, text}]
+With --grpc-port G, also (second port, HTTP/2 without TLS, grpcio):
+  lf.a2a.v1.A2AService               gRPC, the same handler and task store; the card lists
+                                     it as a v1.0 GRPC interface at 127.0.0.1:G
 
 A task: status WORKING, then the answer as artifact-update chunks (artifact "answer", one
 per LLM delta, append=true after the first; each is sent when the next delta arrives, so
@@ -40,6 +47,8 @@ import sys
 import httpx
 import uvicorn
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from a2a.helpers import new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -63,6 +72,18 @@ REST_PREFIX = "/rest"
 
 # contextId -> [{"role": "user"|"assistant", "content": str}, ...]  (memory only)
 HISTORY: dict[str, list[dict]] = {}
+# Every message the executor was given: the transport it came over ("grpc" or "http") and
+# the x-account-id it carried (memory only, like everything else here).
+RECEIVED: list[dict] = []
+
+
+def arrival(context: RequestContext) -> tuple[str, str | None]:
+    """(transport, x-account-id) of the call that brought this message."""
+    state = context.call_context.state if context.call_context else {}
+    if "grpc_context" in state:
+        metadata = dict(state["grpc_context"].invocation_metadata() or ())
+        return "grpc", metadata.get("x-account-id")
+    return "http", (state.get("headers") or {}).get("x-account-id")
 
 
 class LlmAgentExecutor(AgentExecutor):
@@ -78,6 +99,8 @@ class LlmAgentExecutor(AgentExecutor):
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
+        transport, account = arrival(context)
+        RECEIVED.append({"contextId": task.context_id, "transport": transport, "account": account, "text": user_text})
         await updater.start_work()
 
         history = HISTORY.setdefault(task.context_id, [])
@@ -135,7 +158,7 @@ class LlmAgentExecutor(AgentExecutor):
         await updater.cancel()
 
 
-def agent_card(public_url: str) -> AgentCard:
+def agent_card(public_url: str, grpc_address: str | None = None) -> AgentCard:
     base = public_url.rstrip("/")
     # v1.0 first (what v1.0 clients pick); the 0.3 ones become the card's v0.3 `url` fields.
     interfaces = [
@@ -143,6 +166,8 @@ def agent_card(public_url: str) -> AgentCard:
         for version in ("1.0", "0.3")
         for binding, url in (("JSONRPC", base + "/"), ("HTTP+JSON", base + REST_PREFIX))
     ]
+    if grpc_address:
+        interfaces.append(AgentInterface(url=grpc_address, protocol_binding="GRPC", protocol_version="1.0"))
     return AgentCard(
         name="Tether test A2A agent",
         description="Answers from the conversation of its contextId, kept in memory only.",
@@ -163,18 +188,26 @@ def agent_card(public_url: str) -> AgentCard:
     )
 
 
-def build_app(llm_url: str, public_url: str) -> Starlette:
-    card = agent_card(public_url)
-    handler = DefaultRequestHandler(
-        agent_executor=LlmAgentExecutor(llm_url),
-        task_store=InMemoryTaskStore(),
-        agent_card=card,
-    )
-    routes = []
+def build_app(card: AgentCard, handler: DefaultRequestHandler) -> Starlette:
+    routes = [Route("/_received", lambda _request: JSONResponse(RECEIVED))]
     routes += create_agent_card_routes(card)  # first: the REST tenant mount is a catch-all
     routes += create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
     routes += create_rest_routes(handler, enable_v0_3_compat=True, path_prefix=REST_PREFIX)
     return Starlette(routes=routes)
+
+
+async def start_grpc(handler: DefaultRequestHandler, host: str, port: int):
+    """The SDK's gRPC servicer on grpcio's asyncio server (imported only when asked for)."""
+    import grpc
+    from a2a.server.request_handlers import GrpcHandler
+    from a2a.types import a2a_pb2_grpc
+
+    server = grpc.aio.server()
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+    if server.add_insecure_port(f"{host}:{port}") == 0:
+        raise SystemExit(f"cannot listen for gRPC on {host}:{port}")
+    await server.start()
+    return server
 
 
 def main() -> None:
@@ -183,6 +216,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--llm", required=True, help="fake LLM base URL, e.g. http://127.0.0.1:P")
     parser.add_argument("--public-url", help="base URL named in the agent card")
+    parser.add_argument("--grpc-port", type=int, help="also serve gRPC on this port")
     args = parser.parse_args()
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -191,17 +225,27 @@ def main() -> None:
     sock.bind((args.host, args.port))
     port = sock.getsockname()[1]
     public_url = args.public_url or f"http://127.0.0.1:{port}"
+    grpc_address = f"{args.host}:{args.grpc_port}" if args.grpc_port else None
 
-    config = uvicorn.Config(build_app(args.llm, public_url), log_level="warning", lifespan="off")
+    card = agent_card(public_url, grpc_address)
+    handler = DefaultRequestHandler(
+        agent_executor=LlmAgentExecutor(args.llm),
+        task_store=InMemoryTaskStore(),
+        agent_card=card,
+    )
+    config = uvicorn.Config(build_app(card, handler), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
 
     async def serve() -> None:
+        grpc_server = await start_grpc(handler, args.host, args.grpc_port) if args.grpc_port else None
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
             print(f"READY {port}", flush=True)
         await task
+        if grpc_server is not None:
+            await grpc_server.stop(None)
 
     asyncio.run(serve())
 

@@ -90,7 +90,9 @@ class AgentProcess:
 
     def start(self) -> "AgentProcess":
         assert self.proc is None, f"{self.name} already running"
-        wait_for(lambda: port_is_free(self.port), 10, f"port {self.port} to be free for {self.name}")
+        for port in (self.port, getattr(self, "grpc_port", None)):
+            if port:
+                wait_for(lambda: port_is_free(port), 10, f"port {port} to be free for {self.name}")
         with open(self.log_path, "a") as log:
             log.write(f"\n===== start #{self.starts + 1}: {' '.join(self.command())}\n")
             log.flush()
@@ -188,11 +190,21 @@ class FakeAgent(ReadyLineAgent):
 
 
 class A2aAgent(ReadyLineAgent):
-    """tests/agents/a2a_agent.py (a2a-sdk, in-memory task store and histories)."""
+    """tests/agents/a2a_agent.py (a2a-sdk, in-memory task store and histories); with
+    `grpc_port`, it also serves gRPC there, and its card lists that interface."""
 
     name = "a2a-agent"
 
+    def __init__(self, port: int, grpc_port: int | None = None):
+        super().__init__(port)
+        self.grpc_port = grpc_port
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
     def command(self) -> list[str]:
+        grpc = ["--grpc-port", str(self.grpc_port)] if self.grpc_port else []
         return [
             sys.executable,
             str(AGENTS_DIR / "a2a_agent.py"),
@@ -200,7 +212,12 @@ class A2aAgent(ReadyLineAgent):
             str(self.port),
             "--llm",
             fake_llm_base(),
+            *grpc,
         ]
+
+    def received(self) -> list[dict]:
+        """What the agent's executor was given since this process started."""
+        return httpx.get(f"{self.url}/_received", timeout=10).json()
 
 
 class AdkAgent(AgentProcess):
@@ -280,9 +297,10 @@ def auth_headers(key: str | None = None) -> dict:
     return {"authorization": f"Bearer {key}"} if key else {}
 
 
-def control(action: str, body: dict, key: str | None = None) -> httpx.Response:
+def control(action: str, body: dict, key: str | None = None, base: str | None = None) -> httpx.Response:
+    """A control action at Tether (`base`: another gateway than TETHER_URL)."""
     return httpx.post(
-        f"{tether_url()}/agentengine/api/v1/{action}",
+        f"{base or tether_url()}/agentengine/api/v1/{action}",
         json=body,
         headers=auth_headers(key),
         timeout=30,
@@ -296,7 +314,7 @@ def control_ok(action: str, body: dict, key: str | None = None) -> dict:
     return r.json()["Data"]
 
 
-def session_events(session_id: str, key: str | None = None) -> list[dict]:
+def session_events(session_id: str, key: str | None = None, base: str | None = None) -> list[dict]:
     """Every event of one session's history in Tether's log (ListSessionEvents, paged by
     position): a fork's inherited events (`Inherited`) first, then its own."""
     events: list[dict] = []
@@ -305,6 +323,7 @@ def session_events(session_id: str, key: str | None = None) -> list[dict]:
             "ListSessionEvents",
             {"SessionId": session_id, "Offset": events[-1]["Position"] if events else 0, "Limit": 500},
             key,
+            base,
         )
         assert r.status_code == 200, f"ListSessionEvents {session_id}: {r.status_code} {r.text}"
         page = r.json()["Data"]["Events"]
@@ -337,16 +356,35 @@ def terminal_statuses(events: list[dict], invocation_id: str | None = None) -> l
     ]
 
 
-def wait_terminal(session_id: str, invocation_id: str | None, key: str | None = None, timeout: float = 30) -> list[dict]:
+def wait_terminal(
+    session_id: str, invocation_id: str | None, key: str | None = None, timeout: float = 30, base: str | None = None
+) -> list[dict]:
     """The session's log once the invocation (or every run) has a terminal run_status."""
     deadline = time.monotonic() + timeout
     while True:
-        events = session_events(session_id, key)
+        events = session_events(session_id, key, base)
         if terminal_statuses(events, invocation_id):
             return events
         if time.monotonic() > deadline:
             raise AssertionError(f"no terminal run_status for {invocation_id} in:\n{describe(events)}")
         time.sleep(0.1)
+
+
+def completed_answer(events: list) -> tuple[str | None, str | None]:
+    """(the text of the completed status, the contextId) in a2a-sdk StreamResponses."""
+    from a2a.types.a2a_pb2 import TaskState
+
+    context, answer = None, None
+    for event in events:
+        if event.HasField("task"):
+            context, status = event.task.context_id, event.task.status
+        elif event.HasField("status_update"):
+            context, status = event.status_update.context_id, event.status_update.status
+        else:
+            continue
+        if status.state == TaskState.TASK_STATE_COMPLETED:
+            answer = "".join(p.text for p in status.message.parts)
+    return answer, context
 
 
 def llm_requests() -> list[dict]:

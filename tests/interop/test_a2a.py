@@ -39,7 +39,7 @@ pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not set: {', '.join(_mi
 
 if not _missing:
     from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
-    from a2a.types.a2a_pb2 import AgentCard, Message, Part, Role, SendMessageRequest, TaskState
+    from a2a.types.a2a_pb2 import AgentCard, Message, Part, Role, SendMessageRequest
     from google.protobuf.json_format import MessageToDict
 
 FIRST = "My project is named zebra42."
@@ -113,16 +113,7 @@ def turn(base_url: str, version: str, streaming: bool, text: str, context_id: st
 
     card, events = asyncio.run(go())
     shown = [MessageToDict(e) for e in events]
-    context, answer = None, None
-    for event in events:
-        if event.HasField("task"):
-            context, status = event.task.context_id, event.task.status
-        elif event.HasField("status_update"):
-            context, status = event.status_update.context_id, event.status_update.status
-        else:
-            continue
-        if status.state == TaskState.TASK_STATE_COMPLETED:
-            answer = "".join(p.text for p in status.message.parts)
+    answer, context = agents.completed_answer(events)
     assert answer is not None, f"no completed status in the answer to {text!r}: {json.dumps(shown, indent=1)}"
     assert context, f"no contextId in {shown}"
     return answer, context, shown
@@ -229,8 +220,12 @@ def test_without_tether_a_restarted_agent_forgets_the_context(agent):
 # ---- 2. a conversation survives the restart through Tether ----------------------------------
 
 
-def card_urls(card: dict) -> list[str]:
-    urls = [i.get("url") for i in card.get("supportedInterfaces") or []]
+def card_urls(card: dict, grpc: bool = False) -> list[str]:
+    """The card's HTTP interface URLs (with `grpc`, its v1.0 gRPC addresses instead)."""
+    interfaces = card.get("supportedInterfaces") or []
+    if grpc:
+        return [i["url"] for i in interfaces if i.get("protocolBinding") == "GRPC"]
+    urls = [i.get("url") for i in interfaces if i.get("protocolBinding") != "GRPC"]
     urls += [card.get("url")] + [i.get("url") for i in card.get("additionalInterfaces") or []]
     return [u for u in urls if u is not None]
 
@@ -250,6 +245,9 @@ def test_agent_card_through_tether_names_tether(agent):
     assert sorted(u.removeprefix(tether_url()) for u in urls) == sorted(
         u.removeprefix(agent.url) for u in card_urls(direct)
     ), card
+    # The agent offers no gRPC; Tether does, on its own port (host:port, as gRPC names it).
+    assert card_urls(direct, grpc=True) == [], direct
+    assert card_urls(card, grpc=True) == [tether_url().removeprefix("http://")], card
 
     # "Tether's address" is the one the client used (Host), e.g. behind a proxy or DNS name.
     r = httpx.get(
@@ -260,6 +258,7 @@ def test_agent_card_through_tether_names_tether(agent):
     assert r.status_code == 200, r.text
     for url in card_urls(r.json()):
         assert url.startswith("http://tether.example:8443/"), f"{url} ignores the Host header: {r.json()}"
+    assert card_urls(r.json(), grpc=True) == ["tether.example:8443"], r.json()
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["send", "stream"])
@@ -268,7 +267,8 @@ def test_conversation_survives_agent_restart_through_tether(agent, version, stre
     # The card the official client reads through Tether must send it back to Tether.
     card = asyncio.run(fetch_card(tether_url()))
     for interface in card.supported_interfaces:
-        assert interface.url.startswith(tether_url()), f"card via Tether names {interface.url}"
+        # HTTP interfaces by URL, gRPC by host:port, both Tether's.
+        assert tether_url().removeprefix("http://") in interface.url, f"card via Tether names {interface.url}"
 
     # No contextId: Tether assigns one (its session id) and the agent uses it.
     answer, context, shown = turn(tether_url(), version, streaming, FIRST, None)

@@ -89,20 +89,7 @@ async fn read_chunk(
 
 /// Reads the whole request body within `limits`: size, arrival rate and JSON depth.
 pub async fn read_body(session: &mut Session, limits: &InputLimits) -> Result<Vec<u8>, ApiError> {
-    if let Some(len) = session
-        .req_header()
-        .headers
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        if len > limits.max_body_bytes {
-            return Err(too_large(limits.max_body_bytes));
-        }
-    }
-    let started = Instant::now();
-    let mut body = Vec::new();
-    while read_chunk(session, limits, started, &mut body).await? {}
+    let body = read_bytes(session, limits).await?;
     // Depth is checked before any parser sees the body (runs and control actions alike);
     // malformed JSON is left to them, they say it better.
     if !body.iter().all(u8::is_ascii_whitespace) {
@@ -117,6 +104,26 @@ pub async fn read_body(session: &mut Session, limits: &InputLimits) -> Result<Ve
             ));
         }
     }
+    Ok(body)
+}
+
+/// Reads the whole request body within `limits` of size and arrival rate (these are
+/// Tether's own timers: Pingora's read timeout does not apply to HTTP/2 streams).
+pub async fn read_bytes(session: &mut Session, limits: &InputLimits) -> Result<Vec<u8>, ApiError> {
+    if let Some(len) = session
+        .req_header()
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > limits.max_body_bytes {
+            return Err(too_large(limits.max_body_bytes));
+        }
+    }
+    let started = Instant::now();
+    let mut body = Vec::new();
+    while read_chunk(session, limits, started, &mut body).await? {}
     Ok(body)
 }
 

@@ -1,8 +1,10 @@
 //! The client's side of a request: its framing checked, its body read within the input
-//! limits, and, for what Tether answers itself, JSON and SSE answers written and
-//! committed events streamed to it.
+//! limits, and, for what Tether answers itself, JSON and SSE answers (or a gRPC call's
+//! messages and status) written and committed events streamed to it.
 
 pub mod body;
 pub mod framing;
+pub mod grpc;
+pub mod reply;
 pub mod respond;
 pub mod stream;

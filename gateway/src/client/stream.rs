@@ -101,6 +101,18 @@ pub async fn pump_encoded(
     session: &mut Session,
     events: &mut Subscription,
     deadline: Option<Instant>,
+    render: impl FnMut(&Event, &mut Vec<u8>) -> bool,
+) -> End {
+    pump_with(session, events, deadline, true, render).await
+}
+
+/// Like [`pump_encoded`]; with `ends_body` false the last write leaves the response open
+/// for the caller to end (a gRPC call's trailers).
+pub async fn pump_with(
+    session: &mut Session,
+    events: &mut Subscription,
+    deadline: Option<Instant>,
+    ends_body: bool,
     mut render: impl FnMut(&Event, &mut Vec<u8>) -> bool,
 ) -> End {
     let mut watch_client = true;
@@ -124,7 +136,7 @@ pub async fn pump_encoded(
         if !out.is_empty() || last {
             size = out.len().min(BATCH_BYTES + BATCH_BYTES / 4);
             if session
-                .write_response_body(Some(Bytes::from(out)), last)
+                .write_response_body(Some(Bytes::from(out)), last && ends_body)
                 .await
                 .is_err()
             {

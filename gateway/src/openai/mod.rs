@@ -9,6 +9,7 @@ use pingora::Result;
 use runtime_adapter::{surface, Protocol};
 
 use crate::client::body::read_body;
+use crate::client::reply::Reply;
 use crate::error::ApiError;
 use crate::metrics::{Limit, METRICS};
 use crate::state::State;
@@ -41,7 +42,7 @@ pub async fn serve_turn(
     let parsed = surface.parse_request(&body, header.as_deref());
     drop(body); // not kept while the run streams
     match parsed {
-        Ok(turn) => run_turn(state, session, account_id, surface, turn).await,
+        Ok(turn) => run_turn(state, session, &mut Reply::Http, account_id, surface, turn).await,
         Err(e) => {
             let mut err = ApiError::new(400, "invalid_request_error", e.code, e.message);
             err.param = e.param;

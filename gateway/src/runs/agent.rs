@@ -1,6 +1,13 @@
-//! The agent connection used by runs: one HTTP/1.1 request through Pingora's connector,
-//! with the response body handed over piece by piece. Owned by a run task, not by any
-//! client connection, so a client leaving never closes it.
+//! The agent connection used by runs: one HTTP/1.1 request, or one gRPC call over HTTP/2
+//! without TLS, through Pingora's connector, with the response body handed over piece by
+//! piece. Owned by a run task, not by any client connection, so a client leaving never
+//! closes it.
+//!
+//! A gRPC call's status comes in trailers (or, when the agent fails at once, in the only
+//! header block): it is handed over after the body as a gRPC-Web trailers frame, so that
+//! whoever reads the body reads the status in order after the messages. A call that fails
+//! at once also reads, where Tether judges answers by HTTP status, as the HTTP status
+//! `google.rpc.Code` gives its code (`NOT_FOUND`: 404).
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -12,7 +19,8 @@ use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
 
-use runtime_adapter::AgentRequest;
+use runtime_adapter::grpc::{self, Status};
+use runtime_adapter::{AgentRequest, GrpcLocator};
 
 use crate::config::{Config, Upstream};
 
@@ -25,6 +33,8 @@ pub enum AgentError {
     Connect(String),
     #[error("the agent connection failed: {0}")]
     Io(String),
+    #[error("cannot find the agent's gRPC address: {0}")]
+    Locate(String),
 }
 
 /// How to reach the agent, shared by runs and the pass-through proxy.
@@ -35,9 +45,22 @@ pub struct Agent {
     connect_timeout: Duration,
     idle_timeout: Duration,
     resolved: Mutex<Option<(Instant, SocketAddr)>>,
+    grpc: GrpcTarget,
+}
+
+/// Where the agent serves gRPC: configured (`a2a_grpc_upstream`), or read from what the
+/// adapter's locator asks (the agent card), again after `RESOLVE_TTL` so that an agent
+/// restarted elsewhere is found.
+struct GrpcTarget {
+    configured: Option<String>,
+    locator: Option<GrpcLocator>,
+    located: Mutex<Option<(Instant, String)>>,
+    resolved: Mutex<Option<(Instant, SocketAddr)>>,
 }
 
 const RESOLVE_TTL: Duration = Duration::from_secs(5);
+/// Concurrent calls on one HTTP/2 connection to a gRPC agent before another is opened.
+const H2_STREAMS: usize = 100;
 
 /// An agent response whose body is still being read.
 pub struct AgentResponse {
@@ -45,15 +68,38 @@ pub struct AgentResponse {
     pub content_type: String,
     http: HttpSession,
     peer: HttpPeer,
+    /// For a gRPC call: its status, once known, still to be handed over after the body
+    /// (`Some(None)`: to be read from the trailers).
+    grpc: Option<Option<Status>>,
 }
 
 impl AgentResponse {
     /// The next piece of the body; `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, AgentError> {
-        self.http
-            .read_response_body()
-            .await
-            .map_err(|e| AgentError::Io(e.to_string()))
+        let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
+        let body = self.http.read_response_body().await.map_err(io)?;
+        if body.is_some() {
+            return Ok(body);
+        }
+        let Some(pending) = self.grpc.take() else {
+            return Ok(None);
+        };
+        let status = match pending {
+            Some(status) => status,
+            None => {
+                let trailers = match &mut self.http {
+                    HttpSession::H2(h2) => h2.read_trailers().await.map_err(io)?,
+                    _ => None,
+                };
+                trailers
+                    .as_ref()
+                    .and_then(|t| Status::from_headers(header_pairs(t)))
+                    .ok_or_else(|| {
+                        AgentError::Io("the agent's gRPC answer ended without a status".into())
+                    })?
+            }
+        };
+        Ok(Some(Bytes::from(grpc::trailers_frame(&status))))
     }
 
     /// The rest of the body, of which the first `cap` bytes are kept.
@@ -67,17 +113,54 @@ impl AgentResponse {
     }
 }
 
+fn content_type(header: &pingora::http::ResponseHeader) -> String {
+    header
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// A header block's entries whose values are text.
+fn header_pairs(headers: &http::HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+}
+
+/// `host:port` to an address, with a cache of `RESOLVE_TTL`.
+async fn resolve(
+    authority: &str,
+    cache: &Mutex<Option<(Instant, SocketAddr)>>,
+) -> Result<SocketAddr, AgentError> {
+    let cached = *cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, addr)) = cached.filter(|(at, _)| at.elapsed() < RESOLVE_TTL) {
+        return Ok(addr);
+    }
+    let addr: SocketAddr = tokio::net::lookup_host(authority)
+        .await
+        .map_err(|e| AgentError::Resolve(authority.to_owned(), e.to_string()))?
+        .next()
+        .ok_or_else(|| AgentError::Resolve(authority.to_owned(), "no address".into()))?;
+    *cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), addr));
+    Ok(addr)
+}
+
 impl Agent {
-    pub fn new(config: &Config) -> Self {
-        Self::at(
+    pub fn new(config: &Config, locator: Option<GrpcLocator>) -> Self {
+        let mut agent = Self::at(
             config.upstream.clone(),
             config.upstream_headers.clone(),
             config,
-        )
+        );
+        agent.grpc.configured = config.a2a_grpc_upstream.clone();
+        agent.grpc.locator = locator;
+        agent
     }
 
-    /// A connection to another agent-like server (the compaction summarizer), with the
-    /// agent's timeouts and `headers` of its own.
+    /// A connection over HTTP to another agent-like server (the compaction summarizer),
+    /// with the agent's timeouts and `headers` of its own.
     pub fn at(upstream: Upstream, headers: Vec<(String, String)>, config: &Config) -> Self {
         Agent {
             connector: Connector::new(None),
@@ -86,6 +169,12 @@ impl Agent {
             connect_timeout: config.upstream_connect_timeout,
             idle_timeout: config.upstream_idle_timeout,
             resolved: Mutex::new(None),
+            grpc: GrpcTarget {
+                configured: None,
+                locator: None,
+                located: Mutex::new(None),
+                resolved: Mutex::new(None),
+            },
         }
     }
 
@@ -101,28 +190,49 @@ impl Agent {
     /// A peer for the agent. The host is resolved again after `RESOLVE_TTL`, so a
     /// restarted container under a new address is found without a lookup per request.
     pub async fn peer(&self) -> Result<HttpPeer, AgentError> {
-        let cached = *self.resolved.lock().unwrap_or_else(|p| p.into_inner());
-        let addr = match cached {
-            Some((at, addr)) if at.elapsed() < RESOLVE_TTL => addr,
-            _ => {
-                let addr: SocketAddr = tokio::net::lookup_host(&self.upstream.authority)
-                    .await
-                    .map_err(|e| {
-                        AgentError::Resolve(self.upstream.authority.clone(), e.to_string())
-                    })?
-                    .next()
-                    .ok_or_else(|| {
-                        AgentError::Resolve(self.upstream.authority.clone(), "no address".into())
-                    })?;
-                *self.resolved.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some((Instant::now(), addr));
-                addr
-            }
-        };
+        let addr = resolve(&self.upstream.authority, &self.resolved).await?;
+        Ok(self.peer_at(addr))
+    }
+
+    fn peer_at(&self, addr: SocketAddr) -> HttpPeer {
         let mut peer = HttpPeer::new(addr, false, String::new());
         peer.options.connection_timeout = Some(self.connect_timeout);
         peer.options.read_timeout = Some(self.idle_timeout);
-        Ok(peer)
+        peer
+    }
+
+    /// The agent's gRPC `host:port`: configured, or located (and kept `RESOLVE_TTL`).
+    async fn grpc_authority(&self) -> Result<String, AgentError> {
+        let target = &self.grpc;
+        if let Some(configured) = &target.configured {
+            return Ok(configured.clone());
+        }
+        let cached = target
+            .located
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some((_, authority)) = cached.filter(|(at, _)| at.elapsed() < RESOLVE_TTL) {
+            return Ok(authority);
+        }
+        let locator = target.locator.as_ref().ok_or_else(|| {
+            AgentError::Locate("this agent protocol is not called over gRPC".into())
+        })?;
+        // Boxed: an exchange may be a gRPC call, which may come here.
+        let (status, _, body) = Box::pin(self.exchange(&locator.request, "", 1 << 20)).await?;
+        let authority = (200..300)
+            .contains(&status)
+            .then(|| (locator.address)(&body))
+            .flatten()
+            .ok_or_else(|| {
+                AgentError::Locate(format!(
+                    "{} (HTTP {status}) names no v1.0 GRPC interface; set a2a_grpc_upstream",
+                    locator.request.path
+                ))
+            })?;
+        *target.located.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), authority.clone()));
+        Ok(authority)
     }
 
     /// Sends `request` (its path below the upstream's base path) and returns once the
@@ -132,13 +242,11 @@ impl Agent {
         request: &AgentRequest,
         account_id: &str,
     ) -> Result<AgentResponse, AgentError> {
+        if let Some(message) = &request.grpc {
+            return self.call(request, message, account_id).await;
+        }
         let peer = self.peer().await?;
-        let (mut http, _reused) = self
-            .connector
-            .get_http_session(&peer)
-            .await
-            .map_err(|e| AgentError::Connect(e.to_string()))?;
-        http.set_read_timeout(Some(self.idle_timeout));
+        let mut http = self.connect(&peer).await?;
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
         let uri = format!("{}{}", self.upstream.base_path, request.path);
         let mut req = RequestHeader::build(request.method, uri.as_bytes(), None).map_err(io)?;
@@ -160,16 +268,7 @@ impl Agent {
             req.insert_header("content-length", len.to_string())
                 .map_err(io)?;
         }
-        for (name, value) in &request.headers {
-            req.insert_header(name.clone(), value.as_str())
-                .map_err(io)?;
-        }
-        req.insert_header(policies::ACCOUNT_HEADER, account_id)
-            .map_err(io)?;
-        for (name, value) in &self.headers {
-            req.insert_header(name.clone(), value.as_str())
-                .map_err(io)?;
-        }
+        self.stamp(&mut req, request, account_id).map_err(io)?;
         http.write_request_header(Box::new(req)).await.map_err(io)?;
         if let Some(body) = body {
             http.write_request_body(Bytes::from(body), true)
@@ -182,18 +281,92 @@ impl Agent {
             .response_header()
             .ok_or_else(|| AgentError::Io("no response header".into()))?;
         let status = header.status.as_u16();
-        let content_type = header
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
+        let content_type = content_type(header);
         Ok(AgentResponse {
             status,
             content_type,
             http,
             peer,
+            grpc: None,
         })
+    }
+
+    /// A gRPC call: `message` framed, to the agent's gRPC address over HTTP/2 without TLS
+    /// (prior knowledge); returns once the response header has arrived.
+    async fn call(
+        &self,
+        request: &AgentRequest,
+        message: &[u8],
+        account_id: &str,
+    ) -> Result<AgentResponse, AgentError> {
+        let authority = self.grpc_authority().await?;
+        let addr = resolve(&authority, &self.grpc.resolved).await?;
+        let mut peer = self.peer_at(addr);
+        peer.options.set_http_version(2, 2);
+        peer.options.max_h2_streams = H2_STREAMS;
+        let mut http = self.connect(&peer).await?;
+        let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
+        // The authority in the URI (h2's `:authority`, with `:scheme` http), no Host.
+        let uri: http::Uri = format!("http://{authority}{}", request.path)
+            .parse()
+            .map_err(|e| AgentError::Io(format!("gRPC call {}: {e}", request.path)))?;
+        let mut req = RequestHeader::build("POST", request.path.as_bytes(), None).map_err(io)?;
+        req.set_uri(uri);
+        req.insert_header("content-type", grpc::CONTENT_TYPE)
+            .map_err(io)?;
+        req.insert_header("te", "trailers").map_err(io)?;
+        self.stamp(&mut req, request, account_id).map_err(io)?;
+        http.write_request_header(Box::new(req)).await.map_err(io)?;
+        http.write_request_body(Bytes::from(grpc::frame(message)), true)
+            .await
+            .map_err(io)?;
+        http.read_response_header().await.map_err(io)?;
+        let header = http
+            .response_header()
+            .ok_or_else(|| AgentError::Io("no response header".into()))?;
+        let content_type = content_type(header);
+        // A call that failed at once has its status in its only header block.
+        let at_once = Status::from_headers(header_pairs(&header.headers));
+        let status = match &at_once {
+            Some(s) => s.code.http_status(),
+            None => header.status.as_u16(),
+        };
+        Ok(AgentResponse {
+            status,
+            content_type,
+            http,
+            peer,
+            grpc: Some(at_once),
+        })
+    }
+
+    /// A connection (or an HTTP/2 stream) to `peer`, with the agent's idle timeout.
+    async fn connect(&self, peer: &HttpPeer) -> Result<HttpSession, AgentError> {
+        let (mut http, _reused) = self
+            .connector
+            .get_http_session(peer)
+            .await
+            .map_err(|e| AgentError::Connect(e.to_string()))?;
+        http.set_read_timeout(Some(self.idle_timeout));
+        Ok(http)
+    }
+
+    /// The request's protocol headers, then the gateway's account and the configured
+    /// headers toward the agent (which win).
+    fn stamp(
+        &self,
+        req: &mut RequestHeader,
+        request: &AgentRequest,
+        account_id: &str,
+    ) -> pingora::Result<()> {
+        for (name, value) in &request.headers {
+            req.insert_header(name.clone(), value.as_str())?;
+        }
+        req.insert_header(policies::ACCOUNT_HEADER, account_id)?;
+        for (name, value) in &self.headers {
+            req.insert_header(name.clone(), value.as_str())?;
+        }
+        Ok(())
     }
 
     /// Sends `request` and reads the whole answer, keeping its first `cap` bytes.

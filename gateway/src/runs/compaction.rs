@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use runtime_adapter::compaction::{summary_of, summary_turn};
-use runtime_adapter::{project, Protocol, StreamParser, TurnCall, Upstream};
+use runtime_adapter::{project, AgentTransport, Protocol, StreamParser, TurnCall, Upstream};
 use serde_json::{json, Value};
 use session_log::history::{ContextCheckpoint, History};
 use session_log::{Lineage, NewEvent, StoreError};
@@ -66,13 +66,13 @@ impl Compactor {
         let summarizer = match &c.summarizer {
             Some(url) => Some(Summarizer {
                 agent: Arc::new(Agent::at(url.clone(), Vec::new(), config)),
-                upstream: runtime_adapter::upstream(Protocol::OpenAiChat),
+                upstream: runtime_adapter::upstream(Protocol::OpenAiChat, AgentTransport::Http),
                 model: c.summarizer_model.clone(),
                 url: format!("http://{}{}", url.authority, url.base_path),
             }),
             None if config.protocol.sends_history() => Some(Summarizer {
                 agent,
-                upstream: runtime_adapter::upstream(config.protocol),
+                upstream: runtime_adapter::upstream(config.protocol, AgentTransport::Http),
                 model: c.summarizer_model.clone(),
                 url: "agent".into(),
             }),

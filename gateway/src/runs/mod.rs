@@ -623,6 +623,11 @@ impl Runs {
         })
     }
 
+    /// The adapter for the agent's protocol.
+    pub fn upstream(&self) -> &'static dyn Upstream {
+        self.upstream
+    }
+
     /// The agent's handle for a run of this gateway, once the agent named it.
     pub fn agent_ref(&self, invocation_id: &str) -> Option<String> {
         self.active()

@@ -10,7 +10,8 @@ use runtime_adapter::{surface, Protocol, Surface};
 use serde_json::json;
 
 use super::Ctx;
-use crate::client::respond;
+use crate::client::reply::Reply;
+use crate::client::{grpc, respond};
 use crate::error::ApiError;
 use crate::metrics::{Limit, METRICS};
 use crate::state::State;
@@ -19,8 +20,12 @@ use crate::{api, openai, protocol};
 /// Which API a path belongs to, so refusals come in that API's error format.
 #[derive(Clone, Copy)]
 enum Area {
-    /// A path the agent protocol's surface claims (A2A, ADK): its own error bodies.
+    /// A path the agent protocol's surface claims (A2A, ADK): its own error bodies, or
+    /// statuses for gRPC calls of its service.
     Protocol(&'static dyn Surface),
+    /// A gRPC call of a method the surface's service does not have: `UNIMPLEMENTED`,
+    /// once the caller is authenticated.
+    UnknownCall(&'static dyn Surface),
     /// `/v1/*` answered by Tether: OpenAI error bodies.
     OpenAi,
     /// `/agentengine/api/v1/<Action>`: the control envelope.
@@ -30,10 +35,13 @@ enum Area {
 }
 
 impl Area {
-    fn of(state: &State, method: &Method, path: &str) -> Area {
+    fn of(state: &State, session: &Session, method: &Method, path: &str) -> Area {
         if let Some(surface) = state.protocol_surface {
             if surface.claims(method.as_str(), path) {
                 return Area::Protocol(surface);
+            }
+            if surface.grpc().is_some() && grpc::is_call(session) {
+                return Area::UnknownCall(surface);
             }
         }
         if path.starts_with(api::PREFIX) {
@@ -58,7 +66,7 @@ pub async fn route(
     method: Method,
     path: &str,
 ) -> Result<bool> {
-    let area = Area::of(state, &method, path);
+    let area = Area::of(state, session, &method, path);
     // Boxed, like each handler below: a stream lives for minutes inside this future,
     // which would otherwise be as large as its largest step, for every open stream.
     let identity: Identity =
@@ -80,9 +88,22 @@ pub async fn route(
     // Body reads below (runs, control, pass-through) must not stall for the default
     // 60 s per read: a silent client is cut off after the grace time.
     session.set_read_timeout(Some(state.input.body_grace));
-    if let Area::Protocol(surface) = area {
-        Box::pin(protocol::serve(state, session, account_id, surface)).await?;
-        return Ok(true);
+    match area {
+        Area::Protocol(surface) => {
+            Box::pin(protocol::serve(state, session, account_id, surface)).await?;
+            return Ok(true);
+        }
+        Area::UnknownCall(_) => {
+            let e = ApiError::new(
+                501,
+                "invalid_request_error",
+                "unknown_method",
+                format!("Tether serves no gRPC method {path}"),
+            );
+            refuse(session, area, path, e).await?;
+            return Ok(true);
+        }
+        _ => {}
     }
     match (method, path) {
         (Method::POST, "/v1/responses" | "/v1/chat/completions")
@@ -121,7 +142,10 @@ pub async fn route(
 /// Answers a refusal in the format of the API the path belongs to.
 async fn refuse(session: &mut Session, area: Area, path: &str, e: ApiError) -> Result<()> {
     match area {
-        Area::Protocol(surface) => e.send(session, surface, &[]).await,
+        Area::Protocol(surface) | Area::UnknownCall(surface) => {
+            let mut reply = Reply::for_request(session, surface);
+            reply.error(session, &e, surface, &[]).await
+        }
         Area::OpenAi => {
             e.send(session, surface(Protocol::OpenAiResponses), &[])
                 .await

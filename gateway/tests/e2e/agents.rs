@@ -71,11 +71,25 @@ pub fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<
         &store.url,
         &extra,
     );
+    let mut env = vec![
+        ("TETHER_URL", tether.url()),
+        ("AGENT_PORT", agent_port.to_string()),
+        ("FAKE_LLM_URL", llm.url()),
+    ];
+    if let Some((a, b)) = keys {
+        env.push(("TETHER_API_KEY", a.to_owned()));
+        env.push(("TETHER_API_KEY_B", b.to_owned()));
+    }
+    pytest(&python, file, &env, &[&tether]);
+}
 
+/// Runs `file` with `env` (and the venv's python), failing with the pytest report and the
+/// tail of each gateway's log; no test may skip.
+fn pytest(python: &str, file: &str, env: &[(&str, String)], tethers: &[&Tether]) {
     let out_dir = tempfile::tempdir().unwrap();
     let stdout = out_dir.path().join("stdout");
     let stderr = out_dir.path().join("stderr");
-    let mut cmd = Command::new(&python);
+    let mut cmd = Command::new(python);
     cmd.args([
         "-m",
         "pytest",
@@ -88,18 +102,15 @@ pub fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<
         file,
     ])
     .current_dir(repo_root())
-    .env("TETHER_URL", tether.url())
-    .env("AGENT_PORT", agent_port.to_string())
-    .env("FAKE_LLM_URL", llm.url())
-    .env("TETHER_INTEROP_PYTHON", &python)
+    .env("TETHER_INTEROP_PYTHON", python)
     .env("PYTHONUNBUFFERED", "1")
     .env_remove("TETHER_API_KEY")
     .env_remove("TETHER_API_KEY_B")
     .stdin(Stdio::null())
     .stdout(std::fs::File::create(&stdout).unwrap())
     .stderr(std::fs::File::create(&stderr).unwrap());
-    if let Some((a, b)) = keys {
-        cmd.env("TETHER_API_KEY", a).env("TETHER_API_KEY_B", b);
+    for (name, value) in env {
+        cmd.env(name, value);
     }
     let started = Instant::now();
     let mut child = cmd.spawn().expect("run pytest");
@@ -107,20 +118,27 @@ pub fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     let report = format!("{}\n{}", read(&stdout), read(&stderr));
     eprintln!(
-        "{file} through tether ({protocol}) took {:.1}s:\n{}",
+        "{file} through tether took {:.1}s:\n{}",
         started.elapsed().as_secs_f64(),
         tail(&report, 6000)
     );
-    let log = tether.log_text();
+    let logs: String = tethers
+        .iter()
+        .map(|t| {
+            format!(
+                "--- tether {} log (tail) ---\n{}\n",
+                t.url(),
+                tail(&t.log_text(), 30_000)
+            )
+        })
+        .collect();
     assert!(
         status.is_some(),
-        "pytest {file} timed out after {PYTEST_TIMEOUT:?}:\n{report}\n--- tether log ---\n{}",
-        tail(&log, 60_000)
+        "pytest {file} timed out after {PYTEST_TIMEOUT:?}:\n{report}\n{logs}"
     );
     assert!(
         status.unwrap().success(),
-        "pytest {file} failed against tether ({protocol}):\n{report}\n--- tether log (tail) ---\n{}",
-        tail(&log, 60_000)
+        "pytest {file} failed against tether:\n{report}\n{logs}"
     );
     assert!(
         !report.contains(" skipped") && report.contains(" passed"),
@@ -147,3 +165,82 @@ fn adk_api_server_through_tether_survives_agent_restarts() {
         Some((KEY_A, KEY_B)),
     );
 }
+
+/// tests/interop/test_a2a_grpc.py: A2A's gRPC binding, with the a2a-sdk client and server
+/// over grpcio. One agent serves JSON-RPC and gRPC; one gateway calls it over JSON-RPC,
+/// another over gRPC (found through its card), both with API keys, a rate-limited account
+/// and a small body limit, so that gRPC→gRPC, gRPC→JSON-RPC and JSON-RPC→gRPC, restores
+/// after a kill -9, reads from the log, cancel and the error statuses are all exercised. A
+/// third calls the agent's gRPC address it is configured with, as for an agent without an
+/// HTTP card.
+#[test]
+fn a2a_over_grpc_through_tether_survives_agent_restarts() {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let conf = auth_conf(&format!(
+        "[[auth.api_keys]]\nid = \"c\"\naccount_id = \"acct-c\"\nsha256 = \"{}\"\n\n\
+         [rate_limits.accounts.acct-c]\nrequests_per_second = 0.01\nburst = 1\n",
+        sha256_hex(KEY_C)
+    ));
+    let conf_arg = conf.arg();
+    let llm = FakeAgent::start();
+    let (agent_port, agent_grpc_port) = (free_port(), free_port());
+    let upstream = format!("http://127.0.0.1:{agent_port}");
+    let start = |store: &TestStore, transport: &str| {
+        let args = [
+            "--conf",
+            &conf_arg,
+            "--max-body-bytes",
+            MAX_BODY,
+            "--a2a-upstream-transport",
+            transport,
+        ];
+        Tether::start(&upstream, "a2a", &store.url, &args)
+    };
+    let (store, grpc_store) = (
+        TestStore::new(StoreKind::Sqlite).unwrap(),
+        TestStore::new(StoreKind::Sqlite).unwrap(),
+    );
+    let (tether, grpc_tether) = (start(&store, "jsonrpc"), start(&grpc_store, "grpc"));
+    // An agent without an HTTP card: nothing listens at `upstream`, the gRPC address is
+    // configured.
+    let grpc_only_store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent_grpc = format!("127.0.0.1:{agent_grpc_port}");
+    let grpc_only = Tether::start(
+        &format!("http://127.0.0.1:{}", free_port()),
+        "a2a",
+        &grpc_only_store.url,
+        &[
+            "--conf",
+            &conf_arg,
+            "--a2a-upstream-transport",
+            "grpc",
+            "--a2a-grpc-upstream",
+            &agent_grpc,
+        ],
+    );
+    let env = [
+        ("TETHER_URL", tether.url()),
+        ("TETHER_GRPC_URL", grpc_tether.url()),
+        ("TETHER_GRPC_ONLY_URL", grpc_only.url()),
+        ("AGENT_PORT", agent_port.to_string()),
+        ("AGENT_GRPC_PORT", agent_grpc_port.to_string()),
+        ("FAKE_LLM_URL", llm.url()),
+        ("TETHER_API_KEY", KEY_A.to_owned()),
+        ("TETHER_API_KEY_B", KEY_B.to_owned()),
+        ("TETHER_API_KEY_C", KEY_C.to_owned()),
+        ("TETHER_MAX_BODY_BYTES", MAX_BODY.to_owned()),
+    ];
+    pytest(
+        &python,
+        "tests/interop/test_a2a_grpc.py",
+        &env,
+        &[&tether, &grpc_tether],
+    );
+}
+
+/// The third account's key (rate-limited to one request) for the gRPC tests.
+const KEY_C: &str = "tk-account-c-0123456789abcdef";
+/// The body limit of the gRPC tests' gateways: a message over it is refused.
+const MAX_BODY: &str = "65536";

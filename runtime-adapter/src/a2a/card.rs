@@ -1,5 +1,7 @@
-//! Agent cards name the agent's own address; the cards Tether forwards point the
-//! interfaces it carries at Tether instead, so that clients come back through it.
+//! Agent cards name the agent's own address; the cards Tether forwards point every
+//! interface at Tether instead, so that clients come back through it, and offer Tether's
+//! own gRPC interface whatever the agent offers. Also: where an agent's card says it
+//! serves gRPC, for calling it over gRPC.
 
 use serde_json::{json, Value};
 
@@ -22,16 +24,28 @@ fn looks_like_card(v: &Value) -> bool {
                 && (v.get("capabilities").is_some() || v.get("skills").is_some())))
 }
 
-/// Points every interface of the agent that Tether carries (JSON-RPC, HTTP+JSON) at
-/// `public_url`, keeping paths. gRPC interfaces are left alone, since Tether does not
-/// carry gRPC; so is every other URL in the card (documentation, icons).
+fn is_grpc(transport: &Value) -> bool {
+    transport
+        .as_str()
+        .is_some_and(|t| t.eq_ignore_ascii_case("GRPC"))
+}
+
+/// Whether an interface is of A2A v1.0 (or names no version), which is the only gRPC
+/// service Tether serves (v0.3's `a2a.v1.A2AService` has other messages).
+fn is_v10(iface: &Value) -> bool {
+    iface["protocolVersion"]
+        .as_str()
+        .is_none_or(|v| v.trim().starts_with('1'))
+}
+
+/// Points every interface of the agent at Tether: the HTTP ones (JSON-RPC, HTTP+JSON) at
+/// `public_url`, keeping their paths; v1.0 gRPC ones at Tether's `host:port`. v0.3 gRPC
+/// interfaces, which Tether does not serve, are left out, and a v1.0 card gets Tether's
+/// gRPC interface when the agent lists none. Every other URL in the card (documentation,
+/// icons) stays as it is.
 fn rewrite_card(card: &mut Value, public_url: &str) {
     let public = public_url.trim_end_matches('/');
-    let is_grpc = |transport: &Value| {
-        transport
-            .as_str()
-            .is_some_and(|t| t.eq_ignore_ascii_case("GRPC"))
-    };
+    let grpc_address = authority(public);
     let point = |url: &mut Value| {
         let Some((_, rest)) = url.as_str().and_then(split_origin) else {
             return;
@@ -40,23 +54,41 @@ fn rewrite_card(card: &mut Value, public_url: &str) {
         *url = json!(format!("{public}{rest}"));
     };
     // v0.3 names the main interface at the top, with its transport beside it.
-    if !is_grpc(&card["preferredTransport"]) {
-        if let Some(url) = card.get_mut("url") {
-            point(url);
+    if is_grpc(&card["preferredTransport"]) {
+        card["preferredTransport"] = json!("JSONRPC");
+        card["url"] = json!(format!("{public}/"));
+    } else if let Some(url) = card.get_mut("url") {
+        point(url);
+    }
+    if let Some(ifaces) = card
+        .get_mut("additionalInterfaces")
+        .and_then(Value::as_array_mut)
+    {
+        ifaces.retain(|iface| !is_grpc(&iface["transport"]));
+        ifaces.iter_mut().for_each(|iface| point(&mut iface["url"]));
+    }
+    let Some(ifaces) = card
+        .get_mut("supportedInterfaces")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    ifaces.retain(|iface| !is_grpc(&iface["protocolBinding"]) || is_v10(iface));
+    let mut offers_grpc = false;
+    for iface in ifaces.iter_mut() {
+        if is_grpc(&iface["protocolBinding"]) {
+            iface["url"] = json!(grpc_address);
+            offers_grpc = true;
+        } else {
+            point(&mut iface["url"]);
         }
     }
-    for (list, transport) in [
-        ("additionalInterfaces", "transport"),
-        ("supportedInterfaces", "protocolBinding"),
-    ] {
-        let ifaces = card.get_mut(list).and_then(Value::as_array_mut);
-        for iface in ifaces.into_iter().flatten() {
-            if !is_grpc(&iface[transport]) {
-                if let Some(url) = iface.get_mut("url") {
-                    point(url);
-                }
-            }
-        }
+    if !offers_grpc {
+        ifaces.push(json!({
+            "url": grpc_address,
+            "protocolBinding": "GRPC",
+            "protocolVersion": "1.0",
+        }));
     }
 }
 
@@ -67,4 +99,34 @@ fn split_origin(url: &str) -> Option<(&str, &str)> {
         .find(['/', '?', '#'])
         .map_or(url.len(), |i| after_scheme + i);
     Some((&url[..end], &url[end..]))
+}
+
+/// `host:port` of a URL, as gRPC names a server; the scheme's port when it names none.
+fn authority(url: &str) -> String {
+    let (origin, _) = split_origin(url).unwrap_or((url, ""));
+    let (scheme, host) = origin.split_once("://").unwrap_or(("http", origin));
+    let has_port = host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    match (has_port, scheme) {
+        (true, _) => host.to_owned(),
+        (false, "https") => format!("{host}:443"),
+        (false, _) => format!("{host}:80"),
+    }
+}
+
+/// The `host:port` of the v1.0 gRPC interface an agent card lists, if any.
+pub(super) fn grpc_address(card: &[u8]) -> Option<String> {
+    let card: Value = serde_json::from_slice(card).ok()?;
+    let iface = card["supportedInterfaces"]
+        .as_array()?
+        .iter()
+        .find(|i| is_grpc(&i["protocolBinding"]) && is_v10(i))?;
+    let url = iface["url"].as_str()?.trim();
+    let url = url.strip_prefix("dns:///").unwrap_or(url);
+    Some(if url.contains("://") {
+        authority(url)
+    } else {
+        url.trim_end_matches('/').to_owned()
+    })
 }

@@ -20,6 +20,9 @@ pub(super) const VERSION_NOT_SUPPORTED: i64 = -32009;
 pub(super) enum Transport {
     JsonRpc,
     Rest,
+    /// `lf.a2a.v1.A2AService` (v1.0 only): results bare, as HTTP+JSON has them; errors as
+    /// `google.rpc.Status` JSON, which the gateway's gRPC edge turns into the call's status.
+    Grpc,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +84,8 @@ pub(super) fn method_name(transport: Transport, version: Version, op: Op) -> &'s
     match (transport, version) {
         (Transport::Rest, _) => rest,
         (Transport::JsonRpc, Version::V03) => v03,
-        (Transport::JsonRpc, Version::V10) => v10,
+        // gRPC is A2A v1.0's only; its methods have v1.0's JSON-RPC names.
+        (Transport::Grpc, _) | (Transport::JsonRpc, Version::V10) => v10,
     }
 }
 
@@ -120,7 +124,7 @@ impl Client {
 
     pub(super) fn dialect(&self) -> Dialect {
         match (self.version, self.transport) {
-            (Version::V10, _) => Dialect::Proto,
+            (Version::V10, _) | (_, Transport::Grpc) => Dialect::Proto,
             (Version::V03, Transport::JsonRpc) => Dialect::Kinded,
             (Version::V03, Transport::Rest) => Dialect::Proto03,
         }
@@ -128,7 +132,11 @@ impl Client {
 
     pub(super) fn to_value(&self) -> Value {
         let mut v = json!({
-            "transport": match self.transport { Transport::JsonRpc => "jsonrpc", Transport::Rest => "rest" },
+            "transport": match self.transport {
+                Transport::JsonRpc => "jsonrpc",
+                Transport::Rest => "rest",
+                Transport::Grpc => "grpc",
+            },
             "version": self.version.as_str(),
             "method": self.method,
             "id": self.id,
@@ -144,10 +152,10 @@ impl Client {
     pub(super) fn from_value(v: &Value) -> Client {
         let s = |k: &str| v.get(k).and_then(Value::as_str);
         Client {
-            transport: if s("transport") == Some("rest") {
-                Transport::Rest
-            } else {
-                Transport::JsonRpc
+            transport: match s("transport") {
+                Some("rest") => Transport::Rest,
+                Some("grpc") => Transport::Grpc,
+                _ => Transport::JsonRpc,
             },
             version: if s("version") == Some("0.3") {
                 Version::V03
@@ -164,7 +172,7 @@ impl Client {
     pub(super) fn response(&self, result: Value) -> Value {
         match self.transport {
             Transport::JsonRpc => json!({ "jsonrpc": "2.0", "id": self.id, "result": result }),
-            Transport::Rest => result,
+            Transport::Rest | Transport::Grpc => result,
         }
     }
 
@@ -174,9 +182,36 @@ impl Client {
         match self.transport {
             Transport::JsonRpc => (200, rpc_error(&self.id, code, message, data)),
             Transport::Rest => rest_error(code, message, data),
+            Transport::Grpc => grpc_error(code, message, data),
         }
     }
+
+    /// How a run that ended with the error `code` (a run's error code: `agent_unreachable`,
+    /// `a2a_error_-32001`, …) is reported to this client. A gRPC client is told the agent
+    /// was unavailable when it was, so that it knows it may try again.
+    pub(super) fn run_error(&self, code: &str, message: &str) -> (u16, Value) {
+        match self.unavailable(code, message) {
+            Some(error) => (503, error),
+            None => self.error(rpc_code(code), message, None),
+        }
+    }
+
+    /// For a gRPC client, the `UNAVAILABLE` error that ends its call when the run ended
+    /// because the agent could not be reached or cut its answer off.
+    pub(super) fn unavailable(&self, code: &str, message: &str) -> Option<Value> {
+        (self.transport == Transport::Grpc && AGENT_UNAVAILABLE.contains(&code))
+            .then(|| status_error(503, "UNAVAILABLE", message, None).1)
+    }
 }
+
+/// Run error codes that say the agent could not be reached or its answer was cut off.
+const AGENT_UNAVAILABLE: &[&str] = &[
+    "agent_unreachable",
+    "agent_connection_lost",
+    "agent_closed_early",
+    "gateway_shutdown",
+    "run_lease_lost",
+];
 
 pub(super) fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
     let mut error = json!({ "code": code, "message": message });
@@ -186,17 +221,64 @@ pub(super) fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value
     json!({ "jsonrpc": "2.0", "id": id, "error": error })
 }
 
+/// How a2a-sdk reports each A2A error (by JSON-RPC code) over HTTP+JSON and gRPC: HTTP
+/// status, `google.rpc.Code` name, and the `ErrorInfo` reason its clients map back to the
+/// error. Anything else is an internal error.
+#[rustfmt::skip]
+const ERRORS: &[(i64, u16, &str, &str)] = &[
+    (TASK_NOT_FOUND,        404, "NOT_FOUND",           "TASK_NOT_FOUND"),
+    (METHOD_NOT_FOUND,      404, "NOT_FOUND",           "METHOD_NOT_FOUND"),
+    (TASK_NOT_CANCELABLE,   400, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE"),
+    (-32003,                400, "FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED"),
+    (UNSUPPORTED_OPERATION, 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION"),
+    (-32005,                400, "INVALID_ARGUMENT",    "CONTENT_TYPE_NOT_SUPPORTED"),
+    (-32006,                500, "INTERNAL",            "INVALID_AGENT_RESPONSE"),
+    (-32007,                400, "FAILED_PRECONDITION", "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
+    (-32008,                400, "FAILED_PRECONDITION", "EXTENSION_SUPPORT_REQUIRED"),
+    (VERSION_NOT_SUPPORTED, 400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED"),
+    (PARSE_ERROR,           400, "INVALID_ARGUMENT",    "INVALID_REQUEST"),
+    (INVALID_REQUEST,       400, "INVALID_ARGUMENT",    "INVALID_REQUEST"),
+    (INVALID_PARAMS,        400, "INVALID_ARGUMENT",    "INVALID_PARAMS"),
+];
+
+fn error_kind(code: i64) -> (u16, &'static str, &'static str) {
+    ERRORS.iter().find(|e| e.0 == code).map_or(
+        (500, "INTERNAL", "INTERNAL_ERROR"),
+        |&(_, http, status, reason)| (http, status, reason),
+    )
+}
+
+/// The JSON-RPC code of an error a gRPC agent reported: by its `ErrorInfo` reason, else
+/// the first A2A error with its status (`NOT_FOUND`: task not found).
+pub(super) fn rpc_code_of(status: &str, reason: Option<&str>) -> i64 {
+    let by_reason = reason.and_then(|r| ERRORS.iter().find(|e| e.3 == r));
+    by_reason
+        .or_else(|| ERRORS.iter().find(|e| e.2 == status))
+        .map_or(INTERNAL_ERROR, |e| e.0)
+}
+
 /// An HTTP+JSON error in the SDK's shape (`google.rpc.Status` JSON), from the JSON-RPC
 /// code that names the same condition.
 pub(super) fn rest_error(code: i64, message: &str, details: Option<Value>) -> (u16, Value) {
-    let (http, status) = match code {
-        TASK_NOT_FOUND | METHOD_NOT_FOUND => (404, "NOT_FOUND"),
-        TASK_NOT_CANCELABLE | UNSUPPORTED_OPERATION | VERSION_NOT_SUPPORTED => {
-            (400, "FAILED_PRECONDITION")
-        }
-        PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS => (400, "INVALID_ARGUMENT"),
-        _ => (500, "INTERNAL"),
-    };
+    let (http, status, _) = error_kind(code);
+    status_error(http, status, message, details)
+}
+
+/// An error for a gRPC client: the status JSON of HTTP+JSON, with (unless `details` has
+/// its own) the `ErrorInfo` reason a2a-sdk's gRPC client turns back into the error's class.
+pub(super) fn grpc_error(code: i64, message: &str, details: Option<Value>) -> (u16, Value) {
+    let reason = error_kind(code).2;
+    let details = details.or_else(|| Some(json!([error_info(reason, json!({}))])));
+    rest_error(code, message, details)
+}
+
+/// A gRPC call of a method the service does not have.
+pub(super) fn unimplemented(message: &str) -> (u16, Value) {
+    status_error(501, "UNIMPLEMENTED", message, None)
+}
+
+/// `{"error": google.rpc.Status JSON}` with the HTTP status it travels with.
+fn status_error(http: u16, status: &str, message: &str, details: Option<Value>) -> (u16, Value) {
     let mut error = json!({ "code": http, "status": status, "message": message });
     if let Some(details) = details {
         error["details"] = details;

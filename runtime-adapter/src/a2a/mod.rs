@@ -1,6 +1,6 @@
 //! A2A (Agent2Agent): the client surface for A2A clients and the upstream adapter for
-//! A2A agents, over both transports (JSON-RPC and HTTP+JSON) and both protocol versions
-//! (0.3 and 1.0) that a2a-sdk 1.x serves.
+//! A2A agents, over the transports (JSON-RPC, HTTP+JSON and v1.0's gRPC) and both
+//! protocol versions (0.3 and 1.0) that a2a-sdk 1.x serves.
 //!
 //! An A2A agent keeps its conversations itself (its `contextId` is Tether's session), so
 //! Tether forwards the client's own request, addressed to the session, and records every
@@ -21,12 +21,16 @@
 //! - `task`: frames folded into the task, as the agent's own task store folds them.
 //! - `render`: the log replayed to the client: streams, send answers, task snapshots.
 //! - `card`: agent cards pointed at Tether.
-//! - `upstream`: requests to the agent; `parser`: reading its answer.
+//! - `proto`: the gRPC service and its messages to and from their JSON form (a gRPC call
+//!   is routed as the v1.0 JSON-RPC method of the same name).
+//! - `upstream`: requests to the agent, in the client's transport or over gRPC; `parser`:
+//!   reading its answer.
 
 mod card;
 mod client;
 mod message;
 mod parser;
+mod proto;
 mod render;
 mod routes;
 mod task;
@@ -39,15 +43,33 @@ mod tests;
 use serde_json::{json, Value};
 use session_log::Event;
 
+use crate::grpc::GrpcService;
 use crate::surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 
 use self::client::{rpc_error, INTERNAL_ERROR, INVALID_REQUEST};
 
+use self::proto::A2aGrpc;
+
 pub struct A2aSurface;
-pub struct A2aUpstream;
+
+/// The A2A agent adapter. `JSONRPC` calls the agent in the client's own HTTP transport
+/// (JSON-RPC for gRPC clients); `GRPC` calls its `lf.a2a.v1.A2AService` whatever the
+/// client speaks.
+pub struct A2aUpstream {
+    grpc: bool,
+}
+
+impl A2aUpstream {
+    pub const JSONRPC: A2aUpstream = A2aUpstream { grpc: false };
+    pub const GRPC: A2aUpstream = A2aUpstream { grpc: true };
+}
 
 impl Surface for A2aSurface {
+    fn grpc(&self) -> Option<&'static dyn GrpcService> {
+        Some(&A2aGrpc)
+    }
+
     fn claims(&self, method: &str, path: &str) -> bool {
         routes::claims(method, path)
     }
@@ -83,8 +105,27 @@ impl Surface for A2aSurface {
     }
 
     /// Agent cards name the agent's own address; clients must come back through Tether.
-    fn rewrite_forwarded(&self, _req: &ClientRequest, public_url: &str, body: Value) -> Value {
-        card::rewrite_forwarded(body, public_url)
+    /// A gRPC client's forwarded call went to the agent as JSON-RPC: it gets the result,
+    /// or the error as a status.
+    fn rewrite_forwarded(&self, req: &ClientRequest, public_url: &str, body: Value) -> Value {
+        let body = card::rewrite_forwarded(body, public_url);
+        if !routes::is_grpc(req) {
+            return body;
+        }
+        match (body.get("result"), body.get("error")) {
+            (Some(result), _) => result.clone(),
+            (None, Some(error)) => {
+                let code = error["code"].as_i64().unwrap_or(INTERNAL_ERROR);
+                let message = error["message"].as_str().unwrap_or("The agent failed.");
+                client::grpc_error(
+                    code,
+                    message,
+                    error.get("data").filter(|d| d.is_array()).cloned(),
+                )
+                .1
+            }
+            _ => body,
+        }
     }
 
     /// Tether's own errors, as a JSON-RPC error with what other surfaces say in `data`.

@@ -1,13 +1,16 @@
 //! Reading the agent's answer: an SSE stream whose every event is one JSON-RPC response
-//! (or one HTTP+JSON stream event), or one JSON document. Each result is recorded as a
-//! frame; the turn ends with the task's end, with the answer's text as the transcript's.
+//! (or one HTTP+JSON stream event), one JSON document, or gRPC messages and a status.
+//! Each result is recorded as a frame (a gRPC message in its JSON form, which is v1.0's);
+//! the turn ends with the task's end, with the answer's text as the transcript's.
 
 use serde_json::{json, Value};
 
+use crate::grpc::{Code, Deframer, Frame};
 use crate::item::Item;
 use crate::sse::SseParser;
 use crate::upstream::{Output, StreamParser};
 
+use super::proto;
 use super::task::{answer_text, artifacts_text, parts_text, Fold};
 use super::wire::{canonical, ends_turn, frame_ids, short_state, state_of};
 
@@ -16,6 +19,8 @@ const SNIFF_LIMIT: usize = 64 * 1024;
 
 pub(super) struct A2aParser {
     sse: Option<SseParser>,
+    /// A gRPC answer's frames (then neither `sse` nor `raw` is used).
+    grpc: Option<Deframer>,
     /// The JSON body; for a stream, its start until a frame shows it is SSE (an agent may
     /// answer a streaming request with a plain JSON error).
     raw: Vec<u8>,
@@ -29,11 +34,56 @@ impl A2aParser {
     pub(super) fn new(sse: bool) -> Self {
         A2aParser {
             sse: sse.then(SseParser::new),
+            grpc: None,
             raw: Vec::new(),
             any_frame: false,
             fold: Fold::default(),
             task_id: None,
             ended: false,
+        }
+    }
+
+    /// A parser for a gRPC call's answer (`StreamResponse`s, or one `SendMessageResponse`,
+    /// whose fields are the first two of `StreamResponse`), ended by its status.
+    pub(super) fn grpc() -> Self {
+        A2aParser {
+            grpc: Some(Deframer::new(usize::MAX)),
+            ..A2aParser::new(false)
+        }
+    }
+
+    /// The gRPC frames that have arrived whole.
+    fn grpc_frames(&mut self, out: &mut Vec<Output>) {
+        loop {
+            let frame = match self.grpc.as_mut().map(Deframer::next_frame) {
+                Some(Ok(Some(frame))) => frame,
+                Some(Ok(None)) | None => return,
+                Some(Err(e)) => {
+                    out.push(error(
+                        "invalid_response",
+                        format!("The agent's gRPC answer: {e}"),
+                    ));
+                    self.ended = true;
+                    return;
+                }
+            };
+            match frame {
+                Frame::Message(bytes) => match proto::stream_response(&bytes) {
+                    Ok(doc) => self.doc(&doc, out),
+                    Err(e) if !self.ended => {
+                        out.push(error("invalid_response", format!("The agent sent {e}")));
+                        self.ended = true;
+                    }
+                    Err(_) => {}
+                },
+                // The call is over: what came is the whole answer, as one JSON document is.
+                Frame::Trailers(status) if status.code == Code::Ok => {
+                    if !self.ended && (self.fold.task.is_some() || self.fold.message.is_some()) {
+                        self.end(out);
+                    }
+                }
+                Frame::Trailers(status) => self.doc(&status.to_error_json(), out),
+            }
         }
     }
 
@@ -173,6 +223,11 @@ fn error(code: impl Into<String>, message: impl Into<String>) -> Output {
 impl StreamParser for A2aParser {
     fn feed(&mut self, bytes: &[u8]) -> Vec<Output> {
         let mut out = Vec::new();
+        if let Some(frames) = &mut self.grpc {
+            frames.push(bytes);
+            self.grpc_frames(&mut out);
+            return out;
+        }
         let Some(sse) = &mut self.sse else {
             self.raw.extend_from_slice(bytes);
             return out;
@@ -189,6 +244,10 @@ impl StreamParser for A2aParser {
 
     fn finish(&mut self) -> Vec<Output> {
         let mut out = Vec::new();
+        if self.grpc.is_some() {
+            // Frames were read as they came; a cut-off one tells nothing more.
+            return out;
+        }
         match &mut self.sse {
             Some(sse) => {
                 if let Some(frame) = sse.finish() {

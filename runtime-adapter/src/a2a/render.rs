@@ -7,7 +7,7 @@ use session_log::{Event, EventType, RunStatus};
 use crate::sse::SseFrame;
 use crate::surface::{RunInfo, StreamRenderer};
 
-use super::client::{rpc_code, Client, Op, TASK_NOT_CANCELABLE, TASK_NOT_FOUND};
+use super::client::{Client, Op, TASK_NOT_CANCELABLE, TASK_NOT_FOUND};
 use super::task::{apply_history_length, error_of, in_run, synthetic_status, RunView};
 use super::wire::{
     canonical, dialect_of, ends_turn, frame_ids, from_canonical, short_state, state_of,
@@ -53,19 +53,21 @@ impl A2aRenderer {
             });
             (status.as_str().to_owned(), message)
         });
-        let body = match &self.task {
-            None => self.client.error(rpc_code(&code), &message, None).1,
-            Some(task) => {
-                let canon = json!({ "statusUpdate": {
-                    "taskId": task.id,
-                    "contextId": task.context,
-                    "status": synthetic_status(status, event, task, &message, &self.run_id),
-                }});
-                let update = from_canonical(&canon, self.client.dialect());
-                self.client.response(update)
-            }
+        let Some(task) = &self.task else {
+            return vec![sse(self.client.run_error(&code, &message).1, event.seq)];
         };
-        vec![sse(body, event.seq)]
+        let canon = json!({ "statusUpdate": {
+            "taskId": task.id,
+            "contextId": task.context,
+            "status": synthetic_status(status, event, task, &message, &self.run_id),
+        }});
+        let update = from_canonical(&canon, self.client.dialect());
+        let mut frames = vec![sse(self.client.response(update), event.seq)];
+        // The task's last state, then the call's status: the agent was lost, not the task.
+        if let Some(error) = self.client.unavailable(&code, &message) {
+            frames.push(sse(error, event.seq));
+        }
+        frames
     }
 }
 
@@ -150,7 +152,7 @@ pub(super) fn final_response(run: &RunInfo, events: &[Event]) -> (u16, Value) {
         Some(result) => (200, client.response(result)),
         None => {
             let (code, message) = view.error();
-            client.error(rpc_code(&code), &message, None)
+            client.run_error(&code, &message)
         }
     }
 }

@@ -4,16 +4,19 @@
 
 use serde_json::{json, Value};
 
+use crate::grpc;
 use crate::percent::decode_segment;
 use crate::surface::{ClientRequest, Route};
 use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
 
 use super::client::{
-    error_info, method_op, rest_error, rpc_error, Client, Op, Transport, Version, INTERNAL_ERROR,
-    INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, VERSION_NOT_SUPPORTED,
+    error_info, method_op, rest_error, rpc_error, unimplemented, Client, Op, Transport, Version,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, TASK_NOT_FOUND,
+    VERSION_NOT_SUPPORTED,
 };
 use super::message::{run_turn, ParamError};
+use super::proto;
 
 const VERSION_HEADER: &str = "A2A-Version";
 /// Request headers of the protocol's own, passed on to the agent with the client's request.
@@ -21,11 +24,17 @@ const PROTOCOL_HEADERS: &[&str] = &["A2A-Version", "A2A-Extensions", "X-A2A-Exte
 
 pub(super) fn claims(method: &str, path: &str) -> bool {
     let path = path.split('?').next().unwrap_or(path);
-    is_card_path(method, path) || rest_op(method, path).is_some() || is_jsonrpc_path(method, path)
+    is_card_path(method, path)
+        || rest_op(method, path).is_some()
+        || is_jsonrpc_path(method, path)
+        || (method == "POST" && proto::method(path).is_some())
 }
 
 pub(super) fn route(req: &ClientRequest) -> Route {
     let headers = protocol_headers(req);
+    if is_grpc(req) {
+        return route_grpc(req, &headers);
+    }
     if is_card_path(req.method, req.path) {
         let request = AgentRequest::get(path_and_query(req));
         return Route::Forward(with_headers(request, &headers));
@@ -136,10 +145,65 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
                 return ParamError::new("id", "Field is required.").reply(&client);
             };
             client.history_length = params.get("historyLength").and_then(Value::as_i64);
-            let fallback = with_headers(AgentRequest::post(path, body), headers);
-            task_route(op, task_id.to_owned(), &client, fallback, req)
+            task_route(op, task_id.to_owned(), &client, req)
         }
     }
+}
+
+/// A gRPC call: its request message in JSON form is the params of the v1.0 JSON-RPC
+/// method of the same name, and it is routed as that method is. What goes to the agent
+/// for it is that JSON-RPC request (the upstream adapter calls a gRPC agent over gRPC).
+fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
+    let Some(method) = proto::method(req.path) else {
+        let message = format!("{} has no method {}", proto::SERVICE, req.path);
+        return reply(unimplemented(&message));
+    };
+    let op = method_op(method.name()).map(|(_, op)| op);
+    let mut client = Client::new(
+        Transport::Grpc,
+        Version::V10,
+        op.unwrap_or(Op::Send),
+        Value::Null,
+    );
+    // gRPC is v1.0 only: metadata naming another major version is refused as in JSON-RPC.
+    if let Some(header) = version_header(req).filter(|h| header_major(h) != Some(1)) {
+        return needs_v10(&client, Some(header));
+    }
+    let params = match proto::decode(&method.input(), req.body) {
+        Ok(params) => params,
+        Err(e) => return reply(client.error(PARSE_ERROR, &format!("Invalid request: {e}"), None)),
+    };
+    let mut headers = headers.to_vec();
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case(VERSION_HEADER))
+    {
+        headers.push((VERSION_HEADER.to_owned(), Version::V10.as_str().to_owned()));
+    }
+    match op {
+        // Methods Tether has no part in go to the agent as the v1.0 JSON-RPC call, at `/`
+        // (a2a-sdk's mount); the upstream adapter makes it a gRPC call to a gRPC agent.
+        None => {
+            let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "method": method.name(), "params": params });
+            Route::Forward(with_headers(AgentRequest::post("/", body), &headers))
+        }
+        Some(op @ (Op::Send | Op::Stream)) => {
+            run_turn(&client, req.path, &headers, &params, op == Op::Stream)
+                .map_or_else(|e| e.reply(&client), Route::Run)
+        }
+        Some(op) => {
+            let Some(task_id) = params["id"].as_str().filter(|t| !t.is_empty()) else {
+                return ParamError::new("id", "Field is required.").reply(&client);
+            };
+            client.history_length = params.get("historyLength").and_then(Value::as_i64);
+            task_route(op, task_id.to_owned(), &client, req)
+        }
+    }
+}
+
+/// Whether a request is a gRPC call (the gateway only hands over calls of the service).
+pub(super) fn is_grpc(req: &ClientRequest) -> bool {
+    req.header("content-type").is_some_and(grpc::is_grpc)
 }
 
 /// An HTTP+JSON request for `op` (on the task `task_id`, for a task operation).
@@ -188,46 +252,39 @@ fn route_rest(
             client.history_length = req
                 .query_param("historyLength")
                 .and_then(|n| n.parse().ok());
-            let fallback = with_headers(AgentRequest::get(path), headers);
-            task_route(op, task_id, &client, fallback, req)
+            task_route(op, task_id, &client, req)
         }
-        Op::Cancel => {
-            let body = match body() {
-                Ok(body) => body,
-                Err(error) => return reply(error),
-            };
-            let fallback = with_headers(AgentRequest::post(path, body), headers);
-            task_route(op, task_id, &client, fallback, req)
-        }
-        Op::Subscribe => task_route(op, task_id, &client, AgentRequest::get(path), req),
+        Op::Cancel => match body() {
+            Ok(_) => task_route(op, task_id, &client, req),
+            Err(error) => reply(error),
+        },
+        Op::Subscribe => task_route(op, task_id, &client, req),
     }
 }
 
-/// A get, cancel or resubscribe, answered from the log; `fallback` goes to the agent when
-/// Tether has no run for the task (a resubscribe has none: it only follows the log).
-fn task_route(
-    op: Op,
-    agent_ref: String,
-    client: &Client,
-    fallback: AgentRequest,
-    req: &ClientRequest,
-) -> Route {
+/// A get, cancel or resubscribe, answered from the log; a task the caller's account has
+/// no run for is not found, as the agent says it.
+fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -> Route {
+    let data =
+        (client.version == Version::V10).then(|| json!([error_info("TASK_NOT_FOUND", json!({}))]));
+    let not_found = client.error(TASK_NOT_FOUND, "Task not found", data);
     let client = client.to_value();
     match op {
         Op::Get => Route::Get {
             agent_ref,
             client,
-            fallback,
+            not_found,
         },
         Op::Cancel => Route::Cancel {
             agent_ref,
             client,
-            fallback,
+            not_found,
         },
         _ => Route::Subscribe {
             agent_ref,
             after_seq: last_event_id(req),
             client,
+            not_found,
         },
     }
 }

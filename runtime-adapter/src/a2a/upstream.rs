@@ -1,22 +1,30 @@
 //! Requests to the agent: the client's own send, addressed to the session, and what Tether
 //! asks itself: whether the agent still knows the session, the earlier turns it forgot,
-//! and the cancel of a task.
+//! and the cancel of a task. They go in the client's own transport, or over gRPC to an
+//! agent Tether calls over gRPC (then converted to v1.0 first).
 
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+use crate::grpc::{Code, Deframer, Frame, Status};
 use crate::item::{Block, Item};
 use crate::percent::encode_segment;
 use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
-use crate::upstream::{AgentRequest, Cancel, Probe, Restore, StreamParser, TurnCall, Upstream};
+use crate::upstream::{
+    AgentRequest, Answer, Cancel, GrpcLocator, Probe, Restore, StreamParser, TurnCall, Upstream,
+};
 
-use super::client::{method_name, Client, Op, Transport, Version, TASK_NOT_FOUND};
+use super::card::grpc_address;
+use super::client::{
+    method_name, rpc_code_of, Client, Op, Transport, Version, INTERNAL_ERROR, TASK_NOT_FOUND,
+};
 use super::message::message_key;
 use super::parser::A2aParser;
+use super::proto;
 use super::routes::with_headers;
-use super::wire::{message_from_v10, Dialect};
+use super::wire::{message_from_v10, send_params_to_v10, Dialect};
 use super::A2aUpstream;
 
 impl Upstream for A2aUpstream {
@@ -27,10 +35,14 @@ impl Upstream for A2aUpstream {
     /// The client's own send, with the session as its `contextId` so that the agent's
     /// conversation and Tether's session are one.
     fn request(&self, call: &TurnCall) -> AgentRequest {
-        Sent::of(call.turn, call.run_id).send(call.session_id, call.run_id, true)
+        self.sent(call.turn, call.run_id)
+            .send(call.session_id, call.run_id, true)
     }
 
     fn parser(&self, _call: &TurnCall, content_type: &str) -> Box<dyn StreamParser> {
+        if crate::grpc::is_grpc(content_type) {
+            return Box::new(A2aParser::grpc());
+        }
         Box::new(A2aParser::new(content_type.contains("text/event-stream")))
     }
 
@@ -42,18 +54,21 @@ impl Upstream for A2aUpstream {
         }
         match call.last_agent_ref() {
             Some(task) => {
-                let sent = Sent::of(call.turn, call.run_id);
+                let sent = self.sent(call.turn, call.run_id);
                 Probe::Ask(sent.get_task(task, &format!("tether-probe-{}", call.run_id)))
             }
             None => Probe::Restore,
         }
     }
 
-    /// HTTP 404 (HTTP+JSON), or JSON-RPC `-32001 TaskNotFound` (the same code in v0.3 and
-    /// v1.0), also when a stream carries it as its only event.
+    /// HTTP 404 (HTTP+JSON), JSON-RPC `-32001 TaskNotFound` (the same code in v0.3 and
+    /// v1.0), also when a stream carries it as its only event, or gRPC's `NOT_FOUND`.
     fn forgot(&self, status: u16, body: &[u8]) -> bool {
         if status == 404 {
             return true;
+        }
+        if let Some(status) = grpc_answer(body).and_then(|(_, status)| status) {
+            return status.code == Code::NotFound;
         }
         let text = String::from_utf8_lossy(body);
         let doc = match text.trim_start() {
@@ -72,7 +87,7 @@ impl Upstream for A2aUpstream {
     /// One message holding the earlier turns, then the turn itself without the task it
     /// may have continued (the agent lost that too).
     fn restore(&self, call: &TurnCall) -> Option<Restore> {
-        let sent = Sent::of(call.turn, call.run_id);
+        let sent = self.sent(call.turn, call.run_id);
         let mut before = Vec::new();
         if !call.history.is_empty() {
             before.push(sent.send_text(
@@ -90,73 +105,190 @@ impl Upstream for A2aUpstream {
 
     fn cancel(&self, turn: &TurnRequest) -> Option<Cancel> {
         // A cancel names only the task: the message is not kept.
-        let sent = Sent::addressed(turn);
+        let sent = self.addressed(turn);
         Some(Box::new(move |agent_ref| {
             let id = format!("tether-cancel-{}", uuid::Uuid::new_v4().simple());
             sent.cancel_task(agent_ref, &id)
         }))
+    }
+
+    /// The agent's card (at `upstream`, over HTTP) names its gRPC interface.
+    fn grpc_locator(&self) -> Option<GrpcLocator> {
+        self.grpc.then(|| GrpcLocator {
+            request: AgentRequest::get("/.well-known/agent-card.json"),
+            address: grpc_address,
+        })
+    }
+
+    /// A v1.0 JSON-RPC request (what the surface forwards for gRPC clients and v1.0
+    /// JSON-RPC ones) becomes the gRPC call of the same name; anything else still goes
+    /// over HTTP to `upstream`.
+    fn forwarded(&self, request: &AgentRequest) -> AgentRequest {
+        let Some((method, params)) = self.grpc.then(|| as_grpc_call(request)).flatten() else {
+            return request.clone();
+        };
+        let message = proto::encode(&method.input(), params).unwrap_or_default();
+        let mut call = AgentRequest::grpc(proto::path(method.name()), message);
+        call.headers = request.headers.clone();
+        call
+    }
+
+    /// A gRPC answer read back as the JSON-RPC response the original request asked for.
+    fn forwarded_answer(&self, original: &AgentRequest, answer: Answer) -> Answer {
+        let Some((method, _)) = self.grpc.then(|| as_grpc_call(original)).flatten() else {
+            return answer;
+        };
+        let id = original
+            .body
+            .as_ref()
+            .map_or(Value::Null, |b| b["id"].clone());
+        let (message, status) = grpc_answer(&answer.2).unwrap_or((None, None));
+        let status = status.unwrap_or_else(|| Status::new(Code::Unknown, "no status"));
+        let result = message.map(|m| proto::decode(&method.output(), &m));
+        let body = match (status.code, result) {
+            (Code::Ok, Some(Ok(result))) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+            (Code::Ok, Some(Err(e))) => rpc_failure(&id, INTERNAL_ERROR, &e),
+            (Code::Ok, None) => rpc_failure(&id, INTERNAL_ERROR, "the agent sent no answer"),
+            (code, _) => {
+                // The agent's details (its ErrorInfo) travel on, so the client gets them too.
+                let details = status
+                    .details
+                    .as_deref()
+                    .and_then(proto::status_details_json);
+                let reason = details
+                    .iter()
+                    .flat_map(|d| d.as_array().into_iter().flatten())
+                    .find_map(|d| d["reason"].as_str());
+                let mut failure =
+                    rpc_failure(&id, rpc_code_of(code.name(), reason), &status.message);
+                if let Some(details) = details {
+                    failure["error"]["data"] = details;
+                }
+                failure
+            }
+        };
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        (200, "application/json".into(), body)
+    }
+}
+
+/// The method and params of a v1.0 JSON-RPC request for a method the gRPC service has.
+fn as_grpc_call(request: &AgentRequest) -> Option<(prost_reflect::MethodDescriptor, &Value)> {
+    let body = request.body.as_ref()?;
+    let name = body["method"].as_str()?;
+    Some((proto::method(&proto::path(name))?, &body["params"]))
+}
+
+fn rpc_failure(id: &Value, code: i64, message: &str) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
+}
+
+/// A gRPC answer read whole: its (last) message and its status, `None` for a body that
+/// is not gRPC frames.
+fn grpc_answer(body: &[u8]) -> Option<(Option<Vec<u8>>, Option<Status>)> {
+    if !matches!(body.first(), Some(0 | 0x80)) {
+        return None;
+    }
+    let mut frames = Deframer::new(body.len());
+    frames.push(body);
+    let (mut message, mut status) = (None, None);
+    while let Ok(Some(frame)) = frames.next_frame() {
+        match frame {
+            Frame::Message(m) => message = Some(m),
+            Frame::Trailers(s) => status = Some(s),
+        }
+    }
+    Some((message, status))
+}
+
+impl A2aUpstream {
+    /// The turn's send as it goes to the agent.
+    fn sent(&self, turn: &TurnRequest, run_id: &str) -> Sent {
+        let mut sent = self.addressed(turn);
+        sent.params = match Sent::kept(turn) {
+            Some((client, kept)) => {
+                let dialect = Client::from_value(client).dialect();
+                if sent.toward.transport == Transport::Grpc {
+                    send_params_to_v10(&kept["params"], dialect)
+                } else {
+                    kept["params"].clone()
+                }
+            }
+            None => {
+                let text = |item: &Item| json!({ "text": item.text() });
+                let message = json!({
+                    "role": "ROLE_USER",
+                    "messageId": format!("{run_id}-input"),
+                    "parts": turn.input.iter().map(text).collect::<Vec<_>>(),
+                });
+                json!({ "message": message_from_v10(&message, sent.toward.dialect()) })
+            }
+        };
+        sent
+    }
+
+    /// Where and how the turn's requests go, without its message: all a cancel needs.
+    /// Over HTTP, in the client's own transport and version (a gRPC client's as v1.0
+    /// JSON-RPC at `/`, a2a-sdk's mount; a turn from another surface as v0.3 JSON-RPC at
+    /// `/`, which every A2A agent serves); over gRPC, as v1.0.
+    fn addressed(&self, turn: &TurnRequest) -> Sent {
+        let kept = Sent::kept(turn);
+        let client = kept.map(|(c, _)| Client::from_value(c));
+        let op = match client.as_ref().and_then(Client::op) {
+            Some(op) => op,
+            None if turn.stream => Op::Stream,
+            None => Op::Send,
+        };
+        let mut headers: Vec<(String, String)> = kept
+            .and_then(|(_, k)| k["headers"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|h| Some((h[0].as_str()?.to_owned(), h[1].as_str()?.to_owned())))
+            .collect();
+        let (toward, path) = match client {
+            _ if self.grpc => (
+                Client::new(Transport::Grpc, Version::V10, op, Value::Null),
+                String::new(),
+            ),
+            Some(c) if c.transport == Transport::Grpc => (
+                Client::new(Transport::JsonRpc, Version::V10, op, Value::Null),
+                "/".to_owned(),
+            ),
+            Some(c) => {
+                let path = kept.and_then(|(_, k)| k["path"].as_str()).unwrap_or("/");
+                (c, path.to_owned())
+            }
+            None => (
+                Client::new(Transport::JsonRpc, Version::V03, op, Value::Null),
+                "/".to_owned(),
+            ),
+        };
+        if toward.version == Version::V10 && toward.transport != Transport::Rest {
+            let named = |(n, _): &(String, String)| n.eq_ignore_ascii_case("A2A-Version");
+            if !headers.iter().any(named) {
+                headers.push(("A2A-Version".into(), Version::V10.as_str().into()));
+            }
+        }
+        Sent {
+            toward,
+            path,
+            params: Value::Null,
+            headers,
+        }
     }
 }
 
 /// The client's request as the surface kept it, to send on to the agent; other requests
 /// to the agent are made in the same transport, version and dialect.
 struct Sent {
-    client: Client,
+    /// How the agent is asked: transport, version and the send's method.
+    toward: Client,
     path: String,
     params: Value,
     headers: Vec<(String, String)>,
 }
 
 impl Sent {
-    /// From a turn the A2A surface parsed; a turn from another surface is sent as a v0.3
-    /// JSON-RPC message to `/`, which every A2A agent serves.
-    fn of(turn: &TurnRequest, run_id: &str) -> Sent {
-        let params = match Sent::kept(turn) {
-            Some((_, kept)) => kept["params"].clone(),
-            None => {
-                let parts: Vec<Value> = turn
-                    .input
-                    .iter()
-                    .map(|item| json!({ "kind": "text", "text": item.text() }))
-                    .collect();
-                json!({ "message": {
-                    "kind": "message",
-                    "role": "user",
-                    "messageId": format!("{run_id}-input"),
-                    "parts": parts,
-                }})
-            }
-        };
-        Sent {
-            params,
-            ..Sent::addressed(turn)
-        }
-    }
-
-    /// Where and how the turn's requests go, without its message: all a cancel needs.
-    fn addressed(turn: &TurnRequest) -> Sent {
-        let Some((client, kept)) = Sent::kept(turn) else {
-            let op = if turn.stream { Op::Stream } else { Op::Send };
-            return Sent {
-                client: Client::new(Transport::JsonRpc, Version::V03, op, Value::Null),
-                path: "/".into(),
-                params: Value::Null,
-                headers: Vec::new(),
-            };
-        };
-        Sent {
-            client: Client::from_value(client),
-            path: kept["path"].as_str().unwrap_or("/").to_owned(),
-            params: Value::Null,
-            headers: kept["headers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|h| Some((h[0].as_str()?.to_owned(), h[1].as_str()?.to_owned())))
-                .collect(),
-        }
-    }
-
     /// The client and its request as the A2A surface kept them, when the turn came from
     /// there.
     fn kept(turn: &TurnRequest) -> Option<(&Value, &Value)> {
@@ -184,9 +316,21 @@ impl Sent {
         self.post(&self.path, body)
     }
 
-    /// The JSON-RPC method for `op` in the client's version.
+    /// The JSON-RPC (or gRPC) method for `op` in the agent's version.
     fn method(&self, op: Op) -> &'static str {
-        method_name(Transport::JsonRpc, self.client.version, op)
+        method_name(Transport::JsonRpc, self.toward.version, op)
+    }
+
+    /// A gRPC call of the service's method `name` with `params` (v1.0 JSON) as its request.
+    fn grpc(&self, name: &str, params: &Value) -> AgentRequest {
+        // What cannot be encoded (a field of the wrong type) is the client's mistake the
+        // agent reports as such: an empty message is sent, which it refuses.
+        let message = proto::method(&proto::path(name))
+            .and_then(|m| proto::encode(&m.input(), params).ok())
+            .unwrap_or_default();
+        let mut call = AgentRequest::grpc(proto::path(name), message);
+        call.headers = self.headers.clone();
+        call
     }
 
     /// The client's send, addressed to the session. `keep_task` is false after a restore:
@@ -211,11 +355,13 @@ impl Sent {
                 config.remove("blocking");
             }
         }
-        let request = match self.client.transport {
-            Transport::JsonRpc => self.rpc(rpc_id, &self.client.method, params),
+        let method = self.toward.method.as_str();
+        let request = match self.toward.transport {
+            Transport::JsonRpc => self.rpc(rpc_id, method, params),
             Transport::Rest => self.post(&self.path, params),
+            Transport::Grpc => return self.grpc(method, &params),
         };
-        if self.client.op() == Some(Op::Stream) {
+        if self.toward.op() == Some(Op::Stream) {
             request.with_header("Accept", "text/event-stream")
         } else {
             request
@@ -223,7 +369,11 @@ impl Sent {
     }
 
     fn get_task(&self, task_id: &str, rpc_id: &str) -> AgentRequest {
-        match self.client.transport {
+        match self.toward.transport {
+            Transport::Grpc => self.grpc(
+                self.method(Op::Get),
+                &json!({ "id": task_id, "historyLength": 0 }),
+            ),
             Transport::JsonRpc => {
                 let params = json!({ "id": task_id, "historyLength": 0 });
                 self.rpc(rpc_id, self.method(Op::Get), params)
@@ -236,7 +386,8 @@ impl Sent {
     }
 
     fn cancel_task(&self, task_id: &str, rpc_id: &str) -> AgentRequest {
-        match self.client.transport {
+        match self.toward.transport {
+            Transport::Grpc => self.grpc(self.method(Op::Cancel), &json!({ "id": task_id })),
             Transport::JsonRpc => {
                 self.rpc(rpc_id, self.method(Op::Cancel), json!({ "id": task_id }))
             }
@@ -262,13 +413,14 @@ impl Sent {
             "role": "ROLE_USER", "messageId": message_id,
             "contextId": session_id, "parts": [{ "text": text }],
         });
-        let message = message_from_v10(&message, self.client.dialect());
-        match self.client.transport {
+        let message = message_from_v10(&message, self.toward.dialect());
+        match self.toward.transport {
+            Transport::Grpc => self.grpc(self.method(Op::Send), &json!({ "message": message })),
             Transport::JsonRpc => {
                 self.rpc(rpc_id, self.method(Op::Send), json!({ "message": message }))
             }
             Transport::Rest => {
-                let key = if self.client.dialect() == Dialect::Proto03 {
+                let key = if self.toward.dialect() == Dialect::Proto03 {
                     "request"
                 } else {
                     "message"

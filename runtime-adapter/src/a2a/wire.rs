@@ -188,7 +188,7 @@ pub(super) fn part_from_v10(part: &Value, dialect: Dialect) -> Value {
     }
 }
 
-fn message_to_v10(message: &Value) -> Value {
+pub(super) fn message_to_v10(message: &Value) -> Value {
     reshape(message, |out| {
         out.remove("kind");
         map_str(out, "role", |role| match role {
@@ -220,6 +220,30 @@ pub(super) fn message_from_v10(message: &Value, dialect: Dialect) -> Value {
             rename(out, "parts", "content");
         }
     })
+}
+
+/// A send's params in v1.0's form (a `SendMessageRequest`): v0.3's message converted, and
+/// of its configuration what v1.0 has the same way (output modes, history length).
+pub(super) fn send_params_to_v10(params: &Value, dialect: Dialect) -> Value {
+    if dialect == Dialect::Proto {
+        return params.clone();
+    }
+    let message = params
+        .get("message")
+        .or_else(|| params.get("request"))
+        .map(message_to_v10)
+        .unwrap_or(Value::Null);
+    let mut out = json!({ "message": message });
+    let config = &params["configuration"];
+    for key in ["acceptedOutputModes", "historyLength"] {
+        if let Some(v) = config.get(key) {
+            out["configuration"][key] = v.clone();
+        }
+    }
+    if let Some(metadata) = params.get("metadata").filter(|m| m.is_object()) {
+        out["metadata"] = metadata.clone();
+    }
+    out
 }
 
 fn status_to_v10(status: &Value) -> Value {

@@ -225,6 +225,7 @@ fn forward(req: &ClientRequest, method: &'static str, path: String, body: Option
         path,
         headers: Vec::new(),
         body,
+        grpc: None,
     })
 }
 

@@ -3,6 +3,7 @@
 
 mod captures;
 mod card;
+mod grpc;
 mod parser;
 mod render;
 mod routes;

@@ -98,7 +98,7 @@ fn parses_a_v10_stream_split_anywhere() {
     // The upstream's parser picks SSE from the content type.
     let turn = TurnRequest::new(Protocol::A2a);
     let call = call(&turn, &[], &[]);
-    let mut parser = A2aUpstream.parser(&call, "text/event-stream; charset=utf-8");
+    let mut parser = A2aUpstream::JSONRPC.parser(&call, "text/event-stream; charset=utf-8");
     let mut out = parser.feed(body.as_bytes());
     out.extend(parser.finish());
     assert_eq!(out.last(), Some(&Output::Done { usage: None }));

@@ -213,34 +213,37 @@ fn bad_messages_get_the_sdks_validation_errors() {
 }
 
 #[test]
-fn task_methods_route_to_the_log_with_the_request_as_fallback() {
+fn task_methods_route_to_the_log_and_an_unknown_task_is_not_found() {
     let body = rpc("tasks/get", json!({ "id": "t1", "historyLength": 1 }));
+    let not_found = json!({ "jsonrpc": "2.0", "id": "req-1",
+        "error": { "code": -32001, "message": "Task not found" } });
     assert_eq!(
         route("POST", "/", &[], &body),
         Route::Get {
             agent_ref: "t1".into(),
             client: json!({ "transport": "jsonrpc", "version": "0.3", "method": "tasks/get",
                             "id": "req-1", "historyLength": 1 }),
-            fallback: AgentRequest::post("/", body.clone()),
+            not_found: (200, not_found),
         }
     );
     let body = rpc("GetTask", json!({ "id": "t1" }));
-    let Route::Get { fallback, .. } = route("POST", "/", V1, &body) else {
+    let Route::Get { not_found, .. } = route("POST", "/", V1, &body) else {
         panic!()
     };
-    assert_eq!(
-        fallback,
-        AgentRequest::post("/", body.clone()).with_header("A2A-Version", "1.0")
-    );
+    assert_eq!(not_found.1["error"]["code"], -32001);
+    assert_eq!(not_found.1["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
 
     let body = rpc("CancelTask", json!({ "id": "t1" }));
+    let Route::Cancel {
+        agent_ref, client, ..
+    } = route("POST", "/", V1, &body)
+    else {
+        panic!()
+    };
+    assert_eq!(agent_ref, "t1");
     assert_eq!(
-        route("POST", "/", V1, &body),
-        Route::Cancel {
-            agent_ref: "t1".into(),
-            client: json!({ "transport": "jsonrpc", "version": "1.0", "method": "CancelTask", "id": "req-1" }),
-            fallback: AgentRequest::post("/", body.clone()).with_header("A2A-Version", "1.0"),
-        }
+        client,
+        json!({ "transport": "jsonrpc", "version": "1.0", "method": "CancelTask", "id": "req-1" })
     );
     let body = rpc("tasks/cancel", json!({ "id": "t1" }));
     assert!(matches!(
@@ -256,6 +259,7 @@ fn resubscribe_resumes_after_the_last_event_id() {
         agent_ref,
         after_seq,
         client,
+        ..
     } = route("POST", "/", &[("Last-Event-ID", "42")], &body)
     else {
         panic!()
@@ -384,23 +388,34 @@ fn rest_requests_route_like_json_rpc() {
 #[test]
 fn rest_task_operations() {
     let get = request("GET", "/rest/tasks/t%201", Some("historyLength=2"), V1, b"");
+    let Route::Get {
+        agent_ref,
+        client,
+        not_found: (status, body),
+    } = A2aSurface.route(&get)
+    else {
+        panic!()
+    };
+    assert_eq!(agent_ref, "t 1");
     assert_eq!(
-        A2aSurface.route(&get),
-        Route::Get {
-            agent_ref: "t 1".into(),
-            client: json!({ "transport": "rest", "version": "1.0", "method": "get", "id": null, "historyLength": 2 }),
-            fallback: AgentRequest::get("/rest/tasks/t%201?historyLength=2")
-                .with_header("A2A-Version", "1.0"),
-        }
+        client,
+        json!({ "transport": "rest", "version": "1.0", "method": "get", "id": null, "historyLength": 2 })
+    );
+    assert_eq!(
+        (status, &body["error"]["status"]),
+        (404, &json!("NOT_FOUND"))
     );
     let cancel = request("POST", "/rest/v1/tasks/t1:cancel", None, &[], b"{}");
+    let Route::Cancel {
+        agent_ref, client, ..
+    } = A2aSurface.route(&cancel)
+    else {
+        panic!()
+    };
+    assert_eq!(agent_ref, "t1");
     assert_eq!(
-        A2aSurface.route(&cancel),
-        Route::Cancel {
-            agent_ref: "t1".into(),
-            client: json!({ "transport": "rest", "version": "0.3", "method": "cancel", "id": null }),
-            fallback: AgentRequest::post("/rest/v1/tasks/t1:cancel", json!({})),
-        }
+        client,
+        json!({ "transport": "rest", "version": "0.3", "method": "cancel", "id": null })
     );
     let headers = [("A2A-Version", "1.0"), ("Last-Event-ID", "7")];
     let subscribe = request("GET", "/rest/tasks/t1:subscribe", None, &headers, b"");

@@ -34,7 +34,7 @@ fn the_agent_gets_the_clients_request_in_the_session() {
     let params = json!({ "message": v10_message(json!({ "contextId": "ctx-from-client" })),
                          "configuration": { "returnImmediately": true, "historyLength": 2 } });
     let turn = turn_of("POST", "/", V1, rpc("SendMessage", params));
-    let request = A2aUpstream.request(&call(&turn, &[], &[]));
+    let request = A2aUpstream::JSONRPC.request(&call(&turn, &[], &[]));
     let mut message = v10_message(json!({}));
     message["contextId"] = json!("sess-1");
     assert_eq!(
@@ -56,7 +56,7 @@ fn the_agent_gets_the_clients_request_in_the_session() {
             json!({ "message": v03_message(json!({ "taskId": "t1", "contextId": "c" })) }),
         ),
     );
-    let request = A2aUpstream.request(&call(&turn, &[], &[]));
+    let request = A2aUpstream::JSONRPC.request(&call(&turn, &[], &[]));
     assert_eq!(
         request.headers,
         vec![("Accept".to_owned(), "text/event-stream".to_owned())]
@@ -73,7 +73,7 @@ fn the_agent_gets_the_clients_request_in_the_session() {
         json!({ "request": {
         "messageId": "m", "role": "ROLE_USER", "content": [{ "text": "hi" }] }, "configuration": { "blocking": false } }),
     );
-    let request = A2aUpstream.request(&call(&turn, &[], &[]));
+    let request = A2aUpstream::JSONRPC.request(&call(&turn, &[], &[]));
     assert_eq!(
         request,
         AgentRequest::post(
@@ -89,7 +89,7 @@ fn the_agent_gets_the_clients_request_in_the_session() {
 fn a_turn_from_another_surface_is_sent_as_v03_json_rpc() {
     let mut turn = TurnRequest::new(Protocol::OpenAiChat);
     turn.input = vec![Item::user_text("hello")];
-    let request = A2aUpstream.request(&call(&turn, &[], &[]));
+    let request = A2aUpstream::JSONRPC.request(&call(&turn, &[], &[]));
     assert_eq!(
         request,
         AgentRequest::post(
@@ -116,14 +116,17 @@ fn probes_ask_for_the_last_task() {
         Item::user_text("My project is named zebra42."),
         Item::assistant_text("You said so."),
     ];
-    assert_eq!(A2aUpstream.probe(&call(&turn, &[], &[])), Probe::Skip);
     assert_eq!(
-        A2aUpstream.probe(&call(&turn, &history, &[])),
+        A2aUpstream::JSONRPC.probe(&call(&turn, &[], &[])),
+        Probe::Skip
+    );
+    assert_eq!(
+        A2aUpstream::JSONRPC.probe(&call(&turn, &history, &[])),
         Probe::Restore
     );
     let events = earlier_run("t-old");
     assert_eq!(
-        A2aUpstream.probe(&call(&turn, &history, &events)),
+        A2aUpstream::JSONRPC.probe(&call(&turn, &history, &events)),
         Probe::Ask(
             AgentRequest::post(
                 "/",
@@ -140,7 +143,7 @@ fn probes_ask_for_the_last_task() {
         json!({ "message": v10_message(json!({})) }),
     );
     assert_eq!(
-        A2aUpstream.probe(&call(&turn, &history, &events)),
+        A2aUpstream::JSONRPC.probe(&call(&turn, &history, &events)),
         Probe::Ask(
             AgentRequest::get("/rest/tasks/t-old?historyLength=0")
                 .with_header("A2A-Version", "1.0")
@@ -150,17 +153,17 @@ fn probes_ask_for_the_last_task() {
 
 #[test]
 fn forgot_means_task_not_found() {
-    assert!(A2aUpstream.forgot(
+    assert!(A2aUpstream::JSONRPC.forgot(
         404,
         br#"{"error":{"code":404,"status":"NOT_FOUND","message":"Task not found"}}"#
     ));
-    assert!(A2aUpstream.forgot(200, captures::V10_NOT_FOUND.as_bytes()));
-    assert!(A2aUpstream.forgot(200, br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"data":null,"message":"Task t not found"}}"#));
-    assert!(A2aUpstream.forgot(200, b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32001,\"message\":\"x\"}}\r\n\r\n"));
-    assert!(!A2aUpstream.forgot(200, captures::V10_SEND.as_bytes()));
-    assert!(!A2aUpstream.forgot(200, captures::V10_SUBSCRIBE_FINISHED.as_bytes()));
-    assert!(!A2aUpstream.forgot(200, crlf(captures::V03_STREAM).as_bytes()));
-    assert!(!A2aUpstream.forgot(500, b"oops"));
+    assert!(A2aUpstream::JSONRPC.forgot(200, captures::V10_NOT_FOUND.as_bytes()));
+    assert!(A2aUpstream::JSONRPC.forgot(200, br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"data":null,"message":"Task t not found"}}"#));
+    assert!(A2aUpstream::JSONRPC.forgot(200, b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32001,\"message\":\"x\"}}\r\n\r\n"));
+    assert!(!A2aUpstream::JSONRPC.forgot(200, captures::V10_SEND.as_bytes()));
+    assert!(!A2aUpstream::JSONRPC.forgot(200, captures::V10_SUBSCRIBE_FINISHED.as_bytes()));
+    assert!(!A2aUpstream::JSONRPC.forgot(200, crlf(captures::V03_STREAM).as_bytes()));
+    assert!(!A2aUpstream::JSONRPC.forgot(500, b"oops"));
 }
 
 #[test]
@@ -181,7 +184,9 @@ fn restore_tells_the_agent_the_earlier_turns_first() {
             text: "hidden".into(),
         },
     ];
-    let restore = A2aUpstream.restore(&call(&turn, &history, &[])).unwrap();
+    let restore = A2aUpstream::JSONRPC
+        .restore(&call(&turn, &history, &[]))
+        .unwrap();
     let text = "[Tether restored this conversation: the agent had lost it. Earlier turns:]\n\
                 User: My project is named zebra42.\n\
                 Assistant: You said: My project is named zebra42.\n\
@@ -206,7 +211,9 @@ fn restore_tells_the_agent_the_earlier_turns_first() {
         &[],
         rpc("message/send", json!({ "message": v03_message(json!({})) })),
     );
-    let restore = A2aUpstream.restore(&call(&turn, &history, &[])).unwrap();
+    let restore = A2aUpstream::JSONRPC
+        .restore(&call(&turn, &history, &[]))
+        .unwrap();
     let body = restore.before[0].body.clone().unwrap();
     assert_eq!(body["method"], "message/send");
     assert_eq!(
@@ -220,14 +227,16 @@ fn restore_tells_the_agent_the_earlier_turns_first() {
         json!({ "request": {
         "messageId": "m", "role": "ROLE_USER", "content": [{ "text": "hi" }] } }),
     );
-    let restore = A2aUpstream.restore(&call(&turn, &history, &[])).unwrap();
+    let restore = A2aUpstream::JSONRPC
+        .restore(&call(&turn, &history, &[]))
+        .unwrap();
     assert_eq!(restore.before[0].path, "/rest/v1/message:send");
     assert_eq!(
         restore.before[0].body.as_ref().unwrap()["request"]["content"],
         json!([{ "text": text }])
     );
     // Nothing to tell: just the turn.
-    assert!(A2aUpstream
+    assert!(A2aUpstream::JSONRPC
         .restore(&call(&turn, &[], &[]))
         .unwrap()
         .before
@@ -246,7 +255,7 @@ fn cancel_names_the_task_in_the_turns_protocol() {
             json!({ "message": v03_message(json!({})) }),
         ),
     );
-    let request = A2aUpstream.cancel(&turn).unwrap()("t1");
+    let request = A2aUpstream::JSONRPC.cancel(&turn).unwrap()("t1");
     assert_eq!(
         request,
         AgentRequest::post(
@@ -263,7 +272,7 @@ fn cancel_names_the_task_in_the_turns_protocol() {
             json!({ "message": v10_message(json!({})) }),
         ),
     );
-    let request = A2aUpstream.cancel(&turn).unwrap()("t1");
+    let request = A2aUpstream::JSONRPC.cancel(&turn).unwrap()("t1");
     assert_eq!(request.body.as_ref().unwrap()["method"], "CancelTask");
     assert_eq!(
         request.headers,
@@ -276,7 +285,7 @@ fn cancel_names_the_task_in_the_turns_protocol() {
         json!({ "message": v10_message(json!({})) }),
     );
     assert_eq!(
-        A2aUpstream.cancel(&turn).unwrap()("a/b"),
+        A2aUpstream::JSONRPC.cancel(&turn).unwrap()("a/b"),
         AgentRequest::post("/rest/tasks/a%2Fb:cancel", json!({})).with_header("A2A-Version", "1.0")
     );
 }
