@@ -137,16 +137,18 @@ impl EventType {
         EventType::ALL.into_iter().find(|t| t.as_str() == s)
     }
 
+    /// The transcript types: what the model sees (see the projection).
+    pub const TRANSCRIPT: [EventType; 5] = [
+        EventType::Message,
+        EventType::Reasoning,
+        EventType::ToolCall,
+        EventType::ToolResult,
+        EventType::Approval,
+    ];
+
     /// Whether the model should see events of this type (see the projection).
     pub fn is_transcript(self) -> bool {
-        matches!(
-            self,
-            EventType::Message
-                | EventType::Reasoning
-                | EventType::ToolCall
-                | EventType::ToolResult
-                | EventType::Approval
-        )
+        EventType::TRANSCRIPT.contains(&self)
     }
 }
 

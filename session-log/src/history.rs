@@ -27,15 +27,6 @@ use crate::store::{EventQuery, Store, StoreError};
 /// Longest fork chain Tether follows; longer is a corrupt log (a chain cannot loop).
 const MAX_DEPTH: usize = 10_000;
 
-/// The transcript types: what the model sees.
-pub const TRANSCRIPT: [EventType; 5] = [
-    EventType::Message,
-    EventType::Reasoning,
-    EventType::ToolCall,
-    EventType::ToolResult,
-    EventType::Approval,
-];
-
 /// One session of a chain.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Link {
@@ -249,7 +240,7 @@ impl Lineage {
             .find_map(|e| self.compaction(e));
         let (summary, from, through) = compaction.unwrap_or((None, 0, 0));
         let transcript = self
-            .events(store, through, at, Some(&TRANSCRIPT), i64::MAX)
+            .events(store, through, at, Some(&EventType::TRANSCRIPT), i64::MAX)
             .await?;
         let mut events: Vec<(Seq, Event)> = markers
             .into_iter()
