@@ -128,6 +128,10 @@ pub struct Settings {
     /// to have them when a resume's risk is assessed. [default: none]
     #[arg(long, env = "TETHER_SIDE_EFFECT_FREE_TOOLS", value_delimiter = ',')]
     pub side_effect_free_tools: Option<Vec<String>>,
+    /// Directory whose `<account_id>/` subdirectories the console and
+    /// `ListWorkspaceFiles`/`AttachmentContent` may read (never write). [default: off]
+    #[arg(long, env = "TETHER_WORKSPACE_DIR")]
+    pub workspace_dir: Option<PathBuf>,
     // --- A2A over gRPC ---
     /// With protocol a2a: how Tether calls the agent, jsonrpc (the client's own HTTP
     /// transport; JSON-RPC for gRPC clients) or grpc (its lf.a2a.v1.A2AService, at the
@@ -264,6 +268,9 @@ pub struct Config {
     pub log_json: bool,
     pub checkpoint_policy: session_log::checkpoints::CheckpointPolicy,
     pub side_effect_free_tools: Vec<String>,
+    /// Canonical (symlinks resolved), so that every path read below it can be checked
+    /// against it; `None` when workspace files are off.
+    pub workspace_dir: Option<PathBuf>,
     pub auth: AuthConfig,
     pub rate_limits: RateLimitConfig,
     pub limits: LimitsConfig,
@@ -473,6 +480,7 @@ impl Settings {
             checkpoint_ttl_seconds,
             checkpoint_replay_allowed,
             side_effect_free_tools,
+            workspace_dir,
             a2a_upstream_transport,
             a2a_grpc_upstream,
             auth,
@@ -661,6 +669,20 @@ impl Settings {
                 replay_allowed: self.checkpoint_replay_allowed.unwrap_or(true),
             },
             side_effect_free_tools: self.side_effect_free_tools.unwrap_or_default(),
+            workspace_dir: self
+                .workspace_dir
+                .map(|dir| {
+                    dir.canonicalize()
+                        .ok()
+                        .filter(|d| d.is_dir())
+                        .ok_or_else(|| {
+                            bad(
+                                "workspace_dir",
+                                format!("{} is not a directory", dir.display()),
+                            )
+                        })
+                })
+                .transpose()?,
             auth,
             rate_limits,
             limits,

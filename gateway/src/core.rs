@@ -240,4 +240,20 @@ impl Store for CoreStore {
         let (a, id) = (account_id.to_owned(), file_id.to_owned());
         delegate!(self, |s| s.attachment(&a, &id))
     }
+
+    async fn put_feedback(&self, feedback: &session_log::Feedback) -> Result<(), StoreError> {
+        let f = feedback.clone();
+        delegate!(self, |s| s.put_feedback(&f))
+    }
+
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<session_log::Feedback>, i64), StoreError> {
+        let (a, sid) = (account_id.to_owned(), session_id.map(str::to_owned));
+        delegate!(self, |s| s.list_feedback(&a, sid.as_deref(), offset, limit))
+    }
 }

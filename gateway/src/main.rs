@@ -16,6 +16,7 @@ mod runs;
 mod serve;
 mod state;
 mod turn;
+mod ui;
 
 use std::process::ExitCode;
 use std::sync::Arc;

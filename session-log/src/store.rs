@@ -156,6 +156,47 @@ pub struct Attachment {
     pub content: Vec<u8>,
 }
 
+/// A person's rating of an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rating {
+    Up,
+    Down,
+}
+
+impl Rating {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rating::Up => "up",
+            Rating::Down => "down",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Rating> {
+        match s {
+            "up" => Some(Rating::Up),
+            "down" => Some(Rating::Down),
+            _ => None,
+        }
+    }
+}
+
+/// Feedback on one answer (a run of a session), owned by one account. Stored beside the
+/// log, not in it: it takes no seq and wakes no subscriber.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Feedback {
+    pub account_id: String,
+    /// Time-ordered (UUIDv7): listings are newest first by this id.
+    pub feedback_id: String,
+    pub session_id: String,
+    pub run_id: String,
+    pub invocation_id: Option<String>,
+    /// The client-visible id of the answer (`resp_…`), when the client named it so.
+    pub response_id: Option<String>,
+    pub rating: Rating,
+    pub comment: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
 /// Where `Store::append_seqs` put each event of a batch.
 #[derive(Debug, Default)]
 pub struct Appended {
@@ -350,4 +391,17 @@ pub trait Store: Send + Sync + 'static {
         account_id: &str,
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError>;
+
+    /// Stores one feedback record.
+    async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError>;
+
+    /// The account's feedback, newest first, optionally of one session; and the total
+    /// count of what matches.
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Feedback>, i64), StoreError>;
 }

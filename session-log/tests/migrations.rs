@@ -33,6 +33,10 @@ const SQLITE: &[(i64, &str)] = &[
         7,
         "6e8efdc934d3e24d177abaedb396fc2e461864864722dec1e59c0ad7ed17127db7edff43cda1b7357d6466d4b5466148",
     ),
+    (
+        8,
+        "78ab6387edc4dcd0225cc790927025e1131d4850ee7d151dd853b1e0c341f48fe540923dde4648102bad8b858a7f7cfe",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -66,6 +70,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         8,
         "0d0913e5b73a623ab56bb88edbf4cd5dc15838a9ce847f9c7772c9bcbf8f7c273be0764ca34c1c77b22e9d67d5378e90",
+    ),
+    (
+        9,
+        "06b3776cd0a2d19537d29bff9437b8fc76ba0cf8e2dcb4b1325907c15e3cae90ff58e53ce155316f691ff43f0e428ab5",
     ),
 ];
 

@@ -13,7 +13,8 @@ use session_log::event::run_status_content;
 use session_log::postgres::PgStore;
 use session_log::sqlite::SqliteStore;
 use session_log::{
-    EventQuery, EventType, Hub, NewEvent, RunStatus, Store, Subscription, Writer, WriterConfig,
+    EventQuery, EventType, Feedback, Hub, NewEvent, Rating, RunStatus, Store, Subscription, Writer,
+    WriterConfig,
 };
 use sqlx::Row;
 
@@ -198,6 +199,7 @@ store_suite!(
     leases_claim_renew_expire_and_carry_cancels,
     fresh_claims_are_written_by_the_append_that_opens_them,
     agent_refs_find_the_latest_invocation_of_the_account,
+    feedback_is_listed_newest_first_per_account_and_session_and_readable,
 );
 
 fn unique(prefix: &str) -> String {
@@ -2042,6 +2044,92 @@ async fn agent_refs_find_the_latest_invocation_of_the_account(b: Backend) {
     assert_eq!(
         (found.session_id, found.invocation_id),
         (claimed_session, claimed)
+    );
+}
+
+async fn feedback_is_listed_newest_first_per_account_and_session_and_readable(b: Backend) {
+    let (account, other) = (unique("acct"), unique("acct"));
+    let (s1, s2) = (unique("s"), unique("s"));
+    let (run, invocation) = (unique("run"), unique("inv"));
+    b.store
+        .append(&[
+            status(&account, &s1, &run, &invocation, RunStatus::InProgress),
+            message(&account, &s1, "user", "hi").in_run(&run, &invocation),
+            message(&account, &s1, "assistant", "first draft").in_run(&run, &invocation),
+            message(&account, &s1, "assistant", "the answer").in_run(&run, &invocation),
+            status(&account, &s1, &run, &invocation, RunStatus::Completed),
+        ])
+        .await
+        .unwrap();
+    let record = |n: u32, account: &str, session: &str, rating: Rating| Feedback {
+        account_id: account.to_owned(),
+        // Time-ordered like the gateway's ids: a later n sorts later.
+        feedback_id: format!("fb_{n:04}_{}", uuid::Uuid::new_v4().simple()),
+        session_id: session.to_owned(),
+        run_id: run.clone(),
+        invocation_id: Some(invocation.clone()),
+        response_id: (n == 1).then(|| "resp_x".to_owned()),
+        rating,
+        comment: (n == 2).then(|| "caf\u{e9} \"quoted\"".to_owned()),
+        created_at: chrono::DateTime::from_timestamp(1_796_000_000 + i64::from(n), 0).unwrap(),
+    };
+    let mine = [
+        record(1, &account, &s1, Rating::Up),
+        record(2, &account, &s1, Rating::Down),
+        record(3, &account, &s2, Rating::Up),
+    ];
+    for f in &mine {
+        b.store.put_feedback(f).await.unwrap();
+    }
+    b.store
+        .put_feedback(&record(4, &other, &s1, Rating::Down))
+        .await
+        .unwrap();
+
+    let (all, total) = b.store.list_feedback(&account, None, 0, 10).await.unwrap();
+    assert_eq!(total, 3);
+    assert_eq!(all, vec![mine[2].clone(), mine[1].clone(), mine[0].clone()]);
+    let (page, total) = b
+        .store
+        .list_feedback(&account, Some(&s1), 1, 1)
+        .await
+        .unwrap();
+    assert_eq!((page, total), (vec![mine[0].clone()], 2));
+    let (theirs, total) = b
+        .store
+        .list_feedback(&other, Some(&s2), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!((theirs.len(), total), (0, 0));
+
+    // The operators' view: each rating beside the run's last assistant answer.
+    let sql = "SELECT rating, comment, answer_text FROM feedback_readable \
+               WHERE account_id = $1 AND session_id = $2 ORDER BY feedback_id";
+    let rows: Vec<(String, Option<String>, Option<String>)> = match &b.raw {
+        Raw::Sqlite(pool) => sqlx::query_as(sql)
+            .bind(&account)
+            .bind(&s1)
+            .fetch_all(pool)
+            .await
+            .unwrap(),
+        Raw::Postgres(pool) => sqlx::query_as(sql)
+            .bind(&account)
+            .bind(&s1)
+            .fetch_all(pool)
+            .await
+            .unwrap(),
+    };
+    let answer = Some("the answer".to_owned());
+    assert_eq!(
+        rows,
+        vec![
+            ("up".to_owned(), None, answer.clone()),
+            (
+                "down".to_owned(),
+                Some("caf\u{e9} \"quoted\"".to_owned()),
+                answer
+            ),
+        ]
     );
 }
 

@@ -1,12 +1,13 @@
 //! Attachment actions of the control API: `UploadAttachment` (a data URL in, a URI out)
 //! and `AttachmentContent` (the bytes back, for the owning account only; anyone else gets
-//! 404). How a run's attachments are checked and stored is in `runs::attachments`.
+//! 404; a path without the upload scheme is a workspace file, see `workspace`). How a
+//! run's attachments are checked and stored is in `runs::attachments`.
 
 use pingora::proxy::Session;
 use pingora::Result;
 use serde_json::json;
 
-use super::{query_value, respond_envelope, ActionResult, Call, ControlError};
+use super::{query_value, respond_envelope, workspace, ActionResult, Call, ControlError};
 use crate::ids::new_id;
 use crate::runs::attachments::{refused, save, Upload, SCHEME};
 use crate::state::State;
@@ -54,23 +55,31 @@ pub async fn content(
     request_id: &str,
 ) -> Result<()> {
     const ACTION: &str = "AttachmentContent";
-    let uri = session
+    let raw = session
         .req_header()
         .uri
         .query()
         .unwrap_or("")
         .split('&')
         .find_map(|p| p.strip_prefix("FileUri="))
-        .and_then(query_value);
-    let Some(uri) = uri.filter(|u| !u.is_empty()) else {
-        let e = ControlError::bad_request("FileUri is required");
-        return respond_envelope(session, ACTION, request_id, Err(e)).await;
+        .filter(|raw| !raw.is_empty());
+    let uri = match raw.map(|raw| query_value(raw).ok_or(raw)) {
+        Some(Ok(uri)) => uri,
+        Some(Err(raw)) => {
+            tracing::warn!(account_id, file_uri = ?raw, "AttachmentContent: FileUri is not UTF-8 percent-encoding");
+            let e = ControlError::bad_request("FileUri is not valid percent-encoded UTF-8");
+            return respond_envelope(session, ACTION, request_id, Err(e)).await;
+        }
+        None => {
+            let e = ControlError::bad_request("FileUri is required");
+            return respond_envelope(session, ACTION, request_id, Err(e)).await;
+        }
     };
-    let found = match uri.strip_prefix(SCHEME) {
-        Some(file_id) => state.store.attachment(account_id, file_id).await,
-        None => Ok(None),
+    // Without the upload scheme, the seed's rule: a path relative to the workspace.
+    let Some(file_id) = uri.strip_prefix(SCHEME) else {
+        return workspace::serve_file(state, session, account_id, request_id, &uri).await;
     };
-    match found {
+    match state.store.attachment(account_id, file_id).await {
         Ok(Some(a)) => {
             let mut h = pingora::http::ResponseHeader::build(200, Some(4))?;
             h.insert_header("content-type", a.mime_type.as_str())?;

@@ -61,7 +61,7 @@ struct ResumeParams {
 
 /// A session the caller's account owns and every event of its history (a fork's
 /// inherited ones first); another account's session is "not found".
-async fn session_history(
+pub(super) async fn session_history(
     call: &Call<'_>,
     session_id: &str,
 ) -> Result<(Lineage, Vec<Event>), ControlError> {

@@ -4,11 +4,14 @@
 //! request and writes the envelope; each action family has a file of its own.
 
 mod attachments;
+mod bootstrap;
 mod checkpoints;
 mod event;
+mod feedback;
 mod history;
 pub mod sessions;
 mod subscribe;
+mod workspace;
 
 use std::borrow::Cow;
 
@@ -25,6 +28,33 @@ use crate::ids::new_id;
 use crate::state::State;
 
 pub const PREFIX: &str = "/agentengine/api/v1/";
+
+/// Every action this API answers. Anything else is a 404 before its body is read, and
+/// `GetAgentUiBootstrap` derives the features it reports from this list: an action
+/// added to `dispatch` but not here is never reached.
+const ACTIONS: &[&str] = &[
+    "ListSessions",
+    "ListSessionEvents",
+    "CancelRun",
+    "UploadAttachment",
+    "AttachmentContent",
+    "SubscribeRunEvents",
+    "ListSessionCheckpoints",
+    "ListToolReceipts",
+    "GetCheckpointResumePreview",
+    "ResumeRun",
+    "ForkSession",
+    "CompactSession",
+    "GetAgentUiBootstrap",
+    "CreateFeedback",
+    "ListFeedback",
+    "ListWorkspaceFiles",
+];
+
+/// Whether this API answers `action`.
+pub fn answers(action: &str) -> bool {
+    ACTIONS.contains(&action)
+}
 
 /// A control-API failure: HTTP status, envelope `Code` (= the status), message, and
 /// optional details in `Data`.
@@ -116,6 +146,10 @@ pub async fn serve(
     method: Method,
     action: &str,
 ) -> Result<()> {
+    if !answers(action) {
+        let e = ControlError::new(404, format!("unknown action {action:?}"), Value::Null);
+        return respond_envelope(session, action, &new_id("req"), Err(e)).await;
+    }
     let allowed = if matches!(action, "SubscribeRunEvents" | "AttachmentContent") {
         Method::GET
     } else {
@@ -205,6 +239,10 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
         "ForkSession" => history::fork_session(call).await,
         "CompactSession" => history::compact_session(call).await,
+        "GetAgentUiBootstrap" => bootstrap::get_agent_ui_bootstrap(call).await,
+        "CreateFeedback" => feedback::create(call).await,
+        "ListFeedback" => feedback::list(call).await,
+        "ListWorkspaceFiles" => workspace::list_files(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 use session_log::event::run_status_content;
-use session_log::{EventType, ForkPoint, Lineage, NewEvent, RunStatus};
+use session_log::{EventQuery, EventType, ForkPoint, Lineage, NewEvent, RunStatus};
 
 use super::event::{EventView, Place};
 use super::{ActionResult, Call, ControlError};
@@ -41,21 +41,39 @@ pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
         .store
         .list_sessions(call.account_id, (page - 1) * page_size, page_size)
         .await?;
-    let sessions: Vec<Value> = sessions
-        .iter()
-        .map(|s| {
-            json!({
-                "SessionId": s.session_id,
-                "AgentId": p.agent_id,
-                "UserId": p.user_id,
-                "LastSeqId": s.last_seq,
-                "CreatedAt": s.created_at.to_rfc3339(),
-                "UpdatedAt": s.updated_at.to_rfc3339(),
-                "ForkedFrom": s.forked_from.as_ref().map(forked_from),
-            })
-        })
-        .collect();
-    Ok(json!({ "Sessions": sessions, "Total": total, "Page": page, "PageSize": page_size }))
+    let mut rows = Vec::with_capacity(sessions.len());
+    for s in &sessions {
+        rows.push(json!({
+            "SessionId": s.session_id,
+            "AgentId": p.agent_id,
+            "UserId": p.user_id,
+            "LastSeqId": s.last_seq,
+            "LastRunStatus": last_run_status(call, s).await?,
+            "CreatedAt": s.created_at.to_rfc3339(),
+            "UpdatedAt": s.updated_at.to_rfc3339(),
+            "ForkedFrom": s.forked_from.as_ref().map(forked_from),
+        }));
+    }
+    Ok(json!({ "Sessions": rows, "Total": total, "Page": page, "PageSize": page_size }))
+}
+
+/// The state of a session's latest run, read from its last event (one primary-key
+/// lookup): its `run_status`, `in_progress` for any other event of a run (a run writes
+/// its terminal status last), `None` when the last event belongs to no run.
+async fn last_run_status(
+    call: &Call<'_>,
+    s: &session_log::Session,
+) -> Result<Option<&'static str>, ControlError> {
+    let query = EventQuery {
+        after_seq: s.last_seq - 1,
+        limit: 1,
+        ..EventQuery::session(call.account_id, &s.session_id)
+    };
+    let last = call.state.store.events(&query).await?;
+    Ok(last.first().and_then(|e| match e.run_status() {
+        Some(status) => Some(status.as_str()),
+        None => e.run_id.as_ref().map(|_| RunStatus::InProgress.as_str()),
+    }))
 }
 
 /// A fork point as the control API shows it (`ForkedFrom`).

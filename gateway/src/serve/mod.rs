@@ -23,6 +23,7 @@ use crate::client::{framing, respond};
 use crate::metrics::METRICS;
 use crate::passthrough::{self, Exchange};
 use crate::state::State;
+use crate::ui;
 
 pub struct Gateway {
     pub state: Arc<State>,
@@ -81,6 +82,12 @@ impl ProxyHttp for Gateway {
             // totals). Deployments that expose the port publicly can block the path.
             (Method::GET, "/metrics") => {
                 health::metrics(&self.state, session).await?;
+                Ok(true)
+            }
+            // The console's files hold no data: served before authentication, so that the
+            // page can ask for a credential; everything it then fetches is authenticated.
+            (method, path) if ui::claims(path) => {
+                ui::serve(session, &method, path).await?;
                 Ok(true)
             }
             _ => route::route(&self.state, session, ctx, method, &path).await,

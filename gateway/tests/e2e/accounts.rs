@@ -16,7 +16,7 @@ pub fn png_data_url() -> String {
     )
 }
 
-fn control(tether: &Tether, key: &str, action: &str, body: Value) -> Reply {
+pub fn control(tether: &Tether, key: &str, action: &str, body: Value) -> Reply {
     let (k, v) = bearer(key);
     post(
         &format!("{}/agentengine/api/v1/{action}", tether.url()),

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::harness::*;
 
-fn control(tether: &Tether, action: &str, body: Value) -> Reply {
+pub fn control(tether: &Tether, action: &str, body: Value) -> Reply {
     post_json(
         &format!("{}/agentengine/api/v1/{action}", tether.url()),
         &body,

@@ -99,7 +99,7 @@ impl TestStore {
         })
     }
 
-    fn with_store<T>(&self, f: impl AsyncFnOnce(&dyn Store) -> T) -> T {
+    pub fn with_store<T>(&self, f: impl AsyncFnOnce(&dyn Store) -> T) -> T {
         Self::rt().block_on(async {
             let store = session_log::open(&self.url).await.expect("open store");
             f(&*store).await

@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::harness::*;
 
 /// The venv's python, or `None` (a failure in CI) when the venv is missing.
-fn interop_python() -> Option<String> {
+pub fn interop_python() -> Option<String> {
     required_in_ci(
         "TETHER_INTEROP_PYTHON",
         "the OpenAI SDK interop tests",
@@ -21,18 +21,25 @@ fn run_pytest(protocol: &str) {
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
     let agent = FakeAgent::start();
     let tether = Tether::start(&agent.url(), protocol, &store.url, &[]);
-    let out = Command::new(python)
-        .args([
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
+    let mut pytest = Command::new(python);
+    pytest.env("TETHER_URL", tether.url());
+    run_pytest_with(
+        pytest,
+        &[
             "tests/interop/test_openai_sdk.py",
             "tests/interop/test_fake_agent.py",
-        ])
+        ],
+        &[&tether],
+    );
+}
+
+/// Runs pytest on `paths` from the repository's root with `python` as set up; fails with
+/// pytest's report and the gateways' logs unless every test ran and passed.
+pub fn run_pytest_with(mut python: Command, paths: &[&str], gateways: &[&Tether]) {
+    let out = python
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(paths)
         .current_dir(repo_root())
-        .env("TETHER_URL", tether.url())
         .output()
         .expect("run pytest");
     let report = format!(
@@ -40,15 +47,15 @@ fn run_pytest(protocol: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    let logs: String = gateways
+        .iter()
+        .map(|t| format!("\n--- tether log (port {}) ---\n{}", t.port, t.log_text()))
+        .collect();
     assert!(
         out.status.success(),
-        "pytest failed against tether ({protocol}):\n{report}\n--- tether log ---\n{}",
-        tether.log_text()
+        "pytest {paths:?} failed:\n{report}{logs}"
     );
-    assert!(
-        !report.contains(" skipped"),
-        "no interop test may skip:\n{report}"
-    );
+    assert!(!report.contains(" skipped"), "no test may skip:\n{report}");
 }
 
 #[test]

@@ -15,10 +15,11 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::sql;
+use super::{feedback, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Invocation, Lease, Renewed, Store,
+    StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -828,6 +829,21 @@ impl Store for PgStore {
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
             .transpose()
+    }
+
+    async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
+        feedback::insert(record).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Feedback>, i64), StoreError> {
+        feedback::list(&self.pool, account_id, session_id, offset, limit).await
     }
 }
 

@@ -21,10 +21,11 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::sql;
+use super::{feedback, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Invocation, Lease, Renewed, Store,
+    StoreError,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -863,6 +864,22 @@ impl Store for SqliteStore {
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
             .transpose()
+    }
+
+    async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
+        let mut turn = self.write_turn().await?;
+        feedback::insert(record).execute(&mut *turn).await?;
+        Ok(())
+    }
+
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Feedback>, i64), StoreError> {
+        feedback::list(&self.pool, account_id, session_id, offset, limit).await
     }
 }
 

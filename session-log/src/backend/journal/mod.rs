@@ -49,7 +49,8 @@ use super::sql;
 use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Invocation, Lease, Renewed, Store,
+    StoreError,
 };
 
 /// Rows backfilled per PostgreSQL transaction.
@@ -1508,5 +1509,24 @@ impl Store for JournaledStore {
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError> {
         self.inner.pg.attachment(account_id, file_id).await
+    }
+
+    // Feedback is not journalled: a person can send it again, and during an outage the
+    // console says the store is unavailable.
+    async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
+        self.inner.pg.put_feedback(record).await
+    }
+
+    async fn list_feedback(
+        &self,
+        account_id: &str,
+        session_id: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Feedback>, i64), StoreError> {
+        self.inner
+            .pg
+            .list_feedback(account_id, session_id, offset, limit)
+            .await
     }
 }
