@@ -1,5 +1,7 @@
-//! Configuration: one TOML file (`--conf`), overridden by `TETHER_*` environment variables,
-//! overridden by flags; validated once into `Config`, refusing bad values by key name.
+//! Configuration: a TOML file (`--conf`; several, later ones winning key by key, so that a
+//! secret part can live in a file of its own), overridden by `TETHER_*` environment
+//! variables, overridden by flags; validated once into `Config`, refusing bad values by key
+//! name.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,10 +25,11 @@ use serde::Deserialize;
                   true (--tee); --tee false or --tee=false turns it off."
 )]
 pub struct Settings {
-    /// TOML configuration file.
-    #[arg(long, env = "TETHER_CONF")]
+    /// TOML configuration file. Repeatable (TETHER_CONF: comma-separated): a later file's
+    /// keys win over an earlier one's, a table as a whole (e.g. [auth] from a Secret).
+    #[arg(long, env = "TETHER_CONF", value_delimiter = ',')]
     #[serde(skip)]
-    pub conf: Option<PathBuf>,
+    pub conf: Vec<PathBuf>,
     /// Address to listen on. [default: 127.0.0.1:8080]
     #[arg(long, env = "TETHER_LISTEN")]
     pub listen: Option<String>,
@@ -159,6 +162,10 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default)]
     pub compaction: CompactionSettings,
+    /// `[telemetry]`: OpenTelemetry traces (file only; the standard OTEL_* variables apply
+    /// as well).
+    #[arg(skip)]
+    pub telemetry: Option<TelemetryConfig>,
 }
 
 /// The `[compaction]` table; its flags and variables are prefixed with `compaction`.
@@ -237,6 +244,27 @@ pub struct CompactionConfig {
     pub trigger_tokens: Option<u64>,
 }
 
+/// `[telemetry]` as the file has it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP base URL traces are exported to, e.g. `http://collector:4318`
+    /// (`/v1/traces` is appended). Unset, and without OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT,
+    /// traces are off.
+    pub otlp_endpoint: Option<String>,
+    /// The agent's name in traces: `gen_ai.agent.name`, and the run span's name
+    /// `invoke_agent {agent_name}`.
+    pub agent_name: Option<String>,
+}
+
+/// `[telemetry]`, validated.
+#[derive(Clone, Debug)]
+pub struct Telemetry {
+    /// Without a trailing slash.
+    pub otlp_endpoint: Option<String>,
+    pub agent_name: String,
+}
+
 /// The validated configuration the gateway runs with.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -275,6 +303,7 @@ pub struct Config {
     pub rate_limits: RateLimitConfig,
     pub limits: LimitsConfig,
     pub compaction: CompactionConfig,
+    pub telemetry: Telemetry,
 }
 
 /// The agent's base URL, split for the connector.
@@ -418,22 +447,24 @@ pub fn describe_store(store: &str) -> String {
 }
 
 impl Settings {
-    /// Reads the file named by `--conf` (if any) under the flags/env already parsed.
+    /// Reads the files named by `--conf` (if any) under the flags/env already parsed.
     pub fn load(self) -> Result<Config, ConfigError> {
-        let (file, text) = match &self.conf {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| bad(FILE_KEY, format!("cannot read {}: {e}", path.display())))?;
-                (parse_file(path, &text)?, Some((path.clone(), text)))
-            }
-            None => (Settings::default(), None),
-        };
+        let mut file = Settings::default();
+        let mut texts = Vec::with_capacity(self.conf.len());
+        for path in &self.conf {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| bad(FILE_KEY, format!("cannot read {}: {e}", path.display())))?;
+            file = parse_file(path, &text)?.over(file).0;
+            texts.push((path.clone(), text));
+        }
         let (settings, from_flags) = self.over(file);
         settings.validate().map_err(|mut e| {
             let top = e.key.split(['.', '[']).next().unwrap_or_default();
-            if let Some((path, text)) = text.filter(|_| !from_flags.contains(&top)) {
-                e.location =
-                    line_of_key(&text, &e.key).map(|line| format!("{}:{line}", path.display()));
+            if !from_flags.contains(&top) {
+                // The last file that has the key is the one whose value was used.
+                e.location = texts.iter().rev().find_map(|(path, text)| {
+                    line_of_key(text, &e.key).map(|line| format!("{}:{line}", path.display()))
+                });
             }
             e
         })
@@ -485,7 +516,8 @@ impl Settings {
             a2a_grpc_upstream,
             auth,
             rate_limits,
-            limits
+            limits,
+            telemetry
         )
     }
 
@@ -605,6 +637,30 @@ impl Settings {
             // Heartbeats every third of the lease: below 1 s a slow commit loses it.
             return Err(bad("run_lease_seconds", "must be at least 3"));
         }
+        let telemetry = self.telemetry.unwrap_or_default();
+        let telemetry = Telemetry {
+            otlp_endpoint: match telemetry.otlp_endpoint {
+                Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                    return Err(bad(
+                        "telemetry.otlp_endpoint",
+                        "must be an http:// or https:// URL (OTLP over HTTP)",
+                    ))
+                }
+                Some(url) if url.parse::<http::Uri>().is_err() => {
+                    return Err(bad(
+                        "telemetry.otlp_endpoint",
+                        format!("{url:?} is not a URL"),
+                    ))
+                }
+                url => url.map(|u| u.trim_end_matches('/').to_owned()),
+            },
+            agent_name: match telemetry.agent_name {
+                Some(name) if name.trim().is_empty() => {
+                    return Err(bad("telemetry.agent_name", "is empty"))
+                }
+                name => name.unwrap_or_else(|| "agent".to_owned()),
+            },
+        };
         let public_url = match self.public_url {
             Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
                 return Err(bad("public_url", "must start with http:// or https://"))
@@ -687,6 +743,7 @@ impl Settings {
             rate_limits,
             limits,
             compaction: self.compaction.validate()?,
+            telemetry,
         })
     }
 }
@@ -1024,6 +1081,33 @@ mod errors_say_where {
     }
 
     #[test]
+    fn a_later_file_wins_and_errors_name_the_file_that_set_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (dir.path().join("a.toml"), dir.path().join("b.toml"));
+        std::fs::write(
+            &first,
+            "upstream = \"http://x\"\nmodel = \"a\"\nthreads = 3\n",
+        )
+        .unwrap();
+        std::fs::write(&second, "\nmodel = \"b\"\n").unwrap();
+        let (a, b) = (first.to_str().unwrap(), second.to_str().unwrap());
+        let c = Settings::try_parse_from(["serve", "--conf", a, "--conf", b])
+            .unwrap()
+            .load()
+            .unwrap();
+        assert_eq!((c.model.as_str(), c.threads), ("b", 3));
+        std::fs::write(&second, "\nthreads = 0\n").unwrap();
+        let e = Settings::try_parse_from(["serve", "--conf", &format!("{a},{b}")])
+            .unwrap()
+            .load()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{b}:2: threads: must be greater than 0")
+        );
+    }
+
+    #[test]
     fn a_file_that_is_not_toml_names_its_line() {
         let (path, e) = load_file("upstream = \"http://x\nthreads = 2\n", &[]);
         assert_eq!(e.key, FILE_KEY);
@@ -1137,6 +1221,16 @@ mod policy_tables {
         );
     }
 
+    /// The default build fetches a JWKS over https (the `jwks-https` feature); the fetch
+    /// itself, through a configured CA, is tested in `policies`.
+    #[test]
+    fn the_default_build_takes_an_https_jwks_url() {
+        let jwt =
+            "[auth.jwt]\nalgorithms = [\"RS256\"]\njwks_url = \"https://idp.example/jwks.json\"\n";
+        let c = load(jwt, &[]).expect("an https JWKS URL is accepted");
+        assert!(c.auth.is_enabled());
+    }
+
     #[test]
     fn policy_errors_name_their_key() {
         let err = |toml: &str| load(toml, &[]).unwrap_err().key;
@@ -1171,7 +1265,7 @@ mod example {
         let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test");
         let path = format!("{crate_dir}/../conf/tether.example.toml");
         let settings = super::Settings {
-            conf: Some(path.into()),
+            conf: vec![path.into()],
             ..Default::default()
         };
         settings.load().expect("conf/tether.example.toml loads");

@@ -7,7 +7,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use session_log::{Appended, Event, EventQuery, Invocation, NewEvent, Session, Store, StoreError};
+use session_log::{
+    Appended, Event, EventQuery, Imported, Invocation, NewEvent, Session, Store, StoreError,
+};
 use tokio::runtime::Handle;
 
 /// Runs `fut` on the core runtime and waits for it from whichever runtime calls.
@@ -225,6 +227,11 @@ impl Store for CoreStore {
     async fn notify(&self, channel: &str, payloads: &[String]) -> Result<(), StoreError> {
         let (c, p) = (channel.to_owned(), payloads.to_vec());
         delegate!(self, |s| s.notify(&c, &p))
+    }
+
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let events = events.to_vec();
+        delegate!(self, |s| s.import_session(&events))
     }
 
     async fn put_attachment(&self, attachment: &session_log::Attachment) -> Result<(), StoreError> {

@@ -3,6 +3,7 @@
 //! so conversations survive the agent forgetting them.
 
 mod api;
+mod cli;
 mod client;
 mod config;
 mod core;
@@ -15,6 +16,7 @@ mod protocol;
 mod runs;
 mod serve;
 mod state;
+mod telemetry;
 mod turn;
 mod ui;
 
@@ -58,11 +60,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway.
-    Serve(Settings),
+    Serve(Box<Settings>),
+    #[command(flatten)]
+    Operate(cli::Command),
 }
 
 fn main() -> ExitCode {
-    let Command::Serve(settings) = Cli::parse().command;
+    let settings = match Cli::parse().command {
+        Command::Serve(settings) => *settings,
+        Command::Operate(command) => return cli::run(command),
+    };
     let config = match settings.load() {
         Ok(c) => c,
         Err(e) => {
@@ -79,9 +86,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(&config);
+    let traces = match telemetry::start(&config) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tether: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(&config, traces.as_ref());
     let log_json = config.log_json;
-    match serve(config, auth) {
+    let served = serve(config, auth);
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         // One line, in the log's format: a JSON log stays parseable, a terminal reads it.
         Err(e) if log_json => {
@@ -95,17 +113,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(config: &Config) {
+/// The log (stderr, text or JSON, filtered by `TETHER_LOG`) and, when traces are on, the
+/// OpenTelemetry layer; the log never shows the trace spans.
+fn init_tracing(config: &Config, traces: Option<&telemetry::Traces>) {
+    use tracing_subscriber::filter::FilterExt;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if config.log_json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let log = match config.log_json {
+        true => log.json().boxed(),
+        false => log.boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter.and(telemetry::not_spans())))
+        .with(traces.map(|t| t.layer()))
+        .init();
 }
 
 fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn std::error::Error>> {

@@ -24,6 +24,7 @@ use crate::ids::{new_id, valid_session_id};
 use crate::metrics::{Limit, METRICS};
 use crate::runs::{attachments, StartError, StartedRun};
 use crate::state::State;
+use crate::telemetry::spans;
 
 /// Starts a run for `turn` and answers the client: the run's stream, or its whole
 /// response once it ends.
@@ -39,8 +40,9 @@ pub async fn run_turn(
     // boxed so that its future is not kept in this one while the run streams.
     let stream = turn.stream;
     let client = turn.extra.get("client").cloned().unwrap_or(Value::Null);
-    let (started, mut events) = match Box::pin(prepare_run(state, account_id, surface, turn)).await
-    {
+    let client_trace = spans::client_context(&session.req_header().headers);
+    let prepared = prepare_run(state, account_id, surface, turn, client_trace);
+    let (started, mut events) = match Box::pin(prepared).await {
         Ok(started) => started,
         Err((e, session_id)) => {
             let headers: Vec<(&str, &str)> = session_id
@@ -78,12 +80,13 @@ pub async fn run_turn(
 
 /// Resolves the session and starts the run; returns it with the subscription its client
 /// follows. On error, returns the error and the session id if one was resolved. Nothing
-/// is written before every check has passed.
+/// is written before every check has passed. The run's span continues `client_trace`.
 async fn prepare_run(
     state: &State,
     account_id: &str,
     surface: &'static dyn Surface,
     turn: TurnRequest,
+    client_trace: Option<opentelemetry::Context>,
 ) -> std::result::Result<(StartedRun, Subscription), (ApiError, Option<String>)> {
     let target = resolve_session(state, account_id, surface, &turn.session)
         .await
@@ -111,31 +114,30 @@ async fn prepare_run(
     let runs = state.runs.clone();
     let (account, sid) = (account_id.to_owned(), session_id.clone());
     let follow = Subscription::before_append(state.store.clone(), &state.hub, account_id, &sid);
-    on_core(&state.core, async move {
-        runs.start(&account, &sid, turn, follow).await
-    })
-    .await
-    .map_err(|e| {
-        let err = match e {
-            StartError::SessionBusy(_) => ApiError::new(
-                409,
-                "invalid_request_error",
-                "conversation_busy",
-                format!("{e}; wait for it to finish or cancel it"),
-            ),
-            StartError::ShuttingDown => {
-                ApiError::new(503, "server_error", "shutting_down", e.to_string())
-            }
-            StartError::TooManyRuns(ref l) => {
-                METRICS.rate_limited(Limit::Runs);
-                ApiError::limited(l)
-            }
-            StartError::Store(_) | StartError::Write(_) => {
-                ApiError::store_unavailable(&e, "cannot start a run")
-            }
-        };
-        (err, Some(session_id))
-    })
+    let start = async move { runs.start(&account, &sid, turn, follow).await };
+    on_core(&state.core, spans::in_client_trace(client_trace, start))
+        .await
+        .map_err(|e| {
+            let err = match e {
+                StartError::SessionBusy(_) => ApiError::new(
+                    409,
+                    "invalid_request_error",
+                    "conversation_busy",
+                    format!("{e}; wait for it to finish or cancel it"),
+                ),
+                StartError::ShuttingDown => {
+                    ApiError::new(503, "server_error", "shutting_down", e.to_string())
+                }
+                StartError::TooManyRuns(ref l) => {
+                    METRICS.rate_limited(Limit::Runs);
+                    ApiError::limited(l)
+                }
+                StartError::Store(_) | StartError::Write(_) => {
+                    ApiError::store_unavailable(&e, "cannot start a run")
+                }
+            };
+            (err, Some(session_id))
+        })
 }
 
 /// Where a turn goes.

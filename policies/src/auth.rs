@@ -158,6 +158,7 @@ struct KeySet {
 
 struct RemoteJwks {
     url: String,
+    agent: ureq::Agent,
     set: RwLock<Arc<KeySet>>,
     /// Serialises fetches and remembers when a request last caused one (the cooldown).
     fetch: tokio::sync::Mutex<Option<Instant>>,
@@ -173,13 +174,13 @@ impl RemoteJwks {
 
     async fn fetch_now(&self) -> Result<usize, JwksError> {
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        let url = self.url.clone();
+        let (agent, url) = (self.agent.clone(), self.url.clone());
         let result = match tokio::runtime::Handle::try_current() {
             Ok(handle) => handle
-                .spawn_blocking(move || fetch_jwks(&url))
+                .spawn_blocking(move || fetch_jwks(&agent, &url))
                 .await
                 .unwrap_or_else(|e| Err(format!("fetch task failed: {e}"))),
-            Err(_) => fetch_jwks(&url),
+            Err(_) => fetch_jwks(&agent, &url),
         };
         match result {
             Ok(keys) => {
@@ -216,12 +217,7 @@ impl RemoteJwks {
     }
 }
 
-fn fetch_jwks(url: &str) -> Result<Vec<Arc<VerifyKey>>, String> {
-    let agent = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(2))
-        .timeout(Duration::from_secs(5))
-        .redirects(0)
-        .build();
+fn fetch_jwks(agent: &ureq::Agent, url: &str) -> Result<Vec<Arc<VerifyKey>>, String> {
     let response = agent.get(url).call().map_err(|e| match e {
         ureq::Error::Status(code, _) => format!("HTTP status {code}"),
         ureq::Error::Transport(t) => format!("transport: {t}"),
@@ -515,17 +511,26 @@ impl JwtVerifier {
                 key: DecodingKey::from_secret(secret),
             }));
         }
-        let remote = c.jwks_url.as_ref().map(|url| RemoteJwks {
-            url: url.clone(),
-            set: RwLock::new(Arc::new(KeySet {
-                keys: Vec::new(),
-                fetched_at: None,
-            })),
-            fetch: tokio::sync::Mutex::new(None),
-            refresh: Duration::from_secs(c.jwks_refresh_seconds),
-            cooldown: Duration::from_secs(c.jwks_refetch_cooldown_seconds),
-            fetches: AtomicU64::new(0),
-        });
+        let agent = match &c.jwks_url {
+            Some(_) => Some(jwks_tls::agent(c.jwks_ca_file.as_deref())?),
+            None => None,
+        };
+        let remote = c
+            .jwks_url
+            .as_ref()
+            .zip(agent)
+            .map(|(url, agent)| RemoteJwks {
+                url: url.clone(),
+                agent,
+                set: RwLock::new(Arc::new(KeySet {
+                    keys: Vec::new(),
+                    fetched_at: None,
+                })),
+                fetch: tokio::sync::Mutex::new(None),
+                refresh: Duration::from_secs(c.jwks_refresh_seconds),
+                cooldown: Duration::from_secs(c.jwks_refetch_cooldown_seconds),
+                fetches: AtomicU64::new(0),
+            });
         Ok(Self {
             algorithms,
             issuer: c.issuer.clone(),
@@ -714,5 +719,6 @@ fn map_jwt_error(kind: &ErrorKind) -> AuthError {
     })
 }
 
+mod jwks_tls;
 #[cfg(test)]
 mod tests;

@@ -24,6 +24,7 @@
 //! public_key_files = ["/etc/tether/idp.pem"]
 //! jwks_file = "/etc/tether/jwks.json"
 //! jwks_url = "http://idp.internal/.well-known/jwks.json"
+//! jwks_ca_file = "/etc/tether/idp-ca.pem"    # https only: trust this CA, not the web roots
 //! jwks_refresh_seconds = 300
 //! jwks_refetch_cooldown_seconds = 10
 //! hmac_secret_env = "TETHER_JWT_SECRET"      # name of the variable, never the secret
@@ -145,6 +146,9 @@ pub struct JwtConfig {
     /// `jwks_refresh_seconds` and on an unknown `kid`; the last good set is kept when the
     /// URL fails.
     pub jwks_url: Option<String>,
+    /// PEM certificate authorities an https `jwks_url`'s certificate must chain to,
+    /// trusted instead of the built-in web roots (an identity provider with a private CA).
+    pub jwks_ca_file: Option<PathBuf>,
     #[serde(default = "default_jwks_refresh")]
     pub jwks_refresh_seconds: u64,
     /// Least time between two fetches caused by requests (unknown `kid`, stale set), so a
@@ -302,6 +306,17 @@ impl JwtConfig {
         }
         if let Some(url) = &self.jwks_url {
             validate_jwks_url(url)?;
+        }
+        if self.jwks_ca_file.is_some()
+            && !self
+                .jwks_url
+                .as_ref()
+                .is_some_and(|u| u.starts_with("https://"))
+        {
+            return Err(bad(
+                "auth.jwt.jwks_ca_file",
+                "is only used for an https:// jwks_url",
+            ));
         }
         if self.leeway_seconds > 300 {
             return Err(bad(

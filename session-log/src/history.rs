@@ -64,15 +64,15 @@ impl Lineage {
                     "the fork chain of session {session_id:?} loops or is too long"
                 )));
             }
-            let above = store
-                .session(account_id, &point.session_id)
-                .await?
-                .ok_or_else(|| {
-                    StoreError::Corrupt(format!(
-                        "session {session_id:?} is forked from {:?}, which is missing",
-                        point.session_id
-                    ))
-                })?;
+            // A fork brought in without its parent (ImportSession from another log)
+            // reads as a session of its own: its history starts at its own events.
+            let Some(above) = store.session(account_id, &point.session_id).await? else {
+                tracing::warn!(
+                    account_id, session_id, parent_session_id = %point.session_id,
+                    "a fork's parent is not in this account; reading the fork on its own"
+                );
+                break;
+            };
             links.push((point.session_id, Some(point.seq)));
             parent = above.forked_from;
         }

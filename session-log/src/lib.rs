@@ -9,6 +9,7 @@ pub mod event;
 pub mod histogram;
 pub mod history;
 pub mod hub;
+pub mod import;
 pub mod store;
 pub mod tail;
 pub mod writer;
@@ -20,7 +21,7 @@ pub use event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Invocation, Lease, Rating, Renewed,
-    Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
+    Rating, Renewed, Store, StoreError,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

@@ -225,6 +225,17 @@ impl Appended {
     }
 }
 
+/// What [`Store::import_session`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Imported {
+    /// The session and its events are stored, with their seqs.
+    Created,
+    /// The account already has a session with this id: nothing was written.
+    SessionExists,
+    /// The account already has an invocation with this id: nothing was written.
+    InvocationExists(String),
+}
+
 /// A durable session log. Every read is scoped to one account: an id that belongs to
 /// another account is indistinguishable from one that does not exist.
 #[async_trait]
@@ -381,6 +392,14 @@ pub trait Store: Send + Sync + 'static {
     async fn notify(&self, _channel: &str, _payloads: &[String]) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// Stores a whole session exported from another log, in one transaction: `events`
+    /// (one account and session, checked by [`import::invocations`](crate::import::invocations))
+    /// keep their seqs and times, the session's `last_seq` is the last of them, and the
+    /// invocations their `run_status` events open are recorded as those events end them
+    /// (still `in_progress`, unowned, when they do not). A session or invocation id the
+    /// account already has refuses the whole import, which then writes nothing.
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError>;
 
     /// Stores an attachment; storing the same (account, file id) again is a no-op.
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError>;

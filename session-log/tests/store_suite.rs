@@ -200,6 +200,7 @@ store_suite!(
     fresh_claims_are_written_by_the_append_that_opens_them,
     agent_refs_find_the_latest_invocation_of_the_account,
     feedback_is_listed_newest_first_per_account_and_session_and_readable,
+    an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten,
 );
 
 fn unique(prefix: &str) -> String {
@@ -2131,6 +2132,114 @@ async fn feedback_is_listed_newest_first_per_account_and_session_and_readable(b:
             ),
         ]
     );
+}
+
+/// A session exported from one account (as another gateway's log would hold it) imported
+/// into another: same seqs, times, content and runs; the next append continues after its
+/// last seq; an id the account has already refuses the whole import.
+async fn an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten(b: Backend) {
+    let store = &*b.store;
+    let (from, to, other) = (unique("from"), unique("to"), unique("other"));
+    let session = unique("s");
+    let (run1, inv1, run2, inv2) = (unique("run"), unique("inv"), unique("run"), unique("inv"));
+    let mut end = status(&from, &session, &run1, &inv1, RunStatus::Completed);
+    end.metadata = json!({ "agent_ref": "task-7", "usage": { "input_tokens": 3 } });
+    store
+        .append(&[
+            message(&from, &session, "user", "My project is zebra42.").in_run(&run1, &inv1),
+            status(&from, &session, &run1, &inv1, RunStatus::InProgress),
+            delta(&from, &session, "OK").in_run(&run1, &inv1),
+            message(&from, &session, "assistant", "OK.\u{0}").in_run(&run1, &inv1),
+            end,
+            message(&from, &session, "user", "And then?").in_run(&run2, &inv2),
+            status(&from, &session, &run2, &inv2, RunStatus::InProgress),
+        ])
+        .await
+        .expect("append");
+    let exported = all_events(store, &from, &session).await;
+    let moved = |account: &str| -> Vec<session_log::Event> {
+        exported
+            .iter()
+            .cloned()
+            .map(|mut e| {
+                e.account_id = account.to_owned();
+                e
+            })
+            .collect()
+    };
+
+    let imported = store.import_session(&moved(&to)).await.expect("import");
+    assert_eq!(imported, session_log::Imported::Created);
+    let read = all_events(store, &to, &session).await;
+    assert_eq!(read, moved(&to), "seqs, times, content and runs kept");
+    let s = store
+        .session(&to, &session)
+        .await
+        .unwrap()
+        .expect("session");
+    assert_eq!(s.last_seq, 7);
+    assert_eq!(
+        (s.created_at, s.updated_at),
+        (exported[0].created_at, exported[6].created_at)
+    );
+    let done = store.invocation(&to, &inv1).await.unwrap().expect("inv1");
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.agent_ref.as_deref(), Some("task-7"));
+    assert_eq!(
+        store
+            .invocation_by_agent_ref(&to, "task-7")
+            .await
+            .unwrap()
+            .map(|i| i.invocation_id),
+        Some(inv1.clone())
+    );
+    let open = store.invocation(&to, &inv2).await.unwrap().expect("inv2");
+    assert_eq!(open.status, RunStatus::InProgress);
+    assert_eq!(store.lease(&to, &inv2).await.unwrap().unwrap().owner, None);
+    // The run reads back whole, and the session goes on after its last seq.
+    let run = store
+        .events(&EventQuery {
+            run_id: Some(run1.clone()),
+            ..EventQuery::session(&to, &session)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        run.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    let closed = store
+        .append(&[status(&to, &session, &run2, &inv2, RunStatus::Interrupted)])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&closed), [Some(8)]);
+    // The source account is untouched.
+    assert_eq!(all_events(store, &from, &session).await, exported);
+
+    // Again into the same account: the session exists, nothing changes.
+    assert_eq!(
+        store.import_session(&moved(&to)).await.unwrap(),
+        session_log::Imported::SessionExists
+    );
+    assert_eq!(all_events(store, &to, &session).await.len(), 8);
+    // Into an account that has one of its invocation ids (under another session): refused
+    // whole, the session not created.
+    store
+        .append(&[status(
+            &other,
+            &unique("s"),
+            &run2,
+            &inv2,
+            RunStatus::InProgress,
+        )])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.import_session(&moved(&other)).await.unwrap(),
+        session_log::Imported::InvocationExists(inv2.clone())
+    );
+    assert_eq!(store.session(&other, &session).await.unwrap(), None);
+    assert!(all_events(store, &other, &session).await.is_empty());
 }
 
 #[path = "store_suite/history.rs"]

@@ -9,6 +9,7 @@ mod checkpoints;
 mod event;
 mod feedback;
 mod history;
+mod import;
 pub mod sessions;
 mod subscribe;
 mod workspace;
@@ -49,6 +50,7 @@ const ACTIONS: &[&str] = &[
     "CreateFeedback",
     "ListFeedback",
     "ListWorkspaceFiles",
+    "ImportSession",
 ];
 
 /// Whether this API answers `action`.
@@ -243,6 +245,7 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "CreateFeedback" => feedback::create(call).await,
         "ListFeedback" => feedback::list(call).await,
         "ListWorkspaceFiles" => workspace::list_files(call).await,
+        "ImportSession" => import::import_session(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

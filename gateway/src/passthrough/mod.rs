@@ -17,6 +17,7 @@ use crate::client::body::{prefetch_body, too_large, too_slow, InputLimits};
 use crate::error::ApiError;
 use crate::ids::valid_session_id;
 use crate::state::State;
+use crate::telemetry::spans;
 use tee::{Tee, PASSTHROUGH_SESSION};
 
 /// How much of a chunked pass-through body is read and checked before the agent is
@@ -34,6 +35,8 @@ pub struct Exchange {
     /// itself (its retry buffer overflowed): sent ahead of the rest of the body by
     /// `request_body`.
     body_prefix: Option<Bytes>,
+    /// The exchange's span (see `telemetry::spans::passthrough`), ended by `finish`.
+    trace: Option<tracing::Span>,
 }
 
 impl Exchange {
@@ -46,6 +49,12 @@ impl Exchange {
         session: &mut Session,
         account_id: &str,
     ) -> Result<(), ApiError> {
+        let header = session.req_header();
+        self.trace = Some(spans::passthrough(
+            header.method.as_str(),
+            header.uri.path(),
+            &header.headers,
+        ));
         let limit = state.config.max_body_bytes;
         let declared = session
             .req_header()
@@ -135,6 +144,9 @@ impl Exchange {
     }
 
     pub fn response_header(&mut self, resp: &ResponseHeader) {
+        if let Some(trace) = &self.trace {
+            spans::http_status(trace, resp.status.as_u16());
+        }
         if let Some(tee) = &mut self.tee {
             tee.response_header(resp);
         }
@@ -149,9 +161,18 @@ impl Exchange {
     /// The exchange is over (`error`: how it failed): the tee hands what it has to the
     /// writer.
     pub fn finish(&mut self, error: Option<&Error>) {
+        // The span ends here, with the exchange.
+        if let (Some(trace), Some(e)) = (self.trace.take(), error) {
+            spans::failed(&trace, &e.to_string());
+        }
         if let Some(tee) = self.tee.take() {
             tee.finish(error.map(|e| e.to_string()));
         }
+    }
+
+    /// The exchange's span, whose context the agent gets.
+    pub fn trace(&self) -> Option<&tracing::Span> {
+        self.trace.as_ref()
     }
 }
 
@@ -172,6 +193,7 @@ pub fn upstream_request(
     state: &State,
     req: &mut RequestHeader,
     account_id: &str,
+    trace: Option<&tracing::Span>,
 ) -> pingora::Result<()> {
     let agent = &state.agent;
     let upstream = agent.upstream();
@@ -207,6 +229,12 @@ pub fn upstream_request(
     req.insert_header("host", &upstream.authority)?;
     for (name, value) in agent.extra_headers() {
         req.insert_header(name.clone(), value.as_str())?;
+    }
+    // With traces on, the agent's parent is this exchange's span, not the client's.
+    if let Some(trace) = trace {
+        spans::inject(trace, |name, value| {
+            let _ = req.insert_header(name.to_owned(), value);
+        });
     }
     Ok(())
 }

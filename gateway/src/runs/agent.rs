@@ -23,6 +23,7 @@ use runtime_adapter::grpc::{self, Status};
 use runtime_adapter::{AgentRequest, GrpcLocator};
 
 use crate::config::{Config, Upstream};
+use crate::telemetry::spans;
 
 /// Why talking to the agent failed.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +72,8 @@ pub struct AgentResponse {
     /// For a gRPC call: its status, once known, still to be handed over after the body
     /// (`Some(None)`: to be read from the trailers).
     grpc: Option<Option<Status>>,
+    /// The request's span, held so that it ends when the response is dropped (read).
+    trace: tracing::Span,
 }
 
 impl AgentResponse {
@@ -242,9 +245,31 @@ impl Agent {
         request: &AgentRequest,
         account_id: &str,
     ) -> Result<AgentResponse, AgentError> {
-        if let Some(message) = &request.grpc {
-            return self.call(request, message, account_id).await;
+        let trace = spans::agent_request(request.method, &request.path);
+        let sent = match &request.grpc {
+            Some(message) => self.call(request, message, account_id, &trace).await,
+            None => self.send_http(request, account_id, &trace).await,
+        };
+        match sent {
+            Ok(mut response) => {
+                spans::http_status(&trace, response.status);
+                response.trace = trace;
+                Ok(response)
+            }
+            Err(e) => {
+                spans::failed(&trace, &e.to_string());
+                Err(e)
+            }
         }
+    }
+
+    /// An HTTP/1.1 request, up to its response header.
+    async fn send_http(
+        &self,
+        request: &AgentRequest,
+        account_id: &str,
+        trace: &tracing::Span,
+    ) -> Result<AgentResponse, AgentError> {
         let peer = self.peer().await?;
         let mut http = self.connect(&peer).await?;
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
@@ -268,7 +293,8 @@ impl Agent {
             req.insert_header("content-length", len.to_string())
                 .map_err(io)?;
         }
-        self.stamp(&mut req, request, account_id).map_err(io)?;
+        self.stamp(&mut req, request, account_id, trace)
+            .map_err(io)?;
         http.write_request_header(Box::new(req)).await.map_err(io)?;
         if let Some(body) = body {
             http.write_request_body(Bytes::from(body), true)
@@ -288,6 +314,7 @@ impl Agent {
             http,
             peer,
             grpc: None,
+            trace: tracing::Span::none(),
         })
     }
 
@@ -298,6 +325,7 @@ impl Agent {
         request: &AgentRequest,
         message: &[u8],
         account_id: &str,
+        trace: &tracing::Span,
     ) -> Result<AgentResponse, AgentError> {
         let authority = self.grpc_authority().await?;
         let addr = resolve(&authority, &self.grpc.resolved).await?;
@@ -315,7 +343,8 @@ impl Agent {
         req.insert_header("content-type", grpc::CONTENT_TYPE)
             .map_err(io)?;
         req.insert_header("te", "trailers").map_err(io)?;
-        self.stamp(&mut req, request, account_id).map_err(io)?;
+        self.stamp(&mut req, request, account_id, trace)
+            .map_err(io)?;
         http.write_request_header(Box::new(req)).await.map_err(io)?;
         http.write_request_body(Bytes::from(grpc::frame(message)), true)
             .await
@@ -337,6 +366,7 @@ impl Agent {
             http,
             peer,
             grpc: Some(at_once),
+            trace: tracing::Span::none(),
         })
     }
 
@@ -352,12 +382,13 @@ impl Agent {
     }
 
     /// The request's protocol headers, then the gateway's account and the configured
-    /// headers toward the agent (which win).
+    /// headers toward the agent (which win), and `trace`'s context when traces are on.
     fn stamp(
         &self,
         req: &mut RequestHeader,
         request: &AgentRequest,
         account_id: &str,
+        trace: &tracing::Span,
     ) -> pingora::Result<()> {
         for (name, value) in &request.headers {
             req.insert_header(name.clone(), value.as_str())?;
@@ -366,6 +397,9 @@ impl Agent {
         for (name, value) in &self.headers {
             req.insert_header(name.clone(), value.as_str())?;
         }
+        spans::inject(trace, |name, value| {
+            let _ = req.insert_header(name.to_owned(), value);
+        });
         Ok(())
     }
 

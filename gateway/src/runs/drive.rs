@@ -7,10 +7,12 @@ use runtime_adapter::{AgentRequest, Item, Output, Probe, StreamParser, TurnCall,
 use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase};
 use session_log::{EventType, NewEvent};
+use tracing::Instrument;
 
 use super::agent::{AgentError, AgentResponse};
 use super::{History, Outcome, Runs, StartedRun};
 use crate::ids::new_id;
+use crate::telemetry::spans;
 
 /// Calls the agent and records what it says. Returns how the run ended; the supervisor
 /// writes that down.
@@ -58,6 +60,7 @@ pub(super) async fn drive(
         agent_ref: None,
         done: None,
         error: None,
+        trace: tracing::Span::current(),
     };
     let mut response = match answer {
         Answer::Read(status, body) => {
@@ -114,7 +117,11 @@ async fn ask_agent(
         }
     };
     let request = match forgot {
-        Some(reason) => restore(runs, run, call, reason).await?,
+        Some(reason) => {
+            restore(runs, run, call, reason)
+                .instrument(spans::restore(reason))
+                .await?
+        }
         None => None,
     };
     let restored = forgot.is_some();
@@ -138,7 +145,11 @@ async fn ask_agent(
     runs.agent.release(response).await;
     let parser = upstream.parser(call, &content_type);
     let retry = match upstream.forgot(status, &body) {
-        true => restore(runs, run, call, "agent_forgot").await?,
+        true => {
+            restore(runs, run, call, "agent_forgot")
+                .instrument(spans::restore("agent_forgot"))
+                .await?
+        }
         false => None,
     };
     let Some(request) = retry else {
@@ -217,6 +228,8 @@ struct Recorder<'a> {
     agent_ref: Option<String>,
     done: Option<Option<Value>>,
     error: Option<(String, String)>,
+    /// The run's span (see `telemetry::spans::run`).
+    trace: tracing::Span,
 }
 
 /// A `run_checkpoint` event Tether records in `run`.
@@ -307,14 +320,18 @@ impl Recorder<'_> {
                     item.to_event(&run.account_id, &run.session_id)
                         .in_run(&run.run_id, &run.invocation_id),
                 ),
-                Output::ItemWith(item, metadata) => batch.push(
-                    item.to_event(&run.account_id, &run.session_id)
-                        .in_run(&run.run_id, &run.invocation_id)
-                        .with_metadata(metadata),
-                ),
+                Output::ItemWith(item, metadata) => {
+                    spans::item_metadata(&self.trace, &metadata);
+                    batch.push(
+                        item.to_event(&run.account_id, &run.session_id)
+                            .in_run(&run.run_id, &run.invocation_id)
+                            .with_metadata(metadata),
+                    )
+                }
                 Output::Frame(frame) => batch.push(event(EventType::AgentEvent, frame)),
                 Output::AgentRef(agent_ref) => {
                     if self.agent_ref.as_deref() != Some(agent_ref.as_str()) {
+                        spans::agent_ref(&self.trace, &agent_ref);
                         self.runs.set_agent_ref(run, &agent_ref).await;
                         self.agent_ref = Some(agent_ref);
                     }

@@ -24,9 +24,11 @@ use session_log::{
     Store, StoreError, Subscription, WriteError, Writer,
 };
 use tokio::sync::{oneshot, Notify};
+use tracing::Instrument;
 
 use crate::ids::new_id;
 use crate::metrics::METRICS;
+use crate::telemetry::spans;
 use agent::Agent;
 use compaction::{CompactError, Compactor};
 use drive::{checkpoint_event, drive, AGENT_ANSWER_CAP};
@@ -352,6 +354,18 @@ impl Runs {
             .try_acquire_run(account_id)
             .map_err(StartError::TooManyRuns)?;
         let invocation_id = new_id("inv");
+        let trace = spans::run(spans::Run {
+            account_id,
+            session_id,
+            run_id: &run_id,
+            invocation_id: &invocation_id,
+            model: turn.model.as_deref().unwrap_or(&self.default_model),
+            a2a_method: turn
+                .extra
+                .get("client")
+                .and_then(|c| c.get("method"))
+                .and_then(Value::as_str),
+        });
         let session_key = (account_id.to_owned(), session_id.to_owned());
         let (stop_tx, stop_rx) = oneshot::channel();
         // One run per session. A run whose end is being written frees the session within
@@ -431,6 +445,7 @@ impl Runs {
                 &turn,
                 resume,
             )
+            .instrument(trace.clone())
             .await;
         let (history, committed) = match started {
             Ok(v) => v,
@@ -459,7 +474,8 @@ impl Runs {
         METRICS.run_started();
         tokio::spawn(
             self.clone()
-                .supervise(run.clone(), history, turn, stop_rx, permit),
+                .supervise(run.clone(), history, turn, stop_rx, permit)
+                .instrument(trace),
         );
         Ok((run, events))
     }
@@ -528,7 +544,8 @@ impl Runs {
             };
             batch.push(self.checkpoint_event(&ids, Phase::AfterToolResult, &results));
         }
-        let committed = self.writer.append(batch).await?;
+        let commit = spans::commit("run_start", batch.len());
+        let committed = self.writer.append(batch).instrument(commit).await?;
         // A store that checks the claim as it opens the invocation (SQLite) drops the
         // start's events when another live run holds the session after all.
         if !committed
@@ -697,7 +714,8 @@ impl Runs {
     ) {
         // All a cancel needs of the turn, so the driver can own the rest of it.
         let cancel = self.upstream.cancel(&turn);
-        let mut driver = tokio::spawn(drive(self.clone(), run.clone(), history, turn));
+        let mut driver =
+            tokio::spawn(drive(self.clone(), run.clone(), history, turn).in_current_span());
         // This future waits for as long as the run streams: the steps after the wait are
         // boxed, so it stays small (idle streams are counted in KiB each).
         let outcome = tokio::select! {
@@ -761,6 +779,12 @@ impl Runs {
             ));
         }
         let reason = outcome.error.as_ref().map(|(code, _)| code.as_str());
+        spans::run_ended(
+            &tracing::Span::current(),
+            outcome.status,
+            reason,
+            outcome.usage.as_ref(),
+        );
         let mut metadata = serde_json::Map::new();
         if let Some(usage) = outcome.usage {
             metadata.insert("usage".into(), usage);
@@ -778,7 +802,8 @@ impl Runs {
         }
         batch.push(terminal);
         self.mark_finishing(&run.invocation_id);
-        if let Err(e) = self.writer.append(batch).await {
+        let commit = spans::commit("run_end", batch.len());
+        if let Err(e) = self.writer.append(batch).instrument(commit).await {
             tracing::error!(error = %e, run_id = %run.run_id, "could not record the end of a run");
         }
         tracing::info!(

@@ -104,7 +104,7 @@ impl ProxyHttp for Gateway {
         req: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        passthrough::upstream_request(&self.state, req, &ctx.account_id)
+        passthrough::upstream_request(&self.state, req, &ctx.account_id, ctx.exchange.trace())
     }
 
     async fn request_body_filter(

@@ -134,6 +134,24 @@ impl TestStore {
     }
 }
 
+/// Spawns a test server that prints `READY <port>` on stdout once it listens, and waits
+/// for that line.
+pub fn spawn_ready(mut command: Command, what: &str) -> Child {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the {what}: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("READY"),
+        "the {what} did not start: {line:?}"
+    );
+    child
+}
+
 /// The fake agent: keeps nothing between requests but a record of what it received.
 pub struct FakeAgent {
     pub port: u16,
@@ -146,21 +164,12 @@ impl FakeAgent {
     }
 
     pub fn start_on(port: u16) -> FakeAgent {
-        let mut child = Command::new("python3")
+        let mut command = Command::new("python3");
+        command
             .arg(repo_root().join("tests/fake_agent.py"))
             .args(["--port", &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start python3 tests/fake_agent.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            line.starts_with("READY"),
-            "fake agent did not start: {line:?}"
-        );
+            .stderr(Stdio::inherit());
+        let child = spawn_ready(command, "fake agent");
         FakeAgent { port, child }
     }
 
@@ -256,6 +265,17 @@ pub struct Tether {
 
 impl Tether {
     pub fn start(upstream: &str, protocol: &str, store: &str, extra: &[&str]) -> Tether {
+        Self::start_with_env(upstream, protocol, store, extra, &[])
+    }
+
+    /// `start` with environment variables set for the gateway process only.
+    pub fn start_with_env(
+        upstream: &str,
+        protocol: &str,
+        store: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Tether {
         let port = free_port();
         let log = tempfile::NamedTempFile::new().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_tether"))
@@ -273,6 +293,7 @@ impl Tether {
             .args(extra)
             .env("TETHER_SHUTDOWN_GRACE_SECONDS", "1")
             .env_remove("TETHER_CONF")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log.reopen().unwrap())
             .spawn()

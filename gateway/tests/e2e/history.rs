@@ -397,6 +397,40 @@ fn subscribing_to_a_fork_follows_its_parent() {
     assert!(frames.iter().all(|e| e.json()["SessionId"] == f.as_str()));
     assert_eq!(frames.first().and_then(|e| e.id.clone()), Some("3".into()));
 
+    // The CLI pages a fork by position: every event once, in history order.
+    let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["events", &f, "--json", "--url", &tether.url()])
+        .env_remove("TETHER_URL")
+        .env_remove("TETHER_API_KEY")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cli.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = cli.kill();
+            panic!("`tether events` on a fork did not finish");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut cli.stdout.take().unwrap(), &mut printed).unwrap();
+    let listed: Vec<(String, i64)> = printed
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|e| {
+            (
+                e["SessionId"].as_str().unwrap().to_owned(),
+                e["SeqId"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, i64)> = (1..=n)
+        .map(|seq| (s.clone(), seq))
+        .chain(own.iter().map(|e| (f.clone(), e.seq)))
+        .collect();
+    assert_eq!(listed, expected);
+
     // An inherited run, through the fork.
     let inv = parent[0].invocation_id.clone().unwrap();
     let frames = SseStream::get(&format!("{base}?SessionId={f}&InvocationId={inv}"), &[]).collect();

@@ -990,3 +990,6 @@ async fn no_auth_configured_is_local() {
     assert_eq!(id, Identity::local());
     assert_eq!(id.account_id, crate::LOCAL_ACCOUNT);
 }
+
+#[cfg(feature = "jwks-https")]
+mod https;

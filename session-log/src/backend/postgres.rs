@@ -17,9 +17,10 @@ use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
 use super::{feedback, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
+use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Invocation, Lease, Renewed, Store,
-    StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
+    Renewed, Store, StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -812,6 +813,39 @@ impl Store for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let invocations =
+            import::invocations(events).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        // What jsonb can hold, as appends store it (see `replace_nuls`).
+        let mut events = std::borrow::Cow::Borrowed(events);
+        if events
+            .iter()
+            .any(|e| has_nul(&e.content) || has_nul(&e.metadata))
+        {
+            for e in events.to_mut() {
+                replace_nul(&mut e.content);
+                replace_nul(&mut e.metadata);
+            }
+        }
+        let json = sql::import_json(&events);
+        let mut turn = self.write_turn().await?;
+        let conn = turn.conn();
+        let cast = "::jsonb";
+        let imported = sql::import_in_transaction!(
+            conn,
+            "BEGIN",
+            Postgres,
+            cast,
+            &events,
+            &json,
+            &invocations
+        )
+        .await?;
+        // Failed, the turn drops the connection: its transaction may be left open.
+        turn.finish();
+        Ok(imported)
     }
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {

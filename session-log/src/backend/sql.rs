@@ -14,7 +14,9 @@ use chrono::{DateTime, Utc};
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
-use crate::event::{EventType, ForkPoint, RunStatus, Session};
+use super::plan::json_text;
+use crate::event::{Event, EventType, ForkPoint, RunStatus, Session};
+use crate::import::ImportedInvocation;
 use crate::store::{Attachment, EventQuery, Invocation, StoreError};
 
 /// The columns of an event row that are not its key's account and session, in the order
@@ -226,6 +228,172 @@ where
     .bind(a.content.len() as i64)
     .bind(a.content.as_slice())
     .bind(Utc::now())
+}
+
+/// Creates an imported session (`$1` account, `$2` session, `$3` last seq, `$4` created,
+/// `$5` updated); returns a row only if the account did not have it.
+pub(crate) const IMPORT_SESSION: &str = concat!(
+    insert_sessions!(),
+    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account_id, session_id) DO NOTHING \
+     RETURNING session_id"
+);
+
+/// Rows per statement of an import: SQLite's and PostgreSQL's bind limits hold ten
+/// columns of this many.
+pub(crate) const IMPORT_CHUNK: usize = 1000;
+
+/// Inserts imported events as they are, seqs and times included. `json` holds each
+/// event's content and metadata as JSON text; `json_cast` is what turns a text parameter
+/// into the column's type (`::jsonb` on PostgreSQL, nothing on SQLite).
+pub(crate) fn import_events<'q, DB: Database>(
+    events: &'q [Event],
+    json: &'q [(String, String)],
+    json_cast: &'static str,
+) -> QueryBuilder<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+    DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+{
+    let mut insert = QueryBuilder::new(concat!("INSERT INTO events (", event_columns!(), ") "));
+    insert.push_values(
+        events.iter().zip(json),
+        |mut row, (e, (content, metadata))| {
+            row.push_bind(e.account_id.as_str())
+                .push_bind(e.session_id.as_str())
+                .push_bind(e.seq)
+                .push_bind(e.run_id.as_deref())
+                .push_bind(e.invocation_id.as_deref())
+                .push_bind(e.event_type.as_str())
+                .push_bind(e.role.as_deref())
+                .push_bind(content.as_str())
+                .push_unseparated(json_cast)
+                .push_bind(metadata.as_str())
+                .push_unseparated(json_cast)
+                .push_bind(e.created_at);
+        },
+    );
+    insert
+}
+
+/// Inserts an imported session's invocations, unless the account has one of their ids:
+/// returns the ids it inserted. No owner or lease (nobody drives them), and no seq bounds
+/// (reads of their runs walk the whole session, which is correct).
+pub(crate) fn import_invocations<'q, DB: Database>(
+    account_id: &'q str,
+    session_id: &'q str,
+    rows: &'q [ImportedInvocation],
+) -> QueryBuilder<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+    Option<DateTime<Utc>>: Encode<'q, DB> + Type<DB>,
+{
+    let mut insert = QueryBuilder::new(concat!(
+        "INSERT INTO invocations (",
+        invocation_columns!(),
+        ") "
+    ));
+    insert.push_values(rows, |mut row, i| {
+        row.push_bind(account_id)
+            .push_bind(i.invocation_id.as_str())
+            .push_bind(session_id)
+            .push_bind(i.run_id.as_str())
+            .push_bind(i.status.as_str())
+            .push_bind(i.started_at)
+            .push_bind(i.ended_at)
+            .push_bind(i.agent_ref.as_deref());
+    });
+    insert.push(" ON CONFLICT (account_id, invocation_id) DO NOTHING RETURNING invocation_id");
+    insert
+}
+
+/// The first of `rows` an import did not insert (`inserted` lists the ids it did).
+pub(crate) fn invocation_not_inserted(
+    rows: &[ImportedInvocation],
+    inserted: &[String],
+) -> Option<String> {
+    rows.iter()
+        .find(|r| !inserted.contains(&r.invocation_id))
+        .map(|r| r.invocation_id.clone())
+}
+
+/// An import in one transaction on `$conn` (an expression giving `&mut` its connection),
+/// opened with `$begin`, for database `$db` with `$json_cast` (see [`import_events`]): the
+/// session, its events, its invocations; committed when the session was created, rolled
+/// back otherwise. Evaluates to `Result<Imported, StoreError>`. A macro, not a function:
+/// generic over the database, sqlx's executor bounds do not hold across the awaits of an
+/// async trait method.
+macro_rules! import_in_transaction {
+    ($conn:expr, $begin:expr, $db:ty, $json_cast:expr, $events:expr, $json:expr, $invocations:expr) => {
+        async {
+            sqlx::query($begin).execute(&mut *$conn).await?;
+            let outcome = $crate::backend::sql::import_in_transaction!(@statements $conn, $db, $json_cast, $events, $json, $invocations).await;
+            let end = match outcome {
+                Ok($crate::store::Imported::Created) => "COMMIT",
+                _ => "ROLLBACK",
+            };
+            let ended = sqlx::query(end).execute(&mut *$conn).await;
+            let outcome = outcome?;
+            ended?;
+            Ok::<_, $crate::store::StoreError>(outcome)
+        }
+    };
+    (@statements $conn:expr, $db:ty, $json_cast:expr, $events:expr, $json:expr, $invocations:expr) => {
+        async {
+            use sqlx::Row as _;
+            let (events, json, invocations) = ($events, $json, $invocations);
+            let (Some(first), Some(last)) = (events.first(), events.last()) else {
+                return Ok($crate::store::Imported::Created);
+            };
+            let created = sqlx::query($crate::backend::sql::IMPORT_SESSION)
+                .bind(first.account_id.as_str())
+                .bind(first.session_id.as_str())
+                .bind(last.seq)
+                .bind(first.created_at)
+                .bind(last.created_at)
+                .fetch_optional(&mut *$conn)
+                .await?;
+            if created.is_none() {
+                return Ok($crate::store::Imported::SessionExists);
+            }
+            let chunk = $crate::backend::sql::IMPORT_CHUNK;
+            for (events, json) in events.chunks(chunk).zip(json.chunks(chunk)) {
+                $crate::backend::sql::import_events::<$db>(events, json, $json_cast)
+                    .build()
+                    .execute(&mut *$conn)
+                    .await?;
+            }
+            for rows in invocations.chunks(chunk) {
+                let inserted = $crate::backend::sql::import_invocations::<$db>(
+                    &first.account_id,
+                    &first.session_id,
+                    rows,
+                )
+                .build()
+                .fetch_all(&mut *$conn)
+                .await?
+                .iter()
+                .map(|row| row.try_get::<String, _>(0))
+                .collect::<Result<Vec<_>, _>>()?;
+                if let Some(id) = $crate::backend::sql::invocation_not_inserted(rows, &inserted) {
+                    return Ok($crate::store::Imported::InvocationExists(id));
+                }
+            }
+            Ok::<_, $crate::store::StoreError>($crate::store::Imported::Created)
+        }
+    };
+}
+pub(crate) use import_in_transaction;
+
+/// The JSON text of each event's content and metadata, as an import binds them.
+pub(crate) fn import_json(events: &[Event]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| (json_text(&e.content), json_text(&e.metadata)))
+        .collect()
 }
 
 /// An attachment, by `keyed` account and file id.

@@ -23,9 +23,10 @@ use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
 use super::{feedback, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
+use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Invocation, Lease, Renewed, Store,
-    StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
+    Renewed, Store, StoreError,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -846,6 +847,16 @@ impl Store for SqliteStore {
             .execute(&mut *turn)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let invocations =
+            import::invocations(events).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let json = sql::import_json(events);
+        let mut turn = self.write_turn().await?;
+        let conn = &mut *turn;
+        let begin = "BEGIN IMMEDIATE";
+        sql::import_in_transaction!(conn, begin, Sqlite, "", events, &json, &invocations).await
     }
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {

@@ -241,6 +241,22 @@ async fn forks_are_refused_without_changing_anything(b: Backend) {
     let e = refused(fork(store, &account, &s, None, &s).await);
     assert!(matches!(e, ForkError::SessionExists(_)), "{e}");
     assert_eq!(all_events(store, &account, &taken).await.len(), 1);
+
+    // A fork whose parent this account does not have (imported from another log) reads
+    // as a session of its own.
+    let orphan = unique("orphan");
+    let point = ForkPoint {
+        session_id: unique("elsewhere"),
+        seq: 4,
+        checkpoint_id: "ckpt-x".into(),
+    };
+    let first = NewEvent::new(&account, &orphan, EventType::SessionFork, point.content());
+    store.create_session(&first).await.unwrap().unwrap();
+    append(store, vec![message(&account, &orphan, "user", "mine")]).await;
+    let lo = lineage(store, &account, &orphan).await;
+    assert_eq!(lo.links().len(), 1);
+    let own = lo.events(store, 0, None, None, i64::MAX).await.unwrap();
+    assert_eq!(own.len(), 2);
     assert_eq!(
         store
             .session(&account, &taken)

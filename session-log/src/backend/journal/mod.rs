@@ -49,8 +49,8 @@ use super::sql;
 use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Invocation, Lease, Renewed, Store,
-    StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
+    Renewed, Store, StoreError,
 };
 
 /// Rows backfilled per PostgreSQL transaction.
@@ -1497,6 +1497,27 @@ impl Store for JournaledStore {
             return Ok(());
         }
         self.inner.pg.notify(channel, payloads).await
+    }
+
+    /// Into PostgreSQL only, and only while it is reachable: a session the journal holds
+    /// rows of exists already, whatever PostgreSQL says.
+    async fn import_session(&self, events: &[Event]) -> Result<Imported, StoreError> {
+        let inner = &*self.inner;
+        let _route = inner.route.lock().await;
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            return inner.pg.import_session(events).await;
+        };
+        if inner.degraded.load(Ordering::Relaxed) {
+            return Err(unreachable_error());
+        }
+        if inner.is_pending(&first.account_id, &first.session_id) {
+            return Ok(Imported::SessionExists);
+        }
+        let imported = inner.pg.import_session(events).await?;
+        if imported == Imported::Created {
+            inner.learn(&last.account_id, &last.session_id, last.seq);
+        }
+        Ok(imported)
     }
 
     async fn put_attachment(&self, attachment: &Attachment) -> Result<(), StoreError> {

@@ -1,0 +1,277 @@
+//! The operator CLI on the `tether` binary: sessions, events, cancels, export and import,
+//! all through a running gateway's control API, so every command sees exactly what its
+//! API key's account may see; and `tether health` for container health checks. Tables for
+//! people by default, `--json` for scripts. Nothing here imports the gateway's own
+//! modules: the CLI is a client.
+
+mod client;
+mod show;
+mod transfer;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+pub use client::Connection;
+use client::{CliError, Client};
+
+/// Operator commands (beside `serve`).
+#[derive(Subcommand)]
+pub enum Command {
+    /// The account's sessions.
+    #[command(subcommand)]
+    Sessions(Sessions),
+    /// A session's events in seq order; with --follow, new ones as they are committed.
+    Events(EventsArgs),
+    /// Runs.
+    #[command(subcommand)]
+    Runs(Runs),
+    /// Writes a session's log to stdout (or --output): JSON Lines, which `tether import`
+    /// reads, or a Markdown transcript.
+    Export(ExportArgs),
+    /// Stores a session exported by `tether export --format jsonl` into the account, with
+    /// its seqs (ImportSession). A session id the account already has is refused.
+    Import(ImportArgs),
+    /// Exits 0 when the gateway answers /readyz (for container health checks).
+    Health {
+        #[command(flatten)]
+        connection: Connection,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum Sessions {
+    /// Sessions, most recently updated first.
+    List {
+        /// Page to show (1 is the most recent).
+        #[arg(long, default_value_t = 1)]
+        page: i64,
+        /// Sessions per page (1-100).
+        #[arg(long, default_value_t = 20)]
+        page_size: i64,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// One session: its runs and its conversation.
+    Show {
+        /// The session id.
+        id: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum Runs {
+    /// Cancels a running invocation (CancelRun); idempotent.
+    Cancel {
+        /// The invocation id (`x-invocation-id` of the run's response).
+        invocation: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+}
+
+#[derive(Args)]
+pub struct EventsArgs {
+    /// The session id.
+    id: String,
+    /// Only events after this seq.
+    #[arg(long, default_value_t = 0)]
+    after: i64,
+    /// Keep printing events as they are committed (until interrupted).
+    #[arg(long)]
+    follow: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// One event per line, as the control API shows it: what `tether import` reads.
+    Jsonl,
+    /// The conversation, for people.
+    Markdown,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// The session id.
+    id: String,
+    #[arg(long, value_enum, default_value = "jsonl")]
+    format: Format,
+    /// Write to this file instead of stdout.
+    #[arg(long, short)]
+    output: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Args)]
+pub struct ImportArgs {
+    /// A file written by `tether export --format jsonl` (`-` reads stdin).
+    file: std::path::PathBuf,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// Runs an operator command; errors are one line on stderr and exit code 1.
+pub fn run(command: Command) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match execute(command, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = out.flush();
+            eprintln!("tether: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(command: Command, out: &mut impl Write) -> Result<(), CliError> {
+    match command {
+        Command::Sessions(Sessions::List {
+            page,
+            page_size,
+            connection,
+        }) => {
+            let client = Client::new(&connection);
+            let data = client.call(
+                "ListSessions",
+                &json!({ "Page": page, "PageSize": page_size }),
+            )?;
+            emit(out, &connection, &data, show::sessions_table)
+        }
+        Command::Sessions(Sessions::Show { id, connection }) => {
+            let client = Client::new(&connection);
+            let events = all_events(&client, &id, 0)?;
+            let summary = show::session_summary(&id, &events);
+            emit(out, &connection, &summary, show::session_text)
+        }
+        Command::Events(args) => events(args, out),
+        Command::Runs(Runs::Cancel {
+            invocation,
+            connection,
+        }) => {
+            let client = Client::new(&connection);
+            let data = client.call("CancelRun", &json!({ "InvocationId": invocation }))?;
+            if data["Found"] == json!(false) {
+                return Err(CliError::Failed(format!(
+                    "no invocation {invocation:?} in this account"
+                )));
+            }
+            emit(out, &connection, &data, |data| {
+                format!(
+                    "{invocation}: {} ({})\n",
+                    data["Status"].as_str().unwrap_or("?"),
+                    data["RunnerCancelStatus"].as_str().unwrap_or("?")
+                )
+            })
+        }
+        Command::Export(args) => {
+            let client = Client::new(&args.connection);
+            let events = all_events(&client, &args.id, 0)?;
+            let text = match args.format {
+                Format::Jsonl => transfer::jsonl(&events),
+                Format::Markdown => show::markdown(&args.id, client.base(), &events),
+            };
+            match &args.output {
+                Some(path) => std::fs::write(path, text)
+                    .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display()))),
+                None => write(out, &text),
+            }
+        }
+        Command::Import(args) => {
+            let client = Client::new(&args.connection);
+            let (session_id, events) = transfer::read_export(&args.file)?;
+            let data = client.call(
+                "ImportSession",
+                &json!({ "SessionId": session_id, "Events": events }),
+            )?;
+            emit(out, &args.connection, &data, |data| {
+                format!(
+                    "imported session {} into {}: {} events, last seq {}\n",
+                    data["SessionId"].as_str().unwrap_or("?"),
+                    client.base(),
+                    data["ImportedEvents"],
+                    data["LastSeqId"]
+                )
+            })
+        }
+        Command::Health { connection } => {
+            let data = Client::new(&connection).ready()?;
+            emit(out, &connection, &data, |_| "ready\n".to_owned())
+        }
+    }
+}
+
+/// `tether events`: the log after `--after`, then (with `--follow`) new events as they
+/// are committed, resubscribing whenever the gateway closes a quiet stream.
+fn events(args: EventsArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let client = Client::new(&args.connection);
+    let json = args.connection.json;
+    let mut print = |event: &Value| {
+        let line = match json {
+            true => format!("{event}\n"),
+            false => show::event_line(event),
+        };
+        write(out, &line)
+    };
+    let mut last = args.after;
+    for event in all_events(&client, &args.id, args.after)? {
+        last = event["SeqId"].as_i64().unwrap_or(last);
+        print(&event)?;
+    }
+    if args.follow {
+        loop {
+            last = client.follow(&args.id, last, &mut print)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every event of a session after `after_seq`, page by page (ListSessionEvents).
+fn all_events(client: &Client, session_id: &str, after_seq: i64) -> Result<Vec<Value>, CliError> {
+    const PAGE: i64 = 500;
+    let mut events = Vec::new();
+    let mut offset = after_seq;
+    loop {
+        let data = client.call(
+            "ListSessionEvents",
+            &json!({ "SessionId": session_id, "Offset": offset, "Limit": PAGE }),
+        )?;
+        let page = data["Events"].as_array().cloned().unwrap_or_default();
+        // The cursor is a position: the seq, except in a fork, whose inherited events
+        // (the parent's seqs) come first.
+        let last = page
+            .last()
+            .and_then(|e| e["Position"].as_i64().or_else(|| e["SeqId"].as_i64()));
+        events.extend(page);
+        match last {
+            Some(position) if position < data["Total"].as_i64().unwrap_or(0) => offset = position,
+            _ => return Ok(events),
+        }
+    }
+}
+
+/// `data` as JSON with `--json`, else as `human` renders it.
+fn emit(
+    out: &mut impl Write,
+    connection: &Connection,
+    data: &Value,
+    human: impl FnOnce(&Value) -> String,
+) -> Result<(), CliError> {
+    let text = match connection.json {
+        true => format!("{data:#}\n"),
+        false => human(data),
+    };
+    write(out, &text)
+}
+
+fn write(out: &mut impl Write, text: &str) -> Result<(), CliError> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::Failed(format!("writing the output: {e}")))
+}
