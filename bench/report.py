@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # bench/report.py — turns one bench/run.sh run (bench/last-run/: meta.json, results.jsonl,
-# writer.txt, commands.txt) into BENCHMARKS.md: medians over runs, ratios against direct
+# writer.txt, history.txt, commands.txt) into BENCHMARKS.md: medians over runs, ratios against direct
 # and nginx, and whether each target of issue 7 holds. bench/findings.md (hand-written
 # profiling evidence) is appended verbatim.
 #
@@ -284,6 +284,24 @@ if any(k[0].startswith("grpc-") for k in cells):
               f"{added(p50, d_p50)} | {cpu_per(sc, t, lambda r: r.get('msgs', 0), 1e-3)} | "
               f"{total(sc, t, 'msgs')} / {total(sc, t, 'failed')} |")
     w("")
+
+# ---- 7. session history
+history_path = os.path.join(last, "history.txt")
+if os.path.exists(history_path):
+    w("## 7. Session history: forks and projections (`bench-history`)")
+    w("")
+    w("A fork refers to its parent and copies nothing, so forking a 10,000-event session "
+      "must cost what forking a 1,000-event one does; a compaction checkpoint lets the "
+      "projection skip the transcript it summarises (sessions of 30-event turns; medians).")
+    w("")
+    w("```")
+    w(open(history_path).read().rstrip())
+    w("```")
+    w("")
+    for m in re.finditer(r"^(\w+)\s+fork at (.+?)\s+10,000-event session:\s+([\d.]+) ms \(([\d.]+)x", open(history_path).read(), re.M):
+        store = "SQLite" if m.group(1) == "sqlite" else "PostgreSQL"
+        verdicts.append((f"A fork at {m.group(2)} does not grow with the session ({store}: 10k vs 1k events)",
+                         f"{m.group(4)}×", float(m.group(4)) < 2))
 
 # ---- targets
 w("## Targets (issue 7)")

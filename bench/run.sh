@@ -69,7 +69,7 @@ snapshot() {
 log "building tether-bench"
 build_from "$ROOT" tether-bench
 cp "$CARGO_TARGET_DIR/release/bench-agent" "$CARGO_TARGET_DIR/release/bench-load" \
-  "$CARGO_TARGET_DIR/release/bench-bare-proxy" "$BIN/"
+  "$CARGO_TARGET_DIR/release/bench-bare-proxy" "$CARGO_TARGET_DIR/release/bench-history" "$BIN/"
 log "building tether (release)"
 if build_from "$ROOT" tether; then
   TETHER_SOURCE="working tree at $(git -C "$ROOT" rev-parse --short HEAD) (uncommitted changes: $(git -C "$ROOT" status --porcelain | grep -vc ' bench/\|BENCHMARKS.md' || true) paths)"
@@ -305,15 +305,22 @@ for t in tether tether-pg; do
   record replay $t 1 "$(load replay --addr ${ADDR[$t]} --events 10000 --repeats 5 --timeout 120)"
 done
 
+# A store benchmark binary (name, then its arguments): against SQLite, and PostgreSQL too
+# when it is up; its report goes to $LAST/<file>.
+store_bench() { # file binary args...
+  local out=$LAST/$1 name=$2; shift
+  if [ $PG_OK = 1 ]; then
+    TEST_DATABASE_URL=$PG_URL timeout 300 "$BIN/$@" >"$out" 2>&1 || echo "$name failed: $?" >>"$out"
+  else
+    timeout 300 "$BIN/$@" >"$out" 2>&1 || echo "$name failed: $?" >>"$out"
+  fi
+}
+
 # ---------------------------------------------------------------- 3. writer
 log "3. session log writer (append_throughput example)"
 WRITER_EVENTS=100000; [ "$QUICK" = 1 ] && WRITER_EVENTS=20000
 cmdlog "TEST_DATABASE_URL=$PG_URL cargo run --release -p session-log --example append_throughput $WRITER_EVENTS"
-if [ $PG_OK = 1 ]; then
-  TEST_DATABASE_URL=$PG_URL timeout 300 "$BIN/append_throughput" $WRITER_EVENTS >"$LAST/writer.txt" 2>&1 || echo "append_throughput failed: $?" >>"$LAST/writer.txt"
-else
-  timeout 300 "$BIN/append_throughput" $WRITER_EVENTS >"$LAST/writer.txt" 2>&1 || echo "append_throughput failed: $?" >>"$LAST/writer.txt"
-fi
+store_bench writer.txt append_throughput $WRITER_EVENTS
 
 # ---------------------------------------------------------------- 6. A2A over gRPC
 # The a2a-sdk agent of the interop tests, serving gRPC, with the fast fake agent as its LLM
@@ -351,6 +358,12 @@ if "$VENV/bin/python" -c 'import a2a, grpc' 2>/dev/null; then
 else
   log "6. A2A over gRPC skipped: no a2a-sdk/grpcio in $VENV"
 fi
+
+# ---------------------------------------------------------------- 7. session history
+log "7. session history: forks and projections (bench-history)"
+HISTORY_REPEATS=50; [ "$QUICK" = 1 ] && HISTORY_REPEATS=10
+cmdlog "TEST_DATABASE_URL=$PG_URL bench-history $HISTORY_REPEATS"
+store_bench history.txt bench-history $HISTORY_REPEATS
 
 # ---------------------------------------------------------------- 4. idle streams (last:
 # the runs stay owned by Tether after the client leaves, so each target gets a fresh agent)

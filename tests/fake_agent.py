@@ -36,11 +36,16 @@ Triggers (looked for in the LAST user message; first match decides the answer)
                              after N text deltas, and never past the last one, the process
                              exits (os._exit(3)) / the connection is closed, unfinished.
                              Not streaming: the same, before any response is sent.
-"What is my project named"   the name from an earlier user "My project is named (\\w+)",
-                             else "What is the name of your project?"
+"What is my project named"   the name from the latest earlier user or system message saying
+                             "project is [now ]named (\\w+)", else "What is the name of your
+                             project?"
 "Reply with OK"              "OK."
 anything else                "You said: <text>"
 "reason" (modifier)          reasoning ("Thinking it over.") is emitted before the answer
+
+A system message containing "summarizing the earlier part of a conversation" (Tether's
+summarizer prompt) makes it a summarizer instead: it answers "Summary: the user said: "
+and every `user: ...` and `summary so far: ...` line of the last user message, joined.
 """
 
 from __future__ import annotations
@@ -153,12 +158,15 @@ def numbered_words(count: int) -> list[str]:
     return [f"w{k} " for k in range(1, count + 1)]
 
 
-def answer_text(last: str, earlier_user: list[str]) -> str:
+SUMMARIZER_MARK = "summarizing the earlier part of a conversation"
+
+
+def answer_text(last: str, earlier: list[str]) -> str:
     if "What is my project named" in last:
-        for text in reversed(earlier_user):
-            match = re.search(r"My project is named (\w+)", text)
-            if match:
-                return match.group(1)
+        for text in reversed(earlier):
+            names = re.findall(r"project is (?:now )?named (\w+)", text)
+            if names:
+                return names[-1]
         return "What is the name of your project?"
     if "Reply with OK" in last:
         return "OK."
@@ -172,6 +180,14 @@ def plan_answer(history: list[Turn]) -> Plan:
     last_index = user_positions[-1]
     last = history[last_index].text
     plan = Plan()
+    if any(turn.role == "system" and SUMMARIZER_MARK in turn.text for turn in history):
+        said = [
+            line.split(": ", 1)[1]
+            for line in last.splitlines()
+            if line.startswith(("user: ", "summary so far: "))
+        ]
+        plan.words = split_words("Summary: the user said: " + " ".join(said))
+        return plan
     if "reason" in last:
         plan.reasoning = split_words(REASONING_TEXT)
     if "error" in last:
@@ -196,7 +212,7 @@ def plan_answer(history: list[Turn]) -> Plan:
     elif cut:
         plan.words = numbered_words(plan.cut_after + 2)
     else:
-        earlier = [history[i].text for i in user_positions[:-1]]
+        earlier = [t.text for t in history[:last_index] if t.role in ("user", "system")]
         plan.words = split_words(answer_text(last, earlier))
     return plan
 

@@ -159,10 +159,91 @@ pub struct Settings {
     /// size limit is the top-level `max_body_bytes`).
     #[arg(skip)]
     pub limits: Option<LimitsConfig>,
+    /// `[compaction]`: who summarises a compacted history, and when Tether compacts by
+    /// itself.
+    #[command(flatten)]
+    #[serde(default)]
+    pub compaction: CompactionSettings,
     /// `[telemetry]`: OpenTelemetry traces (file only; the standard OTEL_* variables apply
     /// as well).
     #[arg(skip)]
     pub telemetry: Option<TelemetryConfig>,
+}
+
+/// The `[compaction]` table; its flags and variables are prefixed with `compaction`.
+#[derive(Clone, Debug, Default, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionSettings {
+    /// Base URL of the OpenAI-compatible Chat Completions endpoint that writes compaction
+    /// summaries (Tether posts to <url>/v1/chat/completions). [default: the agent itself
+    /// for openai-chat and openai-responses agents; none for a2a and adk]
+    #[arg(
+        long = "compaction-summarizer-url",
+        env = "TETHER_COMPACTION_SUMMARIZER_URL"
+    )]
+    pub summarizer_url: Option<String>,
+    /// Model named in the summarizer's requests. [default: the session's model]
+    #[arg(
+        long = "compaction-summarizer-model",
+        env = "TETHER_COMPACTION_SUMMARIZER_MODEL"
+    )]
+    pub summarizer_model: Option<String>,
+    /// Compact a session before a turn whose projected history would exceed this many
+    /// tokens (estimated as one per four characters of text). [default: off]
+    #[arg(
+        long = "compaction-trigger-tokens",
+        env = "TETHER_COMPACTION_TRIGGER_TOKENS"
+    )]
+    pub trigger_tokens: Option<u64>,
+}
+
+impl CompactionSettings {
+    fn over(self, file: CompactionSettings) -> CompactionSettings {
+        CompactionSettings {
+            summarizer_url: self.summarizer_url.or(file.summarizer_url),
+            summarizer_model: self.summarizer_model.or(file.summarizer_model),
+            trigger_tokens: self.trigger_tokens.or(file.trigger_tokens),
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        self.summarizer_url.is_some()
+            || self.summarizer_model.is_some()
+            || self.trigger_tokens.is_some()
+    }
+
+    fn validate(self) -> Result<CompactionConfig, ConfigError> {
+        let summarizer = self
+            .summarizer_url
+            .as_deref()
+            .map(|url| parse_upstream("compaction.summarizer_url", url))
+            .transpose()?;
+        if self
+            .summarizer_model
+            .as_deref()
+            .is_some_and(|m| m.trim().is_empty())
+        {
+            return Err(bad("compaction.summarizer_model", "is empty"));
+        }
+        if self.trigger_tokens == Some(0) {
+            return Err(bad("compaction.trigger_tokens", "must be greater than 0"));
+        }
+        Ok(CompactionConfig {
+            summarizer,
+            summarizer_model: self.summarizer_model,
+            trigger_tokens: self.trigger_tokens,
+        })
+    }
+}
+
+/// How compaction summaries are written, and when Tether compacts by itself.
+#[derive(Clone, Debug, Default)]
+pub struct CompactionConfig {
+    /// A Chat Completions endpoint of its own; `None`: the agent, if it speaks OpenAI.
+    pub summarizer: Option<Upstream>,
+    pub summarizer_model: Option<String>,
+    /// Compact before a turn whose projection would exceed this estimate.
+    pub trigger_tokens: Option<u64>,
 }
 
 /// `[telemetry]` as the file has it.
@@ -223,6 +304,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub rate_limits: RateLimitConfig,
     pub limits: LimitsConfig,
+    pub compaction: CompactionConfig,
     pub telemetry: Telemetry,
 }
 
@@ -398,8 +480,10 @@ impl Settings {
                 let mut from_flags = Vec::new();
                 $(if self.$k.is_some() { from_flags.push(stringify!($k)); })*
                 if !self.upstream_header.is_empty() { from_flags.push("upstream_headers"); }
+                if self.compaction.is_set() { from_flags.push("compaction"); }
                 (Settings { $($k: self.$k.or(file.$k),)* conf: self.conf,
-                    upstream_header: if self.upstream_header.is_empty() { file.upstream_header } else { self.upstream_header } },
+                    upstream_header: if self.upstream_header.is_empty() { file.upstream_header } else { self.upstream_header },
+                    compaction: self.compaction.over(file.compaction) },
                  from_flags)
             }};
         }
@@ -477,6 +561,7 @@ impl Settings {
             ));
         }
         let upstream = parse_upstream(
+            "upstream",
             self.upstream
                 .as_deref()
                 .ok_or_else(|| bad("upstream", "is required (the agent's base URL)"))?,
@@ -659,6 +744,7 @@ impl Settings {
             auth,
             rate_limits,
             limits,
+            compaction: self.compaction.validate()?,
             telemetry,
         })
     }
@@ -704,15 +790,16 @@ fn a2a_transport(
     Ok((transport, Some(address)))
 }
 
-fn parse_upstream(url: &str) -> Result<Upstream, ConfigError> {
+/// An agent-like base URL (`upstream`, `compaction.summarizer_url`): http only.
+fn parse_upstream(key: &str, url: &str) -> Result<Upstream, ConfigError> {
     let uri: http::Uri = url
         .parse()
-        .map_err(|e| bad("upstream", format!("{url:?} is not a URL ({e})")))?;
+        .map_err(|e| bad(key, format!("{url:?} is not a URL ({e})")))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some(other) => {
             return Err(bad(
-                "upstream",
+                key,
                 format!(
                     "scheme {other:?} is not supported; use http:// (Tether runs beside the agent)"
                 ),
@@ -720,14 +807,14 @@ fn parse_upstream(url: &str) -> Result<Upstream, ConfigError> {
         }
         None => {
             return Err(bad(
-                "upstream",
+                key,
                 format!("{url:?} has no scheme; e.g. http://127.0.0.1:9000"),
             ))
         }
     }
     let host = uri
         .host()
-        .ok_or_else(|| bad("upstream", format!("{url:?} has no host")))?;
+        .ok_or_else(|| bad(key, format!("{url:?} has no host")))?;
     let port = uri.port_u16().unwrap_or(80);
     let base_path = uri.path().trim_end_matches('/').to_owned();
     Ok(Upstream {
@@ -808,6 +895,69 @@ mod tests {
             .load()
             .unwrap_err();
         assert!(e.to_string().contains("listen_adress"), "{e}");
+    }
+
+    #[test]
+    fn compaction_keys_come_from_the_file_the_environment_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(
+            &path,
+            "upstream = \"http://x\"\n[compaction]\nsummarizer_url = \"http://sum:9/v1\"\n\
+             summarizer_model = \"small\"\ntrigger_tokens = 100\n",
+        )
+        .unwrap();
+        let conf = path.to_str().unwrap();
+        let c = settings(&["--conf", conf]).load().unwrap();
+        let summarizer = c.compaction.summarizer.unwrap();
+        assert_eq!(
+            (summarizer.authority.as_str(), summarizer.base_path.as_str()),
+            ("sum:9", "/v1")
+        );
+        assert_eq!(c.compaction.summarizer_model.as_deref(), Some("small"));
+        assert_eq!(c.compaction.trigger_tokens, Some(100));
+        let c = settings(&["--conf", conf, "--compaction-trigger-tokens", "50"])
+            .load()
+            .unwrap();
+        assert_eq!(c.compaction.trigger_tokens, Some(50));
+        assert_eq!(c.compaction.summarizer_model.as_deref(), Some("small"));
+        let off = settings(&["--upstream", "http://x"]).load().unwrap();
+        assert!(off.compaction.trigger_tokens.is_none() && off.compaction.summarizer.is_none());
+
+        let err = |args: &[&str]| settings(args).load().unwrap_err();
+        let e = err(&["--upstream", "http://x", "--compaction-trigger-tokens", "0"]);
+        assert_eq!(e.key, "compaction.trigger_tokens");
+        let e = err(&[
+            "--upstream",
+            "http://x",
+            "--compaction-summarizer-url",
+            "https://s",
+        ]);
+        assert_eq!(e.key, "compaction.summarizer_url");
+        let e = err(&[
+            "--upstream",
+            "http://x",
+            "--compaction-summarizer-model",
+            " ",
+        ]);
+        assert_eq!(e.key, "compaction.summarizer_model");
+        std::fs::write(
+            &path,
+            "upstream = \"http://x\"\n[compaction]\ntrigger_tokens = 0\n",
+        )
+        .unwrap();
+        let e = err(&["--conf", conf]);
+        assert!(
+            e.to_string()
+                .contains("t.toml:3: compaction.trigger_tokens"),
+            "{e}"
+        );
+        std::fs::write(
+            &path,
+            "upstream = \"http://x\"\n[compaction]\ntrigger = 5\n",
+        )
+        .unwrap();
+        assert!(err(&["--conf", conf]).to_string().contains("trigger"));
     }
 
     #[test]

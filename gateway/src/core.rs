@@ -101,6 +101,28 @@ impl Store for CoreStore {
         delegate!(self, |s| s.count_events(&a, &id))
     }
 
+    async fn create_session(&self, first: &NewEvent) -> Result<Option<Event>, StoreError> {
+        let first = first.clone();
+        delegate!(self, |s| s.create_session(&first))
+    }
+
+    async fn checkpoint_event(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        checkpoint_id: Option<&str>,
+        until_seq: Option<i64>,
+    ) -> Result<Option<Event>, StoreError> {
+        let (a, id) = (account_id.to_owned(), session_id.to_owned());
+        let checkpoint = checkpoint_id.map(str::to_owned);
+        delegate!(self, |s| s.checkpoint_event(
+            &a,
+            &id,
+            checkpoint.as_deref(),
+            until_seq
+        ))
+    }
+
     async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
         let (a, id) = (account_id.to_owned(), run_id.to_owned());
         delegate!(self, |s| s.run(&a, &id))

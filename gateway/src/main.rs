@@ -209,6 +209,7 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
             owner: config.replica_id.clone(),
             lease: config.run_lease,
         },
+        runs::compaction::Compactor::new(&config, agent.clone()),
     );
     handle.spawn(runs.clone().keep_leases());
     if raw_store.backend() == "postgres" {

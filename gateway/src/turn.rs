@@ -9,7 +9,11 @@ use pingora::proxy::Session;
 use pingora::Result;
 use runtime_adapter::{RunInfo, SessionRef, Surface, TurnRequest};
 use serde_json::Value;
-use session_log::{Event, EventQuery, Invocation, Subscription};
+use session_log::checkpoints::Phase;
+use session_log::history::ForkError;
+use session_log::{
+    Event, EventQuery, EventType, ForkPoint, Invocation, RunStatus, StoreError, Subscription,
+};
 use tokio::time::Instant;
 
 use crate::client::reply::Reply;
@@ -84,11 +88,26 @@ async fn prepare_run(
     turn: TurnRequest,
     client_trace: Option<opentelemetry::Context>,
 ) -> std::result::Result<(StartedRun, Subscription), (ApiError, Option<String>)> {
-    let session_id = resolve_session(state, account_id, surface, &turn.session)
+    let target = resolve_session(state, account_id, surface, &turn.session)
         .await
         .map_err(|e| (e, None))?;
     // Every attachment is checked before any is stored: a refused one writes nothing.
     let (turn, uploads) = attachments::extract(&state.attachments, turn).map_err(|e| (e, None))?;
+    let session_id = match target {
+        Target::Session(id) => id,
+        Target::Fork(from) => {
+            // At its cap the account gets 429 before the fork is made, as a resume does.
+            drop(
+                state
+                    .limits
+                    .try_acquire_run(account_id)
+                    .map_err(|l| (ApiError::limited(&l), None))?,
+            );
+            fork_after(state, account_id, &from)
+                .await
+                .map_err(|e| (e, None))?
+        }
+    };
     attachments::save(&*state.store, account_id, uploads)
         .await
         .map_err(|e| (e, None))?;
@@ -121,15 +140,23 @@ async fn prepare_run(
         })
 }
 
+/// Where a turn goes.
+enum Target {
+    Session(String),
+    /// After an older response of a session: a fork of it at that response's
+    /// checkpoint, made once the turn's other checks have passed.
+    Fork(ForkPoint),
+}
+
 async fn resolve_session(
     state: &State,
     account_id: &str,
     surface: &dyn Surface,
     reference: &SessionRef,
-) -> std::result::Result<String, ApiError> {
+) -> std::result::Result<Target, ApiError> {
     match reference {
-        SessionRef::New => Ok(new_id("sess")),
-        SessionRef::Named(id) if valid_session_id(id) => Ok(id.clone()),
+        SessionRef::New => Ok(Target::Session(new_id("sess"))),
+        SessionRef::Named(id) if valid_session_id(id) => Ok(Target::Session(id.clone())),
         SessionRef::Named(id) => Err(ApiError::new(
             400,
             "invalid_request_error",
@@ -140,25 +167,110 @@ async fn resolve_session(
         )
         .with_param("conversation")),
         SessionRef::AfterResponse(response_id) => {
-            let not_found = || {
-                ApiError::new(
-                    404,
-                    "invalid_request_error",
-                    "previous_response_not_found",
-                    format!("Previous response with id '{response_id}' not found."),
-                )
-                .with_param("previous_response_id")
+            let run_id = surface
+                .run_id(response_id)
+                .ok_or_else(|| previous_response_not_found(response_id))?;
+            let unavailable = |e: StoreError| {
+                ApiError::store_unavailable(&e, "cannot resolve previous_response_id")
             };
-            let run_id = surface.run_id(response_id).ok_or_else(not_found)?;
-            match state.store.run(account_id, &run_id).await {
-                Ok(Some(run)) => Ok(run.session_id),
-                Ok(None) => Err(not_found()),
-                Err(e) => Err(ApiError::store_unavailable(
-                    &e,
-                    "cannot resolve previous_response_id",
-                )),
-            }
+            let run = state
+                .store
+                .run(account_id, &run_id)
+                .await
+                .map_err(unavailable)?
+                .ok_or_else(|| previous_response_not_found(response_id))?;
+            continue_after(state, account_id, &run)
+                .await
+                .map_err(unavailable)
         }
+    }
+}
+
+fn previous_response_not_found(response_id: &str) -> ApiError {
+    ApiError::new(
+        404,
+        "invalid_request_error",
+        "previous_response_not_found",
+        format!("Previous response with id '{response_id}' not found."),
+    )
+    .with_param("previous_response_id")
+}
+
+/// Where a turn after `run`'s response goes: on in the run's session while no later run
+/// followed it there; otherwise into a fork at the checkpoint that ended the run, so the
+/// later branch and this one both keep their history. A run that did not complete has
+/// no such checkpoint: the turn goes on in its session, as before forks.
+async fn continue_after(
+    state: &State,
+    account_id: &str,
+    run: &Invocation,
+) -> std::result::Result<Target, StoreError> {
+    let store = &*state.store;
+    let checkpoints = EventQuery {
+        event_types: Some(vec![EventType::RunCheckpoint]),
+        ..run_query(account_id, run)
+    };
+    let checkpoints = store.events(&checkpoints).await?;
+    let ended = checkpoints.iter().rev().find(|e| {
+        e.content.get("phase").and_then(Value::as_str) == Some(Phase::TurnCompleted.as_str())
+    });
+    let Some(ended) = ended else {
+        return Ok(Target::Session(run.session_id.clone()));
+    };
+    // The run's own end is the first status after its checkpoint; a second one is a later
+    // run's start.
+    let later = store
+        .events(&EventQuery {
+            after_seq: ended.seq,
+            event_types: Some(vec![EventType::RunStatus]),
+            limit: 2,
+            ..EventQuery::session(account_id, &run.session_id)
+        })
+        .await?;
+    let older = later
+        .iter()
+        .any(|e| e.run_status() == Some(RunStatus::InProgress));
+    let checkpoint_id = ended.content.get("checkpoint_id").and_then(Value::as_str);
+    Ok(match (older, checkpoint_id) {
+        (true, Some(checkpoint_id)) => Target::Fork(ForkPoint {
+            session_id: run.session_id.clone(),
+            seq: ended.seq,
+            checkpoint_id: checkpoint_id.to_owned(),
+        }),
+        _ => Target::Session(run.session_id.clone()),
+    })
+}
+
+/// Makes the fork a turn after an older response goes to; returns its session id.
+async fn fork_after(
+    state: &State,
+    account_id: &str,
+    from: &ForkPoint,
+) -> std::result::Result<String, ApiError> {
+    let forked = session_log::history::fork(
+        &*state.store,
+        account_id,
+        &from.session_id,
+        Some(&from.checkpoint_id),
+        &new_id("sess"),
+    )
+    .await;
+    match forked {
+        Ok(forked) => Ok(forked.session_id),
+        Err(ForkError::Store(e)) => Err(ApiError::store_unavailable(&e, "cannot fork a session")),
+        Err(ForkError::RunInProgress { .. }) => Err(ApiError::new(
+            409,
+            "invalid_request_error",
+            "conversation_busy",
+            "the previous response's run is still in progress",
+        )),
+        Err(e) => Err(ApiError::new(
+            404,
+            "invalid_request_error",
+            "previous_response_not_found",
+            e.to_string(),
+        )
+        .with_param("previous_response_id")),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod a2a;
 pub mod adk;
 mod body_parser;
 pub mod chat;
+pub mod compaction;
 pub mod grpc;
 pub mod item;
 pub mod langgraph;

@@ -1,45 +1,26 @@
-//! The projection: the model-facing history built from a session's transcript events.
-//! Control events are left out, and a compaction checkpoint replaces the events it
-//! summarises with its summary.
+//! The projection: the model-facing history built from a session's history (see
+//! `session_log::history`: the active branch, a fork's inherited part, and what a
+//! compaction left of it). Control events are left out, and a compaction's summary
+//! comes first, in place of what it summarises.
 
-use serde_json::Value;
-use session_log::{Event, EventType};
+use session_log::History;
 
 use crate::item::{Block, Item};
 
-/// History for the model from a session's events (in seq order).
-///
-/// A `compaction` event with content `{"summary": "...", "through_seq": N}` stands for
-/// every transcript event with seq ≤ N: they are dropped and the summary is given as a
-/// system message in their place.
-pub fn project(events: &[Event]) -> Vec<Item> {
-    let compaction = events
-        .iter()
-        .rev()
-        .find(|e| e.event_type == EventType::Compaction);
-    let (through, summary) = match compaction {
-        Some(c) => (
-            c.content
-                .get("through_seq")
-                .and_then(Value::as_i64)
-                .unwrap_or(c.seq),
-            c.content
-                .get("summary")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-        ),
-        None => (0, None),
-    };
-    let summary = summary.map(|s| Item::Message {
+/// History for the model: the compaction's summary as a system message, if there is
+/// one, then the transcript events in history order.
+pub fn project(history: &History) -> Vec<Item> {
+    let summary = history.summary.as_ref().map(|s| Item::Message {
         role: "system".into(),
-        content: vec![Block::Text(s)],
+        content: vec![Block::Text(s.clone())],
     });
     summary
         .into_iter()
         .chain(
-            events
+            history
+                .events
                 .iter()
-                .filter(|e| e.seq > through && e.event_type.is_transcript())
+                .filter(|e| e.event_type.is_transcript())
                 .filter_map(Item::from_event),
         )
         .collect()
@@ -50,10 +31,22 @@ mod tests {
     use super::*;
     use chrono::Utc;
     use serde_json::json;
-    use session_log::{NewEvent, RunStatus};
+    use session_log::{Event, EventType, NewEvent, RunStatus};
 
     fn ev(seq: i64, new: NewEvent) -> Event {
         Event::committed(new, seq, Utc::now())
+    }
+
+    fn status(seq: i64, status: RunStatus) -> Event {
+        ev(
+            seq,
+            NewEvent::new(
+                "a",
+                "s",
+                EventType::RunStatus,
+                session_log::event::run_status_content(status, None),
+            ),
+        )
     }
 
     #[test]
@@ -63,32 +56,20 @@ mod tests {
                 1,
                 Item::user_text("My project is named zebra42.").to_event("a", "s"),
             ),
-            ev(
-                2,
-                NewEvent::new(
-                    "a",
-                    "s",
-                    EventType::RunStatus,
-                    session_log::event::run_status_content(RunStatus::InProgress, None),
-                ),
-            ),
+            status(2, RunStatus::InProgress),
             ev(
                 3,
                 NewEvent::new("a", "s", EventType::TextDelta, json!({"delta": "O"})),
             ),
             ev(4, Item::assistant_text("OK").to_event("a", "s")),
-            ev(
-                5,
-                NewEvent::new(
-                    "a",
-                    "s",
-                    EventType::RunStatus,
-                    session_log::event::run_status_content(RunStatus::Completed, None),
-                ),
-            ),
+            status(5, RunStatus::Completed),
         ];
+        let history = History {
+            events,
+            ..History::default()
+        };
         assert_eq!(
-            project(&events),
+            project(&history),
             vec![
                 Item::user_text("My project is named zebra42."),
                 Item::assistant_text("OK")
@@ -97,23 +78,15 @@ mod tests {
     }
 
     #[test]
-    fn compaction_replaces_what_it_summarises() {
-        let events = vec![
-            ev(1, Item::user_text("one").to_event("a", "s")),
-            ev(2, Item::assistant_text("two").to_event("a", "s")),
-            ev(
-                3,
-                NewEvent::new(
-                    "a",
-                    "s",
-                    EventType::Compaction,
-                    json!({"summary": "said one, two", "through_seq": 2}),
-                ),
-            ),
-            ev(4, Item::user_text("three").to_event("a", "s")),
-        ];
+    fn a_summary_comes_first() {
+        let history = History {
+            events: vec![ev(4, Item::user_text("three").to_event("a", "s"))],
+            summary: Some("said one, two".into()),
+            compacted_from: 1,
+            compacted_through: 3,
+        };
         assert_eq!(
-            project(&events),
+            project(&history),
             vec![
                 Item::Message {
                     role: "system".into(),

@@ -83,6 +83,9 @@ pub struct TurnRequest {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
     pub max_output_tokens: Option<u64>,
+    /// Compact the session first when its history would exceed this many tokens
+    /// (Responses `context_management`; see `compaction`).
+    pub compact_threshold: Option<u64>,
     /// Every other top-level field, passed upstream untouched when the upstream speaks the
     /// same protocol as the surface.
     pub extra: Map<String, Value>,
@@ -102,6 +105,7 @@ impl TurnRequest {
             temperature: None,
             top_p: None,
             max_output_tokens: None,
+            compact_threshold: None,
             extra: Map::new(),
         }
     }

@@ -115,20 +115,24 @@ pub struct TurnCall<'a> {
     pub run_id: &'a str,
     /// The session's projection before this turn's input.
     pub history: &'a [Item],
-    /// The session's transcript and `run_status` events before this turn, for what the
-    /// adapter recorded earlier in their metadata (`agent_ref` on terminal statuses, an
-    /// item's author).
+    /// The session's history before this turn (`session_log::History`: transcript and
+    /// `run_status` events, a fork's inherited ones first, each naming its own session),
+    /// for what the adapter recorded earlier in their metadata (`agent_ref` on terminal
+    /// statuses, an item's author).
     pub events: &'a [Event],
     pub turn: &'a TurnRequest,
     pub default_model: &'a str,
 }
 
 impl TurnCall<'_> {
-    /// The agent's handle for the latest earlier run that reported one.
+    /// The agent's handle for the latest earlier run of this session that reported one.
+    /// A fork's inherited runs do not count: the agent never saw the fork, so its first
+    /// turn restores it like a forgotten session.
     pub fn last_agent_ref(&self) -> Option<&str> {
         self.events
             .iter()
             .rev()
+            .filter(|e| e.session_id == self.session_id)
             .find_map(|e| e.metadata.get("agent_ref").and_then(Value::as_str))
     }
 }

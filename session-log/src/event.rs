@@ -23,6 +23,16 @@
 //!   speak that protocol.
 //! - `session_restore`: Tether put the session back into an agent that had forgotten it:
 //!   `{"reason": .., "items": <history items sent>, "requests": <agent calls made>}`.
+//! - `session_fork`: always seq 1 of a fork, naming where its history comes from:
+//!   `{"parent_session_id": .., "parent_seq": n, "checkpoint_id": ..}` (see [`ForkPoint`]).
+//! - `compaction_boundary`: a compaction starts here: `{"reason": "manual"|"trigger_tokens"|
+//!   "compact_threshold", "keep_last_turns": k, "estimated_tokens"?: n, "summarizer"?:
+//!   {"model", "request"}}` (the summarizer's request, when Tether asked one).
+//! - `context_checkpoint`: right after its boundary: `{"summary": .., "seq_start": a,
+//!   "seq_end": b}`; the summary stands for the transcript events of the session's
+//!   history at positions `a..=b` (see `history`).
+//! - `compaction` (older versions): `{"summary"?: .., "through_seq"?: n, "reason"?: ..}`,
+//!   standing for the transcript events up to `through_seq` (default: its own seq).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -54,10 +64,13 @@ pub enum EventType {
     HttpSseEvent,
     AgentEvent,
     SessionRestore,
+    SessionFork,
+    CompactionBoundary,
+    ContextCheckpoint,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 18] = [
+    pub const ALL: [EventType; 21] = [
         EventType::Message,
         EventType::Reasoning,
         EventType::ToolCall,
@@ -76,6 +89,22 @@ impl EventType {
         EventType::HttpSseEvent,
         EventType::AgentEvent,
         EventType::SessionRestore,
+        EventType::SessionFork,
+        EventType::CompactionBoundary,
+        EventType::ContextCheckpoint,
+    ];
+
+    /// The events that shape a session's history rather than its transcript: run
+    /// statuses (a resume names its checkpoint), checkpoints, a fork's `session_fork`, and
+    /// compaction markers. A few per turn, indexed apart from the rest of the log (in this
+    /// order, which the index's condition repeats).
+    pub const MARKERS: [EventType; 6] = [
+        EventType::RunStatus,
+        EventType::RunCheckpoint,
+        EventType::SessionFork,
+        EventType::Compaction,
+        EventType::CompactionBoundary,
+        EventType::ContextCheckpoint,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -98,6 +127,9 @@ impl EventType {
             EventType::HttpSseEvent => "http_sse_event",
             EventType::AgentEvent => "agent_event",
             EventType::SessionRestore => "session_restore",
+            EventType::SessionFork => "session_fork",
+            EventType::CompactionBoundary => "compaction_boundary",
+            EventType::ContextCheckpoint => "context_checkpoint",
         }
     }
 
@@ -105,16 +137,18 @@ impl EventType {
         EventType::ALL.into_iter().find(|t| t.as_str() == s)
     }
 
+    /// The transcript types: what the model sees (see the projection).
+    pub const TRANSCRIPT: [EventType; 5] = [
+        EventType::Message,
+        EventType::Reasoning,
+        EventType::ToolCall,
+        EventType::ToolResult,
+        EventType::Approval,
+    ];
+
     /// Whether the model should see events of this type (see the projection).
     pub fn is_transcript(self) -> bool {
-        matches!(
-            self,
-            EventType::Message
-                | EventType::Reasoning
-                | EventType::ToolCall
-                | EventType::ToolResult
-                | EventType::Approval
-        )
+        EventType::TRANSCRIPT.contains(&self)
     }
 }
 
@@ -293,4 +327,31 @@ pub struct Session {
     pub last_seq: Seq,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Where the session's history starts, when it is a fork (read from its seq 1).
+    pub forked_from: Option<ForkPoint>,
+}
+
+/// Where a fork's history comes from: its parent's history up to and including the
+/// parent's own event `seq` (the checkpoint it was forked at). The content of the fork's
+/// `session_fork` event, its seq 1.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkPoint {
+    #[serde(rename = "parent_session_id")]
+    pub session_id: String,
+    #[serde(rename = "parent_seq")]
+    pub seq: Seq,
+    pub checkpoint_id: String,
+}
+
+impl ForkPoint {
+    /// The fork point a `session_fork` event's content names, if it is well formed.
+    pub fn of(content: &Value) -> Option<ForkPoint> {
+        serde_json::from_value(content.clone())
+            .ok()
+            .filter(|f: &ForkPoint| f.seq > 0)
+    }
+
+    pub fn content(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
 }

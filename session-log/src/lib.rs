@@ -3,9 +3,11 @@
 //! see them, and the hub that broadcasts committed events to live subscribers.
 
 mod backend;
+pub mod branch;
 pub mod checkpoints;
 pub mod event;
 pub mod histogram;
+pub mod history;
 pub mod hub;
 pub mod import;
 pub mod store;
@@ -15,7 +17,8 @@ pub mod writer;
 // The backends live in `backend/`; their modules keep the paths they had at the crate root.
 pub use backend::factory::{open, open_journaled};
 pub use backend::{journal, postgres, sqlite};
-pub use event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
+pub use event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
+pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,

@@ -55,6 +55,9 @@ pub struct EventQuery {
     pub session_id: String,
     /// Only events with `seq > after_seq` (0 reads from the start).
     pub after_seq: Seq,
+    /// Only events with `seq <= until_seq`, when set (a fork's parent is read up to the
+    /// fork point and no further).
+    pub until_seq: Option<Seq>,
     /// Only events of this run, when set: those tagged with it from the start of its
     /// first invocation in the session to the end of its last (an event tagged with a
     /// run before it started or after it ended is not part of it).
@@ -73,6 +76,7 @@ impl EventQuery {
             account_id: account_id.to_owned(),
             session_id: session_id.to_owned(),
             after_seq: 0,
+            until_seq: None,
             run_id: None,
             invocation_id: None,
             event_types: None,
@@ -279,6 +283,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// Events matching `query`, in seq order.
     async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError>;
+
+    /// Commits `first` as seq 1 of a session that does not exist yet (a fork's
+    /// `session_fork`), in one transaction with the session's creation. `None`, changing
+    /// nothing, when the account already has a session of that id.
+    async fn create_session(&self, first: &NewEvent) -> Result<Option<Event>, StoreError>;
+
+    /// A `run_checkpoint` event of a session: the one whose content names `checkpoint_id`,
+    /// or the latest without it; only events with `seq <= until_seq` when that is set.
+    /// Found through an index of checkpoints, so the cost does not grow with the log.
+    async fn checkpoint_event(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        checkpoint_id: Option<&str>,
+        until_seq: Option<Seq>,
+    ) -> Result<Option<Event>, StoreError>;
 
     /// Number of events in a session.
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError>;

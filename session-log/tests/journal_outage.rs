@@ -574,3 +574,77 @@ async fn agent_refs_survive_an_outage() {
     };
     assert_eq!(n, 0, "journal handles applied and forgotten");
 }
+
+/// A fork whose creation reaches the journal (PostgreSQL went down after its checks):
+/// its `session_fork` is journaled as seq 1, the fork goes on in the journal, and once
+/// backfilled its history follows its parent up to the fork point, in PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_created_during_an_outage_reads_its_parent_once_backfilled() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let store = journal::open(&cluster.url(), &journal_path, config())
+        .await
+        .unwrap();
+    let text = |session: &str, t: &str| {
+        NewEvent::new("acct", session, EventType::Message, json!({ "text": t })).with_role("user")
+    };
+    store
+        .append(&[
+            text("s_parent", "My project is named zebra42."),
+            NewEvent::new(
+                "acct",
+                "s_parent",
+                EventType::RunCheckpoint,
+                json!({"checkpoint_id": "ckpt_1"}),
+            ),
+            text("s_parent", "later, not inherited"),
+        ])
+        .await
+        .unwrap();
+
+    cluster.down();
+    let point = session_log::ForkPoint {
+        session_id: "s_parent".into(),
+        seq: 2,
+        checkpoint_id: "ckpt_1".into(),
+    };
+    let fork = NewEvent::new("acct", "s_fork", EventType::SessionFork, point.content());
+    let created = store.create_session(&fork).await.unwrap().expect("created");
+    assert_eq!(created.seq, 1);
+    assert_eq!(store.state(), BackendState::Degraded);
+    assert_eq!(store.create_session(&fork).await.unwrap(), None, "taken");
+    let own = store
+        .append(&[text("s_fork", "My project is now named koala7.")])
+        .await
+        .unwrap();
+    assert_eq!(own[0].as_ref().unwrap().seq, 2);
+
+    cluster.up();
+    wait_recovered(&store).await;
+    let lineage = session_log::Lineage::resolve(&*store, "acct", "s_fork")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lineage.session.forked_from, Some(point));
+    let history = lineage
+        .events(&*store, 0, None, None, i64::MAX)
+        .await
+        .unwrap();
+    let seen: Vec<(&str, i64)> = history
+        .iter()
+        .map(|e| (e.session_id.as_str(), e.seq))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("s_parent", 1),
+            ("s_parent", 2),
+            ("s_fork", 1),
+            ("s_fork", 2)
+        ]
+    );
+    assert_dense_in_postgres(&cluster.url(), "s_fork", 2).await;
+}

@@ -30,6 +30,10 @@ const SQLITE: &[(i64, &str)] = &[
         "55613c19418e0b8c85b1ff1127ceb5c2c2de3e02798d93d08461504a13b23fd8f4c5f1a8817eeec4ff7b067a837c22ab",
     ),
     (
+        7,
+        "6e8efdc934d3e24d177abaedb396fc2e461864864722dec1e59c0ad7ed17127db7edff43cda1b7357d6466d4b5466148",
+    ),
+    (
         8,
         "78ab6387edc4dcd0225cc790927025e1131d4850ee7d151dd853b1e0c341f48fe540923dde4648102bad8b858a7f7cfe",
     ),
@@ -62,6 +66,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         7,
         "1274a33ecda184ed3e572b3fb94e449c3b8d9310a4fc22369771a92f8b6f058299af016d5fcf12873fa15c09d04e103b",
+    ),
+    (
+        8,
+        "0d0913e5b73a623ab56bb88edbf4cd5dc15838a9ce847f9c7772c9bcbf8f7c273be0764ca34c1c77b22e9d67d5378e90",
     ),
     (
         9,

@@ -2241,3 +2241,6 @@ async fn an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten(
     assert_eq!(store.session(&other, &session).await.unwrap(), None);
     assert!(all_events(store, &other, &session).await.is_empty());
 }
+
+#[path = "store_suite/history.rs"]
+mod history;

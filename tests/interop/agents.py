@@ -170,7 +170,31 @@ class AgentProcess:
             )
 
 
-class A2aAgent(AgentProcess):
+class ReadyLineAgent(AgentProcess):
+    """An agent that prints `READY <port>` on stdout once it listens."""
+
+    def wait_ready(self, deadline: float) -> None:
+        # Read the line off the main thread so a hung process cannot hang the test past
+        # the deadline.
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(max(0.0, deadline - time.monotonic()))
+        self._check_running()
+        if not line or not line[0].startswith("READY"):
+            raise RuntimeError(f"{self.name} did not print READY: {line!r}\n{self.log_tail()}")
+
+
+class FakeAgent(ReadyLineAgent):
+    """tests/fake_agent.py itself as the agent (an OpenAI agent that remembers nothing)."""
+
+    name = "fake-agent"
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(REPO / "tests" / "fake_agent.py"), "--port", str(self.port)]
+
+
+class A2aAgent(ReadyLineAgent):
     """tests/agents/a2a_agent.py (a2a-sdk, in-memory task store and histories); with
     `grpc_port`, it also serves gRPC there, and its card lists that interface."""
 
@@ -199,17 +223,6 @@ class A2aAgent(AgentProcess):
     def received(self) -> list[dict]:
         """What the agent's executor was given since this process started."""
         return httpx.get(f"{self.url}/_received", timeout=10).json()
-
-    def wait_ready(self, deadline: float) -> None:
-        # The fixture prints `READY <port>` once uvicorn listens; read it off the main thread
-        # so a hung process cannot hang the test past the deadline.
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(max(0.0, deadline - time.monotonic()))
-        self._check_running()
-        if not line or not line[0].startswith("READY"):
-            raise RuntimeError(f"{self.name} did not print READY: {line!r}\n{self.log_tail()}")
 
 
 class AdkAgent(AgentProcess):
@@ -424,13 +437,21 @@ def control(action: str, body: dict, key: str | None = None, base: str | None = 
     )
 
 
+def control_ok(action: str, body: dict, key: str | None = None) -> dict:
+    """The `Data` of a control action that must succeed."""
+    r = control(action, body, key)
+    assert r.status_code == 200 and r.json()["Code"] == 0, f"{action}: {r.status_code} {r.text}"
+    return r.json()["Data"]
+
+
 def session_events(session_id: str, key: str | None = None, base: str | None = None) -> list[dict]:
-    """Every event of one session in Tether's log (ListSessionEvents, paged)."""
+    """Every event of one session's history in Tether's log (ListSessionEvents, paged by
+    position): a fork's inherited events (`Inherited`) first, then its own."""
     events: list[dict] = []
     while True:
         r = control(
             "ListSessionEvents",
-            {"SessionId": session_id, "Offset": events[-1]["SeqId"] if events else 0, "Limit": 500},
+            {"SessionId": session_id, "Offset": events[-1]["Position"] if events else 0, "Limit": 500},
             key,
             base,
         )

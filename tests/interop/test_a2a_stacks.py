@@ -269,6 +269,23 @@ def test_v1_and_grpc_clients_reach_the_agent(agent):
     assert len(restores(context)) == 1, describe(session_events(context))
 
 
+def test_a_fork_is_a_new_context_that_remembers_across_a_kill_9(agent):
+    """The seed's fork: a session forked after turn 1 is a contextId the runtime never saw;
+    its first turn restores it like a forgotten one, and the original goes on apart."""
+    answer, context, _ = turn(tether_url(), FIRST, None, stream=False)
+    assert answer.strip() == "OK.", answer
+    fork = agents.control_ok("ForkSession", {"SessionId": context})["SessionId"]
+
+    agent.restart()
+    answer, ctx, results = turn(tether_url(), SECOND, fork, stream=True)
+    assert (answer.strip(), ctx) == ("zebra42", fork), json.dumps(results)[:2000]
+    answer, ctx, _ = turn(tether_url(), SECOND, context, stream=False)
+    assert (answer.strip(), ctx) == ("zebra42", context), answer
+    own = [e for e in session_events(fork) if not e.get("Inherited")]
+    assert own[0]["EventType"] == "session_fork", describe(own)
+    assert [e["EventType"] for e in own].count("session_restore") == 1, describe(own)
+
+
 # ---- 3. cancel and reconnect -----------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import httpx
 import pytest
@@ -119,6 +120,27 @@ def test_seed_turns_survive_kill_9_through_tether(agent, mode):
     assert texts == [("human", FIRST), ("ai", "OK."), ("human", SECOND), ("ai", "zebra42")], texts
     assert thread_id in json.dumps(state) and c.threads.get(thread_id)["thread_id"] == thread_id
     assert c.threads.get_history(thread_id), "no checkpoints in the thread's history"
+
+
+def test_a_fork_is_a_thread_of_its_own_that_remembers_across_a_kill_9(agent):
+    """The seed's fork: a session forked after turn 1 (under a thread id the client picks) is
+    a thread the server never had; its first run re-creates it with the inherited messages,
+    and the original thread goes on apart."""
+    c = client()
+    thread_id = c.threads.create()["thread_id"]
+    assert turn(c, thread_id, FIRST, "wait") == "OK."
+    fork = str(uuid.uuid4())
+    forked = agents.control_ok("ForkSession", {"SessionId": thread_id, "NewSessionId": fork})
+    assert forked["SessionId"] == fork, forked
+
+    agent.restart()
+    assert turn(c, fork, SECOND, "stream") == "zebra42"
+    assert turn(c, thread_id, SECOND, "wait") == "zebra42"
+    own = [e for e in session_events(fork) if not e.get("Inherited")]
+    assert own[0]["EventType"] == "session_fork", describe(own)
+    assert [e["EventType"] for e in own].count("session_restore") == 1, describe(own)
+    state = c.threads.get_state(fork)["values"]["messages"]
+    assert [m["content"] for m in state] == [FIRST, "OK.", SECOND, "zebra42"], state
 
 
 # ---- 3. background runs, join, re-join, cancel ---------------------------------------------

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 use session_log::checkpoints::checkpoints;
 
-use super::checkpoints::session_events;
+use super::checkpoints::session_history;
 use super::{answers, ActionResult, Call};
 
 /// How `ResumeRun` continues a run from a checkpoint in front of this protocol. A
@@ -43,10 +43,11 @@ pub async fn get_agent_ui_bootstrap(call: &Call<'_>) -> ActionResult {
     let checkpoints_usable = match &p.session_id {
         None => true,
         Some(session_id) => {
-            let events = session_events(call, session_id).await?;
+            let (_, events) = session_history(call, session_id).await?;
+            // A checkpoint a fork inherited is resumed in the session that holds it.
             checkpoints(&events, chrono::Utc::now())
                 .iter()
-                .any(|c| c.checkpoint_status.can_resume())
+                .any(|c| c.checkpoint_status.can_resume() && &c.session_id == session_id)
         }
     };
     let uploads = answers("UploadAttachment")

@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 use session_log::checkpoints::{
     checkpoints, resume_risk, tool_receipts, Checkpoint, CheckpointStatus, ReceiptStatus,
 };
-use session_log::{Event, EventQuery, EventType, RunStatus, Subscription};
+use session_log::{Event, EventType, Lineage, RunStatus, Subscription};
 
-use super::{ActionResult, Call, ControlError};
+use super::{non_empty, ActionResult, Call, ControlError};
 use crate::client::{respond, stream};
 use crate::core::on_core;
 use crate::error::ApiError;
@@ -59,29 +59,19 @@ struct ResumeParams {
     stream: Option<bool>,
 }
 
-fn non_empty(name: &str, value: &str) -> Result<(), ControlError> {
-    if value.trim().is_empty() {
-        return Err(ControlError::bad_request(format!(
-            "{name} must not be empty"
-        )));
-    }
-    Ok(())
-}
-
-/// Every event of a session the caller's account owns; another account's session is
-/// "not found".
-pub(super) async fn session_events(
+/// A session the caller's account owns and every event of its history (a fork's
+/// inherited ones first); another account's session is "not found".
+pub(super) async fn session_history(
     call: &Call<'_>,
     session_id: &str,
-) -> Result<Vec<Event>, ControlError> {
+) -> Result<(Lineage, Vec<Event>), ControlError> {
     non_empty("SessionId", session_id)?;
-    let store = &call.state.store;
-    if store.session(call.account_id, session_id).await?.is_none() {
-        return Err(ControlError::not_found("session", session_id));
-    }
-    Ok(store
-        .events(&EventQuery::session(call.account_id, session_id))
-        .await?)
+    let store = &*call.state.store;
+    let lineage = Lineage::resolve(store, call.account_id, session_id)
+        .await?
+        .ok_or_else(|| ControlError::not_found("session", session_id))?;
+    let events = lineage.events(store, 0, None, None, i64::MAX).await?;
+    Ok((lineage, events))
 }
 
 fn require_run(events: &[Event], run_id: &str) -> Result<(), ControlError> {
@@ -93,12 +83,18 @@ fn require_run(events: &[Event], run_id: &str) -> Result<(), ControlError> {
     }
 }
 
+/// A checkpoint of the session itself: one a fork inherited is resumed in the session
+/// that holds it (or forked from), not in the fork.
 fn find_checkpoint(events: &[Event], p: &CheckpointParams) -> Result<Checkpoint, ControlError> {
     require_run(events, &p.run_id)?;
     non_empty("CheckpointId", &p.checkpoint_id)?;
     checkpoints(events, chrono::Utc::now())
         .into_iter()
-        .find(|c| c.checkpoint_id == p.checkpoint_id && c.run_id.as_deref() == Some(&p.run_id))
+        .find(|c| {
+            c.checkpoint_id == p.checkpoint_id
+                && c.run_id.as_deref() == Some(&p.run_id)
+                && c.session_id == p.session_id
+        })
         .ok_or_else(|| ControlError::not_found("checkpoint", &p.checkpoint_id))
 }
 
@@ -114,7 +110,7 @@ pub async fn list_session_checkpoints(call: &Call<'_>) -> ActionResult {
     if offset < 0 {
         return Err(ControlError::bad_request("Offset must not be negative"));
     }
-    let events = session_events(call, &p.session_id).await?;
+    let (_, events) = session_history(call, &p.session_id).await?;
     if let Some(run_id) = &p.run_id {
         require_run(&events, run_id)?;
     }
@@ -135,7 +131,7 @@ pub async fn list_session_checkpoints(call: &Call<'_>) -> ActionResult {
 
 pub async fn list_tool_receipts(call: &Call<'_>) -> ActionResult {
     let p: ListReceiptsParams = call.params()?;
-    let events = session_events(call, &p.session_id).await?;
+    let (_, events) = session_history(call, &p.session_id).await?;
     if let Some(run_id) = &p.run_id {
         require_run(&events, run_id)?;
     }
@@ -157,7 +153,7 @@ pub async fn list_tool_receipts(call: &Call<'_>) -> ActionResult {
 
 pub async fn get_checkpoint_resume_preview(call: &Call<'_>) -> ActionResult {
     let p: CheckpointParams = call.params()?;
-    let events = session_events(call, &p.session_id).await?;
+    let (_, events) = session_history(call, &p.session_id).await?;
     let checkpoint = find_checkpoint(&events, &p)?;
     // What resuming could repeat: the tool calls this run made after the checkpoint.
     let after: Vec<_> = tool_receipts(&events)
@@ -226,7 +222,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         )),
         (false, _) => None,
     };
-    let events = session_events(call, &p.session_id).await?;
+    let (lineage, events) = session_history(call, &p.session_id).await?;
     let key = CheckpointParams {
         session_id: p.session_id.clone(),
         run_id: p.run_id.clone(),
@@ -267,7 +263,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         _ => {}
     }
 
-    let history = resume_history(&events, &checkpoint);
+    let (history, replayed) = resume_history(call, &lineage, &events, &checkpoint).await?;
     let model = events
         .iter()
         .find(|e| {
@@ -277,9 +273,9 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         .map(str::to_owned);
     let mut turn = TurnRequest::new(Protocol::OpenAiResponses);
     turn.model = model;
-    turn.input = instruction
-        .iter()
-        .map(|text| Item::user_text(text))
+    turn.input = replayed
+        .into_iter()
+        .chain(instruction.iter().map(|text| Item::user_text(text)))
         .collect();
     let from = ResumeFrom {
         run_id: p.run_id.clone(),
@@ -393,18 +389,21 @@ fn busy(call: &Call<'_>, session_id: &str, run_id: &str) -> Option<ControlError>
     ))
 }
 
-/// What the agent is sent on resume: the projection of everything before the
-/// checkpoint, plus — for a tool call the checkpoint follows — the result already
-/// recorded for it (replayed from its receipt, so the tool does not run twice).
-fn resume_history(events: &[Event], checkpoint: &Checkpoint) -> Vec<Item> {
-    let before: Vec<Event> = events
-        .iter()
-        .filter(|e| e.seq < checkpoint.seq_id)
-        .cloned()
-        .collect();
-    let mut history = project(&before);
+/// What the agent is sent on resume: the projection of the history at the checkpoint
+/// (the branch it was on), and — for a tool call the checkpoint follows — the result
+/// already recorded for it, replayed from its receipt so the tool does not run twice.
+/// The replayed results are the resumed invocation's first input: recorded with it, they
+/// are on the branch the resume starts, where later turns find them.
+async fn resume_history(
+    call: &Call<'_>,
+    lineage: &Lineage,
+    events: &[Event],
+    checkpoint: &Checkpoint,
+) -> Result<(Vec<Item>, Vec<Item>), ControlError> {
+    let at = lineage.own_position(checkpoint.seq_id);
+    let history = project(&lineage.history(&*call.state.store, Some(at)).await?);
     let receipts = tool_receipts(events);
-    let unanswered: Vec<String> = history
+    let unanswered = history
         .iter()
         .enumerate()
         .filter_map(|(i, item)| match item {
@@ -412,23 +411,29 @@ fn resume_history(events: &[Event], checkpoint: &Checkpoint) -> Vec<Item> {
                 let answered = history[i + 1..].iter().any(
                     |later| matches!(later, Item::ToolResult { call_id: c, .. } if c == call_id),
                 );
-                (!answered).then(|| call_id.clone())
+                (!answered).then_some(call_id)
             }
             _ => None,
+        });
+    let replayed = unanswered
+        .filter_map(|call_id| {
+            let output = receipts
+                .iter()
+                .rev()
+                .find(|r| {
+                    r.session_id == checkpoint.session_id
+                        && r.seq_id < checkpoint.seq_id
+                        && &r.tool_call_id == call_id
+                })
+                .filter(|r| r.status != ReceiptStatus::Pending)
+                .and_then(|r| r.output.clone())?;
+            Some(Item::ToolResult {
+                call_id: call_id.clone(),
+                output,
+            })
         })
         .collect();
-    for call_id in unanswered {
-        let recorded = receipts
-            .iter()
-            .rev()
-            .find(|r| r.seq_id < checkpoint.seq_id && r.tool_call_id == call_id)
-            .filter(|r| r.status != ReceiptStatus::Pending)
-            .and_then(|r| r.output.clone());
-        if let Some(output) = recorded {
-            history.push(Item::ToolResult { call_id, output });
-        }
-    }
-    history
+    Ok((history, replayed))
 }
 
 /// A resumed invocation streamed like a Responses turn (every frame carries `id: <seq>`);

@@ -3,11 +3,6 @@
 
 use serde_json::Value;
 
-/// The control API's view of one log event.
-pub fn event_json(e: &session_log::Event) -> Value {
-    serde_json::to_value(EventView::of(e)).unwrap_or(Value::Null)
-}
-
 /// An event as the control API shows it. Serialised straight from the event, without
 /// copying its content or building its id and timestamp strings: a replay writes hundreds
 /// of thousands of these per second.
@@ -24,6 +19,35 @@ pub struct EventView<'a> {
     content: &'a Value,
     metadata: &'a Value,
     timestamp: Timestamp,
+    #[serde(flatten)]
+    place: Option<Place>,
+}
+
+/// Where an event stands in the history of the session it is listed for: its
+/// position (its seq, unless the session is a fork), whether it comes from an earlier
+/// session of the fork chain, and whether a resume superseded it.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Place {
+    pub position: i64,
+    pub inherited: bool,
+    pub superseded: bool,
+}
+
+impl Place {
+    /// Where `event` stands in `lineage`'s history, whose active branch is `branch`.
+    pub fn of(
+        lineage: &session_log::Lineage,
+        branch: &session_log::branch::Branch,
+        event: &session_log::Event,
+    ) -> Place {
+        let position = lineage.position(event);
+        Place {
+            position,
+            inherited: lineage.is_inherited(event),
+            superseded: !branch.is_active(position, event),
+        }
+    }
 }
 
 impl<'a> EventView<'a> {
@@ -39,6 +63,15 @@ impl<'a> EventView<'a> {
             content: &e.content,
             metadata: &e.metadata,
             timestamp: Timestamp(e.created_at),
+            place: None,
+        }
+    }
+
+    /// The event with its place in a history.
+    pub fn placed(e: &'a session_log::Event, place: Place) -> Self {
+        EventView {
+            place: Some(place),
+            ..EventView::of(e)
         }
     }
 }
@@ -145,10 +178,23 @@ mod tests {
             serde_json::to_string(&EventView::of(&event)).unwrap(),
             r#"{"EventId":"evt_sess_1_42","SessionId":"sess_1","SeqId":42,"RunId":"run_1","InvocationId":null,"EventType":"text_delta","Role":null,"Content":{"a":[1,null],"b":1.5,"delta":"hé\"llo\n"},"Metadata":{},"Timestamp":"2026-12-02T15:09:32.929201Z"}"#
         );
-        assert_eq!(event_json(&event)["EventId"], "evt_sess_1_42");
+        let placed = EventView::placed(
+            &event,
+            Place {
+                position: 45,
+                inherited: true,
+                superseded: false,
+            },
+        );
         assert_eq!(
-            event_json(&event)["Timestamp"],
-            "2026-12-02T15:09:32.929201Z"
+            serde_json::to_value(placed).unwrap(),
+            json!({
+                "EventId": "evt_sess_1_42", "SessionId": "sess_1", "SeqId": 42,
+                "RunId": "run_1", "InvocationId": null, "EventType": "text_delta",
+                "Role": null, "Content": event.content, "Metadata": {},
+                "Timestamp": "2026-12-02T15:09:32.929201Z",
+                "Position": 45, "Inherited": true, "Superseded": false,
+            })
         );
     }
 }

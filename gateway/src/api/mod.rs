@@ -8,6 +8,7 @@ mod bootstrap;
 mod checkpoints;
 mod event;
 mod feedback;
+mod history;
 mod import;
 pub mod sessions;
 mod subscribe;
@@ -43,6 +44,8 @@ const ACTIONS: &[&str] = &[
     "ListToolReceipts",
     "GetCheckpointResumePreview",
     "ResumeRun",
+    "ForkSession",
+    "CompactSession",
     "GetAgentUiBootstrap",
     "CreateFeedback",
     "ListFeedback",
@@ -111,6 +114,16 @@ impl From<session_log::StoreError> for ControlError {
 }
 
 pub type ActionResult = std::result::Result<Value, ControlError>;
+
+/// Refuses a required text field that is empty or blank.
+fn non_empty(name: &str, value: &str) -> std::result::Result<(), ControlError> {
+    if value.trim().is_empty() {
+        return Err(ControlError::bad_request(format!(
+            "{name} must not be empty"
+        )));
+    }
+    Ok(())
+}
 
 /// What an action handler gets: the shared state, the caller's account and the body.
 pub struct Call<'a> {
@@ -226,6 +239,8 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListSessionCheckpoints" => checkpoints::list_session_checkpoints(call).await,
         "ListToolReceipts" => checkpoints::list_tool_receipts(call).await,
         "GetCheckpointResumePreview" => checkpoints::get_checkpoint_resume_preview(call).await,
+        "ForkSession" => history::fork_session(call).await,
+        "CompactSession" => history::compact_session(call).await,
         "GetAgentUiBootstrap" => bootstrap::get_agent_ui_bootstrap(call).await,
         "CreateFeedback" => feedback::create(call).await,
         "ListFeedback" => feedback::list(call).await,

@@ -1,11 +1,11 @@
 //! Session actions: ListSessions, ListSessionEvents, CancelRun.
 
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use session_log::event::run_status_content;
-use session_log::{EventQuery, EventType, NewEvent, RunStatus};
+use session_log::{EventQuery, EventType, ForkPoint, Lineage, NewEvent, RunStatus};
 
-use super::event::event_json;
+use super::event::{EventView, Place};
 use super::{ActionResult, Call, ControlError};
 use crate::runs::Stop;
 use crate::state::State;
@@ -51,6 +51,7 @@ pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
             "LastRunStatus": last_run_status(call, s).await?,
             "CreatedAt": s.created_at.to_rfc3339(),
             "UpdatedAt": s.updated_at.to_rfc3339(),
+            "ForkedFrom": s.forked_from.as_ref().map(forked_from),
         }));
     }
     Ok(json!({ "Sessions": rows, "Total": total, "Page": page, "PageSize": page_size }))
@@ -75,6 +76,15 @@ async fn last_run_status(
     }))
 }
 
+/// A fork point as the control API shows it (`ForkedFrom`).
+pub fn forked_from(point: &ForkPoint) -> Value {
+    json!({
+        "SessionId": point.session_id,
+        "CheckpointId": point.checkpoint_id,
+        "SeqId": point.seq,
+    })
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct ListSessionEvents {
@@ -83,37 +93,59 @@ struct ListSessionEvents {
     offset: Option<i64>,
     #[serde(default)]
     limit: Option<i64>,
+    #[serde(default)]
+    active_only: Option<bool>,
 }
 
-/// One page of a session's log, in seq order. Seqs are dense from 1, so `Offset` N reads
-/// the events after seq N.
+/// One page of a session's history, in order: for a fork, the events it inherits
+/// (flagged `Inherited`) and then its own. `Offset` is a position cursor (a seq, unless
+/// the session is a fork): the events after position `Offset`. Events a resume
+/// superseded are flagged `Superseded`, and left out with `ActiveOnly`.
 pub async fn list_session_events(call: &Call<'_>) -> ActionResult {
     let p: ListSessionEvents = call.params()?;
     let offset = p.offset.unwrap_or(0);
     let limit = p.limit.unwrap_or(50);
+    let active_only = p.active_only.unwrap_or(false);
     if offset < 0 {
         return Err(ControlError::bad_request("Offset must be 0 or more"));
     }
     if !(1..=500).contains(&limit) {
         return Err(ControlError::bad_request("Limit must be between 1 and 500"));
     }
-    let store = &call.state.store;
-    let session = store
-        .session(call.account_id, &p.session_id)
+    let store = &*call.state.store;
+    let lineage = Lineage::resolve(store, call.account_id, &p.session_id)
         .await?
         .ok_or_else(|| ControlError::not_found("session", &p.session_id))?;
-    let query = EventQuery {
-        after_seq: offset,
-        limit,
-        ..EventQuery::session(call.account_id, &p.session_id)
-    };
-    let events = store.events(&query).await?;
+    let (branch, _) = lineage.branch(store, None).await?;
+    let mut page = Vec::new();
+    let mut cursor = offset;
+    loop {
+        let read = lineage.events(store, cursor, None, None, limit).await?;
+        let Some(last) = read.last() else { break };
+        cursor = lineage.position(last);
+        let full = read.len() as i64 == limit;
+        page.extend(
+            read.into_iter()
+                .map(|e| (Place::of(&lineage, &branch, &e), e))
+                .filter(|(place, _)| !(active_only && place.superseded)),
+        );
+        if !full || page.len() as i64 >= limit {
+            break;
+        }
+    }
+    page.truncate(limit as usize);
+    let events: Vec<Value> = page
+        .into_iter()
+        .map(|(place, e)| serde_json::to_value(EventView::placed(&e, place)).unwrap_or(Value::Null))
+        .collect();
     Ok(json!({
         "SessionId": p.session_id,
-        "Events": events.iter().map(event_json).collect::<Vec<_>>(),
-        "Total": session.last_seq,
+        "ForkedFrom": lineage.session.forked_from.as_ref().map(forked_from),
+        "Events": events,
+        "Total": lineage.last_position(),
         "Offset": offset,
         "Limit": limit,
+        "ActiveOnly": active_only,
     }))
 }
 

@@ -7,10 +7,11 @@ use std::io::Write as _;
 use pingora::proxy::Session;
 use pingora::Result;
 use runtime_adapter::sse::SseFrame;
-use session_log::{Event, EventQuery, Subscription};
+use session_log::branch::Branch;
+use session_log::{Event, EventQuery, Lineage, Subscription};
 use tokio::time::Instant;
 
-use super::event::EventView;
+use super::event::{EventView, Place};
 use super::{query_value, respond_envelope, ControlError};
 use crate::client::{respond, stream};
 use crate::state::State;
@@ -82,11 +83,48 @@ pub async fn handle(
     account_id: &str,
     request_id: &str,
 ) -> Result<()> {
-    let (params, query, finished) = match check(state, session, account_id).await {
+    let checked = match check(state, session, account_id).await {
         Ok(checked) => checked,
         Err(e) => return respond_envelope(session, ACTION, request_id, Err(e)).await,
     };
+    let Checked {
+        params,
+        query,
+        finished,
+        inherited,
+    } = checked;
     respond::sse_start(session, &[("x-session-id", &params.session_id)]).await?;
+    if let Some(Replay {
+        lineage,
+        branch,
+        events,
+        ids,
+    }) = &inherited
+    {
+        let mut out = Vec::new();
+        for event in events {
+            if *ids {
+                let _ = writeln!(out, "id: {}", event.seq);
+            }
+            out.extend_from_slice(b"data: ");
+            let view = EventView::placed(event, Place::of(lineage, branch, event));
+            if serde_json::to_writer(&mut out, &view).is_err() {
+                continue;
+            }
+            out.extend_from_slice(b"\n\n");
+        }
+        if finished {
+            // An inherited run: its events are all there is.
+            let last = events.last().map_or(params.after_seq, |e| e.seq);
+            let _ = write!(out, "id: {last}\ndata: [DONE]\n\n");
+        }
+        session
+            .write_response_body(Some(out.into()), finished)
+            .await?;
+        if finished {
+            return Ok(());
+        }
+    }
     if finished {
         // A finished run with nothing after the cursor: nothing to wait for.
         return stream::write_frames(session, &[SseFrame::data("[DONE]")], true).await;
@@ -122,33 +160,105 @@ fn encode_event(event: &Event, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\n\n");
 }
 
-/// Validates the request against the caller's account. Returns the parameters, the
-/// query to follow, and whether the subscribed invocation is already over with nothing
-/// left after the cursor.
+/// What a subscription serves: the parameters, the query of the session's own events to
+/// follow, whether the subscribed invocation is already over with nothing left after
+/// the cursor, and what of a fork's inherited history comes first.
+struct Checked {
+    params: Params,
+    query: EventQuery,
+    finished: bool,
+    inherited: Option<Replay>,
+}
+
+/// Events of a fork's inherited history, replayed before its own: its whole inherited
+/// part without `id:` (a client that reconnects without an id starts over, and the
+/// fork's own seqs stay the stream's ids), or an inherited run with its own seqs.
+struct Replay {
+    lineage: Lineage,
+    branch: Branch,
+    events: Vec<Event>,
+    ids: bool,
+}
+
+/// Validates the request against the caller's account. A fork's subscription from the
+/// start (no cursor) replays its inherited history first; an inherited invocation (a run
+/// of an earlier session of the chain, before the fork point) is replayed whole.
 async fn check(
     state: &State,
     session: &Session,
     account_id: &str,
-) -> std::result::Result<(Params, EventQuery, bool), ControlError> {
+) -> std::result::Result<Checked, ControlError> {
     let params = parse(session)?;
-    let store = &state.store;
-    store
-        .session(account_id, &params.session_id)
+    let store = &*state.store;
+    let lineage = Lineage::resolve(store, account_id, &params.session_id)
         .await?
         .ok_or_else(|| ControlError::not_found("session", &params.session_id))?;
     let mut query = EventQuery {
         after_seq: params.after_seq,
         ..EventQuery::session(account_id, &params.session_id)
     };
+    let forked = lineage.links().len() > 1;
     let Some(invocation_id) = &params.invocation_id else {
-        return Ok((params, query, false));
+        let inherited = if forked && params.after_seq == 0 {
+            let base = lineage.own_position(0);
+            let events = lineage.events(store, 0, Some(base), None, i64::MAX).await?;
+            let (branch, _) = lineage.branch(store, None).await?;
+            Some(Replay {
+                lineage,
+                branch,
+                events,
+                ids: false,
+            })
+        } else {
+            None
+        };
+        return Ok(Checked {
+            params,
+            query,
+            finished: false,
+            inherited,
+        });
     };
+    let not_found = || ControlError::not_found("invocation", invocation_id);
     let invocation = store
         .invocation(account_id, invocation_id)
         .await?
-        .filter(|i| i.session_id == params.session_id)
-        .ok_or_else(|| ControlError::not_found("invocation", invocation_id))?;
+        .ok_or_else(not_found)?;
     query.invocation_id = Some(invocation_id.clone());
+    if invocation.session_id != params.session_id {
+        let link = lineage
+            .links()
+            .iter()
+            .find(|l| l.session_id == invocation.session_id && l.upto.is_some())
+            .ok_or_else(not_found)?;
+        let inherited = EventQuery {
+            session_id: invocation.session_id.clone(),
+            after_seq: 0,
+            until_seq: link.upto,
+            ..query.clone()
+        };
+        let events: Vec<Event> = store
+            .events(&inherited)
+            .await?
+            .into_iter()
+            .filter(|e| e.seq > params.after_seq)
+            .collect();
+        if events.is_empty() && params.after_seq == 0 {
+            return Err(not_found());
+        }
+        let (branch, _) = lineage.branch(store, None).await?;
+        return Ok(Checked {
+            params,
+            query,
+            finished: true,
+            inherited: Some(Replay {
+                lineage,
+                branch,
+                events,
+                ids: true,
+            }),
+        });
+    }
     let finished = invocation.status.is_terminal() && {
         let rest = EventQuery {
             limit: 1,
@@ -156,7 +266,12 @@ async fn check(
         };
         store.events(&rest).await?.is_empty()
     };
-    Ok((params, query, finished))
+    Ok(Checked {
+        params,
+        query,
+        finished,
+        inherited: None,
+    })
 }
 
 #[cfg(test)]

@@ -243,10 +243,14 @@ fn all_events(client: &Client, session_id: &str, after_seq: i64) -> Result<Vec<V
             &json!({ "SessionId": session_id, "Offset": offset, "Limit": PAGE }),
         )?;
         let page = data["Events"].as_array().cloned().unwrap_or_default();
-        let last = page.last().and_then(|e| e["SeqId"].as_i64());
+        // The cursor is a position: the seq, except in a fork, whose inherited events
+        // (the parent's seqs) come first.
+        let last = page
+            .last()
+            .and_then(|e| e["Position"].as_i64().or_else(|| e["SeqId"].as_i64()));
         events.extend(page);
         match last {
-            Some(seq) if seq < data["Total"].as_i64().unwrap_or(0) => offset = seq,
+            Some(position) if position < data["Total"].as_i64().unwrap_or(0) => offset = position,
             _ => return Ok(events),
         }
     }

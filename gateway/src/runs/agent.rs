@@ -152,16 +152,29 @@ async fn resolve(
 
 impl Agent {
     pub fn new(config: &Config, locator: Option<GrpcLocator>) -> Self {
+        let mut agent = Self::at(
+            config.upstream.clone(),
+            config.upstream_headers.clone(),
+            config,
+        );
+        agent.grpc.configured = config.a2a_grpc_upstream.clone();
+        agent.grpc.locator = locator;
+        agent
+    }
+
+    /// A connection over HTTP to another agent-like server (the compaction summarizer),
+    /// with the agent's timeouts and `headers` of its own.
+    pub fn at(upstream: Upstream, headers: Vec<(String, String)>, config: &Config) -> Self {
         Agent {
             connector: Connector::new(None),
-            upstream: config.upstream.clone(),
-            headers: config.upstream_headers.clone(),
+            upstream,
+            headers,
             connect_timeout: config.upstream_connect_timeout,
             idle_timeout: config.upstream_idle_timeout,
             resolved: Mutex::new(None),
             grpc: GrpcTarget {
-                configured: config.a2a_grpc_upstream.clone(),
-                locator,
+                configured: None,
+                locator: None,
                 located: Mutex::new(None),
                 resolved: Mutex::new(None),
             },

@@ -23,7 +23,7 @@ pub(super) async fn drive(
     turn: TurnRequest,
 ) -> Outcome {
     // The log holds upload URIs; the agent gets the content (it cannot read our store).
-    let History { items, events } = history;
+    let History { items, events, .. } = history;
     // This future lives as long as the run streams, and is as large as its largest
     // state: the one-off steps (attachments, releasing the connection) are boxed.
     let (items, turn) = match Box::pin(super::attachments::resolve_for_agent(

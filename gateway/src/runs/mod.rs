@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod attachments;
+pub mod compaction;
 mod drive;
 mod leases;
 
@@ -13,13 +14,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use runtime_adapter::compaction::estimate_tokens;
 use runtime_adapter::{project, Cancel, Item, RunInfo, SessionRef, TurnRequest, Upstream};
 use serde_json::{json, Value};
 use session_log::checkpoints::{CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
 use session_log::{
-    BeforeAppend, Claim, Claimed, Event, EventQuery, EventType, NewEvent, RunStatus, Store,
-    StoreError, Subscription, WriteError, Writer,
+    BeforeAppend, Claim, Claimed, Event, EventQuery, EventType, Lineage, NewEvent, RunStatus,
+    Store, StoreError, Subscription, WriteError, Writer,
 };
 use tokio::sync::{oneshot, Notify};
 use tracing::Instrument;
@@ -28,6 +30,7 @@ use crate::ids::new_id;
 use crate::metrics::METRICS;
 use crate::telemetry::spans;
 use agent::Agent;
+use compaction::{CompactError, Compactor};
 use drive::{checkpoint_event, drive, AGENT_ANSWER_CAP};
 pub use leases::close_as_interrupted;
 
@@ -112,6 +115,8 @@ pub struct Runs {
     /// This replica's name as owner of run leases.
     owner: String,
     lease: Duration,
+    /// Compacts histories: when a turn's would exceed its threshold, and on request.
+    compactor: Compactor,
 }
 
 /// How this replica leases the runs it drives.
@@ -191,10 +196,16 @@ impl Outcome {
 
 /// What the agent is told of the session's past: the projection, and the events it came
 /// from (where adapters find what they recorded earlier).
+#[derive(Default)]
 pub struct History {
     pub items: Vec<Item>,
     pub events: Vec<Event>,
+    /// The events of a compaction made for this turn, still to commit.
+    compaction: Option<[NewEvent; 2]>,
 }
+
+/// Turns a compaction keeps whole unless told otherwise (CompactSession's `KeepLastTurns`).
+pub const DEFAULT_KEEP_LAST_TURNS: usize = 2;
 
 /// How long a new run waits for the session's previous run to finish committing its end.
 const FINISHING_WAIT: Duration = Duration::from_secs(10);
@@ -203,6 +214,7 @@ const FINISHING_WAIT: Duration = Duration::from_secs(10);
 const CANCEL_GRACE: Duration = Duration::from_secs(2);
 
 impl Runs {
+    #[allow(clippy::too_many_arguments)] // the run manager's collaborators, each built once in main
     pub fn new(
         store: Arc<dyn Store>,
         writer: Writer,
@@ -211,6 +223,7 @@ impl Runs {
         default_model: String,
         limits: Arc<policies::RateLimits>,
         ownership: Ownership,
+        compactor: Compactor,
     ) -> Arc<Self> {
         Arc::new(Runs {
             store,
@@ -224,7 +237,13 @@ impl Runs {
             limits,
             owner: ownership.owner,
             lease: ownership.lease,
+            compactor,
         })
+    }
+
+    /// Who compacts this gateway's sessions.
+    pub fn compactor(&self) -> &Compactor {
+        &self.compactor
     }
 
     /// This replica's name as owner of run leases.
@@ -474,53 +493,25 @@ impl Runs {
         resume: Option<ResumeFrom>,
     ) -> Result<(History, Vec<Event>), StartError> {
         let mut metadata = json!({ "surface": turn.surface.as_str(), "stream": turn.stream });
-        let history = match resume {
+        let mut history = match resume {
             Some(from) => {
                 metadata[RESUMED_FROM] = json!(from.checkpoint_id);
                 metadata["resume_attempt_id"] = json!(from.resume_attempt_id);
                 History {
                     items: from.history,
-                    events: Vec::new(),
+                    ..History::default()
                 }
             }
             // A session Tether just named has no history to read.
-            None if turn.session == SessionRef::New => History {
-                items: Vec::new(),
-                events: Vec::new(),
-            },
-            None => {
-                // The projection needs only transcript events and compaction markers (and,
-                // for stateful agents, run statuses, where their adapters keep the agent's
-                // handles): a long session's deltas and teed traffic stay in the database.
-                let keeps_handles = !self.upstream.protocol().sends_history();
-                let query = EventQuery {
-                    event_types: Some(
-                        EventType::ALL
-                            .into_iter()
-                            .filter(|t| {
-                                t.is_transcript()
-                                    || *t == EventType::Compaction
-                                    || (*t == EventType::RunStatus && keeps_handles)
-                            })
-                            .collect(),
-                    ),
-                    ..EventQuery::session(account_id, session_id)
-                };
-                let events = self.store.events(&query).await?;
-                History {
-                    items: project(&events),
-                    events,
-                }
-            }
+            None if turn.session == SessionRef::New => History::default(),
+            None => self.history(account_id, session_id, turn).await?,
         };
-        let mut batch: Vec<NewEvent> = turn
-            .input
-            .iter()
-            .map(|item| {
-                item.to_event(account_id, session_id)
-                    .in_run(run_id, invocation_id)
-            })
-            .collect();
+        // A compaction made for this turn is committed with its start, before it.
+        let mut batch: Vec<NewEvent> = history.compaction.take().into_iter().flatten().collect();
+        batch.extend(turn.input.iter().map(|item| {
+            item.to_event(account_id, session_id)
+                .in_run(run_id, invocation_id)
+        }));
         let model = turn.model.as_deref().unwrap_or(&self.default_model);
         metadata["model"] = json!(model);
         batch.push(
@@ -564,6 +555,89 @@ impl Runs {
             return Err(StartError::SessionBusy(session_id.to_owned()));
         }
         Ok((history, committed))
+    }
+
+    /// What the agent is told of a session's past before `turn`: its history (a fork's
+    /// inherited part, the active branch, a compaction's summary and tail) and the
+    /// projection of it. Empty for a session that does not exist yet. A history that,
+    /// with the turn's input, would exceed the turn's `compact_threshold` or
+    /// `[compaction] trigger_tokens` is compacted first; a compaction that fails leaves the
+    /// history whole (and says why in the log).
+    async fn history(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        turn: &TurnRequest,
+    ) -> Result<History, StoreError> {
+        let store = &*self.store;
+        let Some(lineage) = Lineage::resolve(store, account_id, session_id).await? else {
+            return Ok(History::default());
+        };
+        let mut history = lineage.history(store, None).await?;
+        let mut items = project(&history);
+        let mut compaction = None;
+        let (threshold, reason) = match turn.compact_threshold {
+            Some(n) => (Some(n), "compact_threshold"),
+            None => (self.compactor.trigger_tokens, "trigger_tokens"),
+        };
+        let estimated = estimate_tokens(&items) + estimate_tokens(&turn.input);
+        if let Some(threshold) = threshold.filter(|t| estimated > *t) {
+            let model = turn.model.as_deref().unwrap_or(&self.default_model);
+            let boundary = serde_json::Map::from_iter([
+                ("reason".to_owned(), json!(reason)),
+                ("threshold".to_owned(), json!(threshold)),
+                ("estimated_tokens".to_owned(), json!(estimated)),
+            ]);
+            let compacted = self
+                .compactor
+                .compact(
+                    &lineage,
+                    &history,
+                    DEFAULT_KEEP_LAST_TURNS,
+                    None,
+                    model,
+                    boundary,
+                )
+                .await;
+            match compacted {
+                Ok(c) => {
+                    tracing::info!(
+                        account_id,
+                        session_id,
+                        reason,
+                        threshold,
+                        estimated_tokens = estimated,
+                        seq_start = c.checkpoint.seq_start,
+                        seq_end = c.checkpoint.seq_end,
+                        "compacted the session's history before the turn"
+                    );
+                    history = c.history;
+                    items = project(&history);
+                    compaction = Some(c.events);
+                }
+                Err(CompactError::NothingToCompact(_)) => {
+                    tracing::debug!(
+                        account_id,
+                        session_id,
+                        reason,
+                        threshold,
+                        estimated_tokens = estimated,
+                        "over the compaction threshold, but only the turns to keep are left"
+                    );
+                }
+                Err(error) => {
+                    tracing::error!(
+                        account_id, session_id, reason, threshold, estimated_tokens = estimated,
+                        %error, "compaction failed; the turn goes on with the whole history"
+                    );
+                }
+            }
+        }
+        Ok(History {
+            items,
+            events: history.events,
+            compaction,
+        })
     }
 
     /// The adapter for the agent's protocol.

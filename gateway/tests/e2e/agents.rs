@@ -53,7 +53,7 @@ fn tail(text: &str, max: usize) -> &str {
 /// Runs one pytest file against Tether (`--protocol protocol`) in front of a fresh agent
 /// port, with the fake LLM as the agents' model. `keys`: the API keys of accounts A and B
 /// when `conf` turns authentication on.
-fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<(&str, &str)>) {
+pub fn run_pytest(file: &str, protocol: &str, conf: Option<&Conf>, keys: Option<(&str, &str)>) {
     let Some(python) = interop_python() else {
         return;
     };

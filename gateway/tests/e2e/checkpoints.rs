@@ -8,41 +8,6 @@ use session_log::RunStatus;
 
 use crate::harness::*;
 
-struct Api {
-    base: String,
-}
-
-impl Api {
-    fn call(&self, action: &str, body: Value) -> (u16, Value) {
-        let reply = post_json(&format!("{}/agentengine/api/v1/{action}", self.base), &body);
-        let json = reply.json();
-        assert_eq!(json["Action"], action, "{json}");
-        assert_eq!(
-            json["Code"],
-            if reply.status == 200 {
-                0
-            } else {
-                reply.status as i64
-            },
-            "{json}"
-        );
-        (reply.status, json)
-    }
-
-    fn ok(&self, action: &str, body: Value) -> Value {
-        let (status, json) = self.call(action, body);
-        assert_eq!(status, 200, "{action}: {json}");
-        json["Data"].clone()
-    }
-
-    fn checkpoints(&self, session: &str) -> Vec<Value> {
-        self.ok("ListSessionCheckpoints", json!({ "SessionId": session }))["Checkpoints"]
-            .as_array()
-            .cloned()
-            .unwrap()
-    }
-}
-
 fn chat(tether: &Tether, session: &str, messages: Value) -> Value {
     let body = json!({ "model": "fake", "session_id": session, "messages": messages });
     let reply = post_json(&format!("{}/v1/chat/completions", tether.url()), &body);
@@ -65,7 +30,7 @@ fn field<'a>(items: &'a [Value], key: &str) -> Vec<&'a Value> {
 #[test]
 fn checkpoints_receipts_preview_and_resume() {
     let (store, agent, tether) = chat_gateway(&["--side-effect-free-tools", "search,lookup"]);
-    let api = Api { base: tether.url() };
+    let api = Api::of(&tether);
     let session = "ckpt-session-1";
 
     // Turn 1: the agent calls `search`; the client runs it.
@@ -510,7 +475,7 @@ fn checkpoints_without_replay_resume_once() {
         "--checkpoint-ttl-seconds",
         "3600",
     ]);
-    let api = Api { base: tether.url() };
+    let api = Api::of(&tether);
     let session = "ckpt-session-2";
     lookup_and_answer(&tether, &store, session);
     let cps = api.checkpoints(session);
@@ -532,7 +497,7 @@ fn checkpoints_without_replay_resume_once() {
 #[test]
 fn a_resume_can_be_streamed() {
     let (store, agent, tether) = chat_gateway(&[]);
-    let api = Api { base: tether.url() };
+    let api = Api::of(&tether);
     let session = "ckpt-stream";
     lookup_and_answer(&tether, &store, session);
     let first = api.checkpoints(session)[0].clone();

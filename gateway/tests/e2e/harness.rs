@@ -511,6 +511,59 @@ impl SseStream {
     }
 }
 
+/// The control API of one gateway, as one account (`key`, when authentication is on).
+pub struct Api {
+    pub base: String,
+    pub key: Option<String>,
+}
+
+impl Api {
+    pub fn of(tether: &Tether) -> Api {
+        Api {
+            base: tether.url(),
+            key: None,
+        }
+    }
+
+    /// An action's status and envelope; the envelope's `Action` and `Code` are checked.
+    pub fn call(&self, action: &str, body: Value) -> (u16, Value) {
+        let auth = self.key.as_ref().map(|k| format!("Bearer {k}"));
+        let headers: Vec<(&str, &str)> =
+            auth.iter().map(|a| ("authorization", a.as_str())).collect();
+        let reply = post(
+            &format!("{}/agentengine/api/v1/{action}", self.base),
+            &body.to_string(),
+            &headers,
+        );
+        let json = reply.json();
+        assert_eq!(json["Action"], action, "{json}");
+        assert_eq!(
+            json["Code"],
+            if reply.status == 200 {
+                0
+            } else {
+                reply.status as i64
+            },
+            "{json}"
+        );
+        (reply.status, json)
+    }
+
+    /// An action that must succeed: its `Data`.
+    pub fn ok(&self, action: &str, body: Value) -> Value {
+        let (status, json) = self.call(action, body);
+        assert_eq!(status, 200, "{action}: {json}");
+        json["Data"].clone()
+    }
+
+    pub fn checkpoints(&self, session: &str) -> Vec<Value> {
+        self.ok("ListSessionCheckpoints", json!({ "SessionId": session }))["Checkpoints"]
+            .as_array()
+            .cloned()
+            .unwrap()
+    }
+}
+
 /// Request bodies for the two OpenAI surfaces.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Surface {

@@ -14,6 +14,7 @@ mod console;
 mod control;
 mod deploy;
 mod failures;
+mod history;
 mod input_limits;
 mod interop;
 mod metrics;

@@ -159,7 +159,8 @@ export class SessionView {
         const page = await call('ListSessionEvents', { SessionId: this.id, Offset: offset, Limit: PAGE });
         for (const e of page.Events) this.timeline.add(e);
         if (page.Events.length < PAGE) break;
-        offset = this.timeline.lastSeq;
+        // A position cursor: the seq, except in a fork, whose inherited events come first.
+        offset = page.Events[page.Events.length - 1].Position ?? this.timeline.lastSeq;
       }
     } catch (e) {
       this.say(e.status === 404 ? `Session ${this.id} not found.` : e.message);

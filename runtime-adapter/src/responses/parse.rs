@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::wire::reasoning_text;
+use crate::compaction::context_management;
 use crate::item::{Block, Item};
 use crate::params::{field, invalid_value, missing, Params};
 use crate::protocol::Protocol;
@@ -195,6 +196,8 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
             extra.insert(k.clone(), v.clone());
         }
     }
+    // Responses' own compaction request: Tether compacts, so the agent never sees it.
+    turn.compact_threshold = context_management(&mut extra)?;
     turn.extra = extra;
     Ok(turn)
 }

@@ -562,6 +562,79 @@ impl Store for PgStore {
         Ok(count.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
+    async fn create_session(&self, first: &NewEvent) -> Result<Option<Event>, StoreError> {
+        let mut first = first.clone();
+        replace_nuls(std::slice::from_mut(&mut first));
+        let now = plan::commit_time();
+        // A pooled connection: a session's creation is rare, and the write connection's
+        // turns belong to the stream of commits.
+        let mut tx = self.pool.begin().await?;
+        let created = sql::keyed(sql::CREATE_SESSION, &first.account_id, &first.session_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        if created.rows_affected() == 0 {
+            return Ok(None);
+        }
+        sqlx::query(concat!(
+            "INSERT INTO events (",
+            sql::event_columns!(),
+            ") VALUES ($1, $2, 1, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9)"
+        ))
+        .bind(&first.account_id)
+        .bind(&first.session_id)
+        .bind(first.run_id.as_deref())
+        .bind(first.invocation_id.as_deref())
+        .bind(first.event_type.as_str())
+        .bind(first.role.as_deref())
+        .bind(plan::json_text(&first.content))
+        .bind(plan::json_text(&first.metadata))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some(Event::committed(first, 1, now)))
+    }
+
+    async fn checkpoint_event(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        checkpoint_id: Option<&str>,
+        until_seq: Option<Seq>,
+    ) -> Result<Option<Event>, StoreError> {
+        let until = until_seq.unwrap_or(Seq::MAX);
+        // A lookup by id has no order: checkpoint ids are unique (Tether makes them), and
+        // without one the planner walks `events_checkpoint_ids` instead of the markers.
+        let row = match checkpoint_id {
+            Some(id) => sqlx::query(concat!(
+                "SELECT ",
+                sql::event_value_columns!(),
+                " FROM events WHERE account_id = $1 AND session_id = $2 \
+                 AND event_type = 'run_checkpoint' AND (content_json ->> 'checkpoint_id') = $3 \
+                 AND seq <= $4 LIMIT 1"
+            ))
+            .bind(account_id)
+            .bind(session_id)
+            .bind(id)
+            .bind(until),
+            None => sqlx::query(concat!(
+                "SELECT ",
+                sql::event_value_columns!(),
+                " FROM events WHERE account_id = $1 AND session_id = $2 AND ",
+                sql::markers_condition!(),
+                " AND event_type = 'run_checkpoint' AND seq <= $3 ORDER BY seq DESC LIMIT 1"
+            ))
+            .bind(account_id)
+            .bind(session_id)
+            .bind(until),
+        }
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| event_from_row(account_id, session_id, &r))
+            .transpose()
+    }
+
     async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
         let row = sql::keyed(sql::RUN, account_id, run_id)
             .fetch_optional(&self.pool)

@@ -15,7 +15,7 @@ use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
 use super::plan::json_text;
-use crate::event::{Event, EventType, RunStatus, Session};
+use crate::event::{Event, EventType, ForkPoint, RunStatus, Session};
 use crate::import::ImportedInvocation;
 use crate::store::{Attachment, EventQuery, Invocation, StoreError};
 
@@ -46,9 +46,15 @@ macro_rules! invocation_columns {
 }
 pub(crate) use invocation_columns;
 
-macro_rules! session_columns {
+/// The start of a read of session rows: their columns, and the content of a fork's
+/// `session_fork` (its seq 1, a lookup on the events' primary key) as `fork`. JSON text
+/// in both dialects (PostgreSQL casts its JSONB), so one decoder reads it.
+macro_rules! select_sessions {
     () => {
-        "account_id, session_id, last_seq, created_at, updated_at"
+        "SELECT s.account_id, s.session_id, s.last_seq, s.created_at, s.updated_at, \
+         CAST(f.content_json AS TEXT) AS fork FROM sessions AS s \
+         LEFT JOIN events AS f ON f.account_id = s.account_id AND f.session_id = s.session_id \
+         AND f.seq = 1 AND f.event_type = 'session_fork' "
     };
 }
 
@@ -104,9 +110,8 @@ where
 
 /// A session, by `keyed` account and session.
 pub(crate) const SESSION: &str = concat!(
-    "SELECT ",
-    session_columns!(),
-    " FROM sessions WHERE account_id = $1 AND session_id = $2"
+    select_sessions!(),
+    "WHERE s.account_id = $1 AND s.session_id = $2"
 );
 
 /// A page of an account's sessions, most recently updated first.
@@ -120,10 +125,8 @@ where
     i64: Encode<'q, DB> + Type<DB>,
 {
     sqlx::query(concat!(
-        "SELECT ",
-        session_columns!(),
-        " FROM sessions WHERE account_id = $1 \
-         ORDER BY updated_at DESC, session_id LIMIT $2 OFFSET $3"
+        select_sessions!(),
+        "WHERE s.account_id = $1 ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
     ))
     .bind(account_id)
     .bind(non_negative(limit))
@@ -131,6 +134,24 @@ where
 }
 
 pub(crate) const COUNT_SESSIONS: &str = "SELECT COUNT(*) FROM sessions WHERE account_id = $1";
+
+/// Creates a session with `last_seq` 1 for the event its creator inserts next (`$1`
+/// account, `$2` session, `$3` now), unless the account has it already: then no row is
+/// inserted and the creator inserts nothing.
+pub(crate) const CREATE_SESSION: &str = concat!(
+    insert_sessions!(),
+    "VALUES ($1, $2, 1, $3, $3) ON CONFLICT (account_id, session_id) DO NOTHING"
+);
+
+/// The history markers' condition, as `events_markers` (migrations `session_history`)
+/// writes it: a query that repeats it word for word may use that index.
+macro_rules! markers_condition {
+    () => {
+        "event_type IN ('run_status', 'run_checkpoint', 'session_fork', 'compaction', \
+         'compaction_boundary', 'context_checkpoint')"
+    };
+}
+pub(crate) use markers_condition;
 
 /// The events of a `keyed` account and session.
 pub(crate) const COUNT_EVENTS: &str =
@@ -397,12 +418,23 @@ where
         .push_bind(&query.session_id)
         .push(" AND seq > ")
         .push_bind(query.after_seq);
+    if let Some(until) = query.until_seq {
+        select.push(" AND seq <= ").push_bind(until);
+    }
     push_run_filter(select, query);
     if let Some(types) = &query.event_types {
+        // Literals, not binds: the names come from the `EventType` enum. A read of history
+        // markers only also repeats the partial index's condition word for word, which is
+        // how SQLite recognises it can use the index.
+        if types.iter().all(|t| EventType::MARKERS.contains(t)) {
+            select.push(concat!(" AND ", markers_condition!()));
+        }
         select.push(" AND event_type IN (");
-        let mut list = select.separated(", ");
-        for t in types {
-            list.push_bind::<&'a str>(t.as_str());
+        for (i, t) in types.iter().enumerate() {
+            if i > 0 {
+                select.push(", ");
+            }
+            select.push("'").push(t.as_str()).push("'");
         }
         select.push(")");
     }
@@ -454,20 +486,32 @@ where
     }
 }
 
-/// A session from a row of `session_columns!()`.
+/// A session from a row of `select_sessions!()`.
 pub(crate) fn session_from_row<'r, R: Row>(row: &'r R) -> Result<Session, StoreError>
 where
     &'static str: ColumnIndex<R>,
     String: Decode<'r, R::Database> + Type<R::Database>,
+    &'r str: Decode<'r, R::Database> + Type<R::Database>,
     i64: Decode<'r, R::Database> + Type<R::Database>,
     DateTime<Utc>: Decode<'r, R::Database> + Type<R::Database>,
 {
+    let fork: Option<&str> = row.try_get("fork")?;
+    let forked_from = fork
+        .map(|text| {
+            serde_json::from_str(text)
+                .ok()
+                .as_ref()
+                .and_then(ForkPoint::of)
+                .ok_or_else(|| StoreError::Corrupt(format!("session_fork is not valid: {text}")))
+        })
+        .transpose()?;
     Ok(Session {
         account_id: row.try_get("account_id")?,
         session_id: row.try_get("session_id")?,
         last_seq: row.try_get("last_seq")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        forked_from,
     })
 }
 

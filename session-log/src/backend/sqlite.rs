@@ -613,6 +613,68 @@ impl Store for SqliteStore {
         Ok(count.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
+    async fn create_session(&self, first: &NewEvent) -> Result<Option<Event>, StoreError> {
+        let now = plan::commit_time();
+        let mut turn = self.write_turn().await?;
+        // Deferred is enough: the first statement writes, so nothing is read before the
+        // write lock is taken. Dropped uncommitted, the transaction rolls back.
+        let mut tx = Connection::begin(&mut *turn).await?;
+        let created = sql::keyed(sql::CREATE_SESSION, &first.account_id, &first.session_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        if created.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let (content, metadata) = (
+            plan::json_text(&first.content),
+            plan::json_text(&first.metadata),
+        );
+        insert_event_rows(&mut tx, "events", &[(first, 1, content, metadata)], now).await?;
+        tx.commit().await?;
+        Ok(Some(Event::committed(first.clone(), 1, now)))
+    }
+
+    async fn checkpoint_event(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        checkpoint_id: Option<&str>,
+        until_seq: Option<Seq>,
+    ) -> Result<Option<Event>, StoreError> {
+        let until = until_seq.unwrap_or(Seq::MAX);
+        // Each through its partial index, named: without statistics the planner could
+        // take either one, or the primary key. Checkpoint ids are unique (Tether makes
+        // them), so a lookup by id needs no order.
+        let row = match checkpoint_id {
+            Some(id) => sqlx::query(concat!(
+                "SELECT ",
+                sql::event_columns!(),
+                " FROM events INDEXED BY events_checkpoint_ids \
+                 WHERE account_id = $1 AND session_id = $2 AND event_type = 'run_checkpoint' \
+                 AND json_extract(content_json, '$.checkpoint_id') = $3 AND seq <= $4 LIMIT 1"
+            ))
+            .bind(account_id)
+            .bind(session_id)
+            .bind(id)
+            .bind(until),
+            None => sqlx::query(concat!(
+                "SELECT ",
+                sql::event_columns!(),
+                " FROM events INDEXED BY events_markers \
+                 WHERE account_id = $1 AND session_id = $2 AND ",
+                sql::markers_condition!(),
+                " AND event_type = 'run_checkpoint' AND seq <= $3 ORDER BY seq DESC LIMIT 1"
+            ))
+            .bind(account_id)
+            .bind(session_id)
+            .bind(until),
+        }
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(event_from_row).transpose()
+    }
+
     async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
         let row = sql::keyed(sql::RUN, account_id, run_id)
             .fetch_optional(&self.pool)

@@ -47,7 +47,7 @@ use super::plan::{self, InvocationOp};
 use super::postgres::{self, PgStore};
 use super::sql;
 use super::sqlite::{self, now_ms};
-use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
+use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
     Renewed, Store, StoreError,
@@ -1055,10 +1055,11 @@ async fn record_claim(
 
 /// Whether `query` selects `event`, beyond its session and `after_seq`.
 fn selects(query: &EventQuery, event: &Event) -> bool {
-    query
-        .run_id
-        .as_ref()
-        .is_none_or(|r| event.run_id.as_ref() == Some(r))
+    query.until_seq.is_none_or(|until| event.seq <= until)
+        && query
+            .run_id
+            .as_ref()
+            .is_none_or(|r| event.run_id.as_ref() == Some(r))
         && query
             .invocation_id
             .as_ref()
@@ -1138,6 +1139,10 @@ impl Store for JournaledStore {
                     last_seq: 0,
                     created_at: first.created_at,
                     updated_at: first.created_at,
+                    // A fork made while PostgreSQL was down: its `session_fork` is here.
+                    forked_from: (first.seq == 1 && first.event_type == EventType::SessionFork)
+                        .then(|| ForkPoint::of(&first.content))
+                        .flatten(),
                 });
                 s.last_seq = s.last_seq.max(last.seq);
                 s.updated_at = s.updated_at.max(last.created_at);
@@ -1191,6 +1196,74 @@ impl Store for JournaledStore {
         merged.sort_by_key(|e| e.seq);
         merged.truncate(usize::try_from(query.limit.max(0)).unwrap_or(usize::MAX));
         Ok(merged)
+    }
+
+    async fn create_session(&self, first: &NewEvent) -> Result<Option<Event>, StoreError> {
+        let inner = &*self.inner;
+        let key: Key = (first.account_id.clone(), first.session_id.clone());
+        // Under the lock appends take: nothing journals the session meanwhile.
+        let _route = inner.route.lock().await;
+        if !inner.degraded.load(Ordering::Relaxed) && !inner.is_pending(&key.0, &key.1) {
+            let to_pg = inner.pg.create_session(first);
+            match tokio::time::timeout(inner.config.append_timeout, to_pg).await {
+                Ok(Ok(created)) => {
+                    if created.is_some() {
+                        inner.learn(&key.0, &key.1, 1);
+                    }
+                    return Ok(created);
+                }
+                Ok(Err(error)) if !error.is_transient() => return Err(error),
+                Ok(Err(error)) => inner.enter_degraded(&error),
+                Err(_) => inner.enter_degraded(&format!(
+                    "no answer within {:?}",
+                    inner.config.append_timeout
+                )),
+            }
+        }
+        // PostgreSQL cannot say whether it has the session: what this replica knows and
+        // the journal decide. (An id this replica never saw but PostgreSQL has would be
+        // renumbered by the backfill; Tether's own ids are fresh UUIDs.)
+        let journaled = inner.journal_events(&key.0, &key.1, 0).await?;
+        if inner.known_seq(&key) > 0 || !journaled.is_empty() {
+            return Ok(None);
+        }
+        let mut batch = vec![first.clone()];
+        let appended = inner.journal_append(&batch).await?;
+        Ok(appended.events(batch.drain(..)).pop().flatten())
+    }
+
+    async fn checkpoint_event(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        checkpoint_id: Option<&str>,
+        until_seq: Option<Seq>,
+    ) -> Result<Option<Event>, StoreError> {
+        let inner = &*self.inner;
+        if inner.is_pending(account_id, session_id) {
+            // The journal's rows come after PostgreSQL's: its latest match is the answer.
+            let journaled = inner
+                .journal_events(account_id, session_id, 0)
+                .await?
+                .into_iter()
+                .filter(|e| e.event_type == EventType::RunCheckpoint)
+                .filter(|e| until_seq.is_none_or(|u| e.seq <= u))
+                .rfind(|e| {
+                    checkpoint_id.is_none_or(|id| {
+                        e.content.get("checkpoint_id").and_then(|c| c.as_str()) == Some(id)
+                    })
+                });
+            if journaled.is_some() {
+                return Ok(journaled);
+            }
+        }
+        let stored = inner
+            .pg
+            .checkpoint_event(account_id, session_id, checkpoint_id, until_seq);
+        match tokio::time::timeout(inner.config.append_timeout, stored).await {
+            Ok(r) => r,
+            Err(_) => Err(unreachable_error()),
+        }
     }
 
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
