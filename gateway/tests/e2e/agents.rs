@@ -381,7 +381,15 @@ fn compatibility_matrix_is_true() {
         })
         .collect();
     assert!(rows.len() >= 8, "the matrix lost rows: {rows:?}");
-    let rust_tests = read("gateway/tests/e2e/agents.rs");
+    // Every e2e test file's source: a pytest file is run by the Rust test that names it.
+    let rust_tests: String = std::fs::read_dir(root.join("gateway/tests/e2e"))
+        .expect("gateway/tests/e2e")
+        .map(|entry| {
+            std::fs::read_to_string(entry.expect("an e2e file").path()).unwrap_or_default()
+        })
+        .collect();
+    let run_by_a_test =
+        |pytest_file: &str| rust_tests.contains(&format!("\"tests/interop/{pytest_file}\""));
     for row in &rows {
         let [stack, versions, _protocol, tests @ .., rust] = row.as_slice() else {
             panic!("a matrix row without its cells: {row:?}");
@@ -414,7 +422,7 @@ fn compatibility_matrix_is_true() {
         let (rust_fn, pytest_file) = rust.split_once(", ").expect("`rust_test`, file");
         let rust_fn = rust_fn.trim_matches('`');
         let body = fn_body(&rust_tests, rust_fn)
-            .unwrap_or_else(|| panic!("{stack}: no test fn {rust_fn} in agents.rs"));
+            .unwrap_or_else(|| panic!("{stack}: no test fn {rust_fn} in gateway/tests/e2e"));
         let runs = |text: &str| text.contains(&format!("tests/interop/{pytest_file}"));
         let through_helper = body
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
@@ -424,18 +432,20 @@ fn compatibility_matrix_is_true() {
             runs(body) || through_helper,
             "{stack}: {rust_fn} does not run {pytest_file}"
         );
-        // Each cell's test, in that file.
-        let pytest = read(&format!("tests/interop/{pytest_file}"));
+        // Each cell's test, in that file or in `file::test`'s.
         for cell in tests.iter() {
             let named: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
             assert!(
                 !named.is_empty() || *cell == "—",
                 "{stack}: a cell is neither a test nor —: {cell}"
             );
-            for test in named {
+            for name in named {
+                let (file, test) = name.split_once("::").unwrap_or((pytest_file, name));
+                assert!(run_by_a_test(file), "{stack}: no Rust test runs {file}");
+                let pytest = read(&format!("tests/interop/{file}"));
                 assert!(
                     pytest.contains(&format!("def {test}(")),
-                    "{stack}: {pytest_file} has no test {test}"
+                    "{stack}: {file} has no test {test}"
                 );
             }
         }
