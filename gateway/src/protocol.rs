@@ -1,7 +1,8 @@
-//! The client API of a stateful agent protocol (A2A, ADK): requests the protocol's surface
-//! claims are read, routed by the adapter, and answered from a run, from the log, or by
-//! the agent — over HTTP, or as gRPC calls of the service the surface serves. Nothing
-//! here knows a protocol; the adapter decides what each request means.
+//! The client API of a stateful agent protocol (A2A, ADK, LangGraph): requests the
+//! protocol's surface claims are read, routed by the adapter, and answered from a run, from
+//! the log (a run's snapshot, at once or once it ends), or by the agent — over HTTP, or as
+//! gRPC calls of the service the surface serves. Nothing here knows a protocol; the
+//! adapter decides what each request means.
 
 use pingora::proxy::Session;
 use pingora::Result;

@@ -197,11 +197,44 @@ pub trait Surface: Send + Sync {
         serde_json::json!({ "error": { "message": message, "type": kind, "param": param, "code": code } })
     }
 
-    /// The client-visible id of a run (`resp_…`, `chatcmpl-…`).
-    fn response_id(&self, run_id: &str) -> String;
+    /// The client-visible id of a run (`resp_…`, `chatcmpl-…`); by default the run id
+    /// itself (the stateful protocols name runs by the agent's own handles).
+    fn response_id(&self, run_id: &str) -> String {
+        run_id.to_owned()
+    }
 
-    /// The run id behind a client-visible response id, if it is one of ours.
-    fn run_id(&self, response_id: &str) -> Option<String>;
+    /// The run id behind a client-visible response id, if it is one of ours (by default
+    /// none: no client names a run by such an id).
+    fn run_id(&self, _response_id: &str) -> Option<String> {
+        None
+    }
+}
+
+/// Sends `path` (plus the client's query) to the agent with `body`.
+pub(crate) fn forward(
+    req: &ClientRequest,
+    method: &'static str,
+    path: String,
+    body: Option<Value>,
+) -> Route {
+    let path = match req.query {
+        Some(q) if !q.is_empty() => format!("{path}?{q}"),
+        _ => path,
+    };
+    Route::Forward(AgentRequest {
+        method,
+        path,
+        headers: Vec::new(),
+        body,
+        grpc: None,
+    })
+}
+
+/// A request method an agent API takes, as a `'static` name.
+pub(crate) fn static_method(method: &str) -> Option<&'static str> {
+    ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+        .into_iter()
+        .find(|m| m.eq_ignore_ascii_case(method))
 }
 
 /// The error code and message of a run that did not complete: its last `error` event, or

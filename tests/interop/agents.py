@@ -163,6 +163,18 @@ class AgentProcess:
             self.start()
         return self
 
+    def wait_answering(self, path: str, deadline: float) -> None:
+        """Waits until GET `path` answers 200 (a failed start is reported with its log)."""
+        while time.monotonic() < deadline:
+            self._check_running()
+            try:
+                if httpx.get(f"{self.url}{path}", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not answer {path} in time:\n{self.log_tail()}")
+
     def _check_running(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(
@@ -250,15 +262,7 @@ class AdkAgent(AgentProcess):
         return {**os.environ, "FAKE_LLM_URL": fake_llm_base() + "/v1"}
 
     def wait_ready(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            self._check_running()
-            try:
-                if httpx.get(f"{self.url}/list-apps", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} did not answer /list-apps in time:\n{self.log_tail()}")
+        self.wait_answering("/list-apps", deadline)
 
 
 class StackAgent(AgentProcess):
@@ -304,15 +308,7 @@ class StackAgent(AgentProcess):
         }
 
     def wait_ready(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            self._check_running()
-            try:
-                if httpx.get(f"{self.url}/.well-known/agent-card.json", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} did not serve its card in time:\n{self.log_tail()}")
+        self.wait_answering("/.well-known/agent-card.json", deadline)
 
 
 class LangGraphServer(AgentProcess):
@@ -351,15 +347,7 @@ class LangGraphServer(AgentProcess):
         }
 
     def wait_ready(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            self._check_running()
-            try:
-                if httpx.get(f"{self.url}/ok", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} did not answer /ok in time:\n{self.log_tail()}")
+        self.wait_answering("/ok", deadline)
 
 
 def fixtures(make):

@@ -158,12 +158,4 @@ impl Surface for A2aSurface {
         }
         rpc_error(&Value::Null, rpc, message, Some(data))
     }
-
-    fn response_id(&self, run_id: &str) -> String {
-        run_id.to_owned()
-    }
-
-    fn run_id(&self, _response_id: &str) -> Option<String> {
-        None
-    }
 }

@@ -126,14 +126,6 @@ impl Surface for AdkSurface {
     ) -> Value {
         json!({ "detail": message })
     }
-
-    fn response_id(&self, run_id: &str) -> String {
-        run_id.to_owned()
-    }
-
-    fn run_id(&self, _response_id: &str) -> Option<String> {
-        None
-    }
 }
 
 impl Upstream for AdkUpstream {

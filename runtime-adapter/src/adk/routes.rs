@@ -9,9 +9,8 @@ use super::namespace::agent_user_id;
 use super::{alias, field_str, FINALIZE_IDENTITY, RUN, RUN_LIVE, RUN_SSE};
 use crate::percent::{decode_segment, encode_segment};
 use crate::protocol::Protocol;
-use crate::surface::{ClientRequest, Route};
+use crate::surface::{forward, static_method, ClientRequest, Route};
 use crate::turn::{InputError, SessionRef, TurnRequest};
-use crate::upstream::AgentRequest;
 
 pub(super) fn claims(method: &str, path: &str) -> bool {
     match path {
@@ -212,27 +211,6 @@ fn finalize_route(req: &ClientRequest) -> Route {
         }
     }
     forward(req, "POST", FINALIZE_IDENTITY.to_owned(), body)
-}
-
-/// Sends `path` (plus the client's query) to the agent.
-fn forward(req: &ClientRequest, method: &'static str, path: String, body: Option<Value>) -> Route {
-    let path = match req.query {
-        Some(q) if !q.is_empty() => format!("{path}?{q}"),
-        _ => path,
-    };
-    Route::Forward(AgentRequest {
-        method,
-        path,
-        headers: Vec::new(),
-        body,
-        grpc: None,
-    })
-}
-
-fn static_method(method: &str) -> Option<&'static str> {
-    ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-        .into_iter()
-        .find(|m| m.eq_ignore_ascii_case(method))
 }
 
 /// A request body for the agent: none when empty, JSON otherwise.

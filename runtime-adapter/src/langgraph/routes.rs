@@ -8,9 +8,8 @@ use super::wire::{
     agent_thread_id, canonical_thread_id, input_items, stream_modes, thread_metadata, META_ACCOUNT,
 };
 use crate::protocol::Protocol;
-use crate::surface::{ClientRequest, Route};
+use crate::surface::{forward, static_method, ClientRequest, Route};
 use crate::turn::{InputError, SessionRef, TurnRequest};
-use crate::upstream::AgentRequest;
 
 const THREADS: &str = "/threads";
 
@@ -96,7 +95,7 @@ fn thread_route(req: &ClientRequest, method: &str, thread: &str, rest: &str) -> 
                 Err(e) => return detail(422, e),
             };
             let agent = agent_thread_id(req.account_id, thread);
-            forward(req, method, format!("/threads/{agent}{rest}"), body)
+            forward_as(req, method, format!("/threads/{agent}{rest}"), body)
         }
     }
 }
@@ -275,24 +274,12 @@ fn search(req: &ClientRequest) -> Route {
 // Forwarding and FastAPI's answers
 // ---------------------------------------------------------------------------------------
 
-fn forward(req: &ClientRequest, method: &str, path: String, body: Option<Value>) -> Route {
-    let path = match req.query {
-        Some(q) if !q.is_empty() => format!("{path}?{q}"),
-        _ => path,
-    };
-    let method = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-        .into_iter()
-        .find(|m| m.eq_ignore_ascii_case(method));
-    let Some(method) = method else {
-        return detail(405, "Method Not Allowed");
-    };
-    Route::Forward(AgentRequest {
-        method,
-        path,
-        headers: Vec::new(),
-        body,
-        grpc: None,
-    })
+/// Sends `path` (plus the client's query) to the agent, in the request's method.
+fn forward_as(req: &ClientRequest, method: &str, path: String, body: Option<Value>) -> Route {
+    match static_method(method) {
+        Some(method) => forward(req, method, path, body),
+        None => detail(405, "Method Not Allowed"),
+    }
 }
 
 /// A request body: none when empty, JSON otherwise (the message of FastAPI's 422 when it
