@@ -135,8 +135,8 @@ impl TestStore {
 }
 
 /// Spawns a test server that prints `READY <port>` on stdout once it listens, and waits
-/// for that line.
-pub fn spawn_ready(mut command: Command, what: &str) -> Child {
+/// for that line; returns the process and the port it printed.
+pub fn spawn_ready_on(mut command: Command, what: &str) -> (Child, u16) {
     let mut child = command
         .stdout(Stdio::piped())
         .spawn()
@@ -145,11 +145,16 @@ pub fn spawn_ready(mut command: Command, what: &str) -> Child {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert!(
-        line.starts_with("READY"),
-        "the {what} did not start: {line:?}"
-    );
-    child
+    let port = line
+        .strip_prefix("READY ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the {what} did not start: {line:?}"));
+    (child, port)
+}
+
+/// [`spawn_ready_on`] for a server whose port the caller chose.
+pub fn spawn_ready(command: Command, what: &str) -> Child {
+    spawn_ready_on(command, what).0
 }
 
 /// The fake agent: keeps nothing between requests but a record of what it received.
@@ -159,17 +164,19 @@ pub struct FakeAgent {
 }
 
 impl FakeAgent {
+    /// On a port the agent picks itself, so no other process can take it in between.
     pub fn start() -> FakeAgent {
-        Self::start_on(free_port())
+        Self::start_on(0)
     }
 
+    /// On `port` (0: any free port), e.g. the port of an agent that was killed.
     pub fn start_on(port: u16) -> FakeAgent {
         let mut command = Command::new("python3");
         command
             .arg(repo_root().join("tests/fake_agent.py"))
             .args(["--port", &port.to_string()])
             .stderr(Stdio::inherit());
-        let child = spawn_ready(command, "fake agent");
+        let (child, port) = spawn_ready_on(command, "fake agent");
         FakeAgent { port, child }
     }
 
