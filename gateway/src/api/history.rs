@@ -9,7 +9,7 @@ use session_log::{Event, EventType, Lineage, RunStatus};
 
 use super::sessions::forked_from;
 use super::{non_empty, ActionResult, Call, ControlError};
-use crate::ids::{new_id, valid_session_id};
+use crate::ids::{client_id, new_id};
 use crate::runs::compaction::CompactError;
 use crate::runs::DEFAULT_KEEP_LAST_TURNS;
 
@@ -30,11 +30,9 @@ pub async fn fork_session(call: &Call<'_>) -> ActionResult {
         non_empty("CheckpointId", checkpoint_id)?;
     }
     let new_session_id = match p.new_session_id {
-        Some(id) if valid_session_id(&id) => id,
         Some(id) => {
-            return Err(ControlError::bad_request(format!(
-                "NewSessionId {id:?} is not valid: use 1-128 letters, digits, '-', '_', '.' or ':'"
-            )))
+            client_id("NewSessionId", &id)?;
+            id
         }
         None => new_id("sess"),
     };

@@ -81,7 +81,15 @@ impl ControlError {
     pub fn bad_request(message: impl Into<String>) -> Self {
         ControlError::new(400, message, Value::Null)
     }
+}
 
+impl From<crate::ids::IdError> for ControlError {
+    fn from(e: crate::ids::IdError) -> Self {
+        ControlError::new(400, e.message, serde_json::json!({ "Field": e.field }))
+    }
+}
+
+impl ControlError {
     pub fn not_found(what: &str, id: &str) -> Self {
         ControlError::new(404, format!("{what} {id:?} not found"), Value::Null)
     }
