@@ -7,8 +7,10 @@
 #
 #   tests/chaos/soak.sh                     # 10 minutes, 24 clients
 #   CHAOS_SECONDS=120 CHAOS_CLIENTS=8 tests/chaos/soak.sh
-#   CHAOS_SEED=12345 tests/chaos/soak.sh    # replay a run's fault schedule
+#   CHAOS_SEED=12345 tests/chaos/soak.sh    # the same fault schedule (timing still varies)
+#   CHAOS_POSTGRES_RESTARTS=0 tests/chaos/soak.sh   # without PostgreSQL restarts
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CHAOS_SECONDS="${CHAOS_SECONDS:-600}" CHAOS_CLIENTS="${CHAOS_CLIENTS:-24}"
+export CHAOS_POSTGRES_RESTARTS="${CHAOS_POSTGRES_RESTARTS:-1}"
 exec cargo test -p tether --test e2e -- --ignored --exact chaos::chaos_soak --nocapture

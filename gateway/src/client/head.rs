@@ -180,4 +180,40 @@ mod tests {
             assert!(check_path(good, tether).is_ok(), "{good}");
         }
     }
+
+    proptest::proptest! {
+        /// A path the rule accepts has no dot segment however it is encoded, and no
+        /// encoded '/' that would make it one of Tether's paths.
+        #[test]
+        fn an_accepted_path_has_no_dot_segment_or_hidden_tether_path(
+            segments in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", ".", "..", "%2e", "%2E%2e", ".%2E", "%2F", "b%2fc", "%5c", "v1",
+                    "responses", "chat%2Fcompletions", "agentengine", "", "...",
+                ]),
+                0..6,
+            )
+        ) {
+            let path = format!("/{}", segments.join("/"));
+            if check_path(&path, tether).is_ok() {
+                for s in path.split('/') {
+                    let d = percent_decode(s);
+                    proptest::prop_assert!(d != "." && d != "..", "{}", path);
+                }
+                let hidden_slash = segments
+                    .iter()
+                    .any(|s| percent_decode(s).contains(['/', '\\']));
+                if hidden_slash {
+                    proptest::prop_assert!(!tether(&percent_decode(&path)), "{}", path);
+                }
+            }
+        }
+
+        /// Header values: accepted exactly when every byte is visible ASCII, space or tab.
+        #[test]
+        fn header_values_are_accepted_exactly_when_ascii(value in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let ascii = value.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b));
+            proptest::prop_assert_eq!(check_value(&value).is_ok(), ascii);
+        }
+    }
 }
