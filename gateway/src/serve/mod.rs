@@ -1,7 +1,8 @@
-//! The Pingora service: every request comes in here. Health checks and metrics are
-//! answered at once, everything else is authenticated, rate-limited and routed (see
-//! `route`) to a run, a local API, or the agent through the proxy pipeline, whose
-//! remaining phases hand the exchange to `passthrough`.
+//! The Pingora service: every request comes in here. Its head is checked first (see
+//! `client::head`); health checks and metrics are answered at once; everything else is
+//! authenticated, rate-limited and routed (see `route`) to a run, a local API, or the
+//! agent through the proxy pipeline, whose remaining phases hand the exchange to
+//! `passthrough`.
 
 pub mod deadline;
 mod health;
