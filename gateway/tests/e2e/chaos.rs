@@ -356,6 +356,16 @@ fn check(store_url: &str, seen: &[Seen], counts: &Counts) -> Vec<String> {
                 }
             }
         }
+        let kind = |k: &str| violations.iter().filter(|v| v.contains(k)).count();
+        eprintln!(
+            "chaos: violations by kind: sessions with a gap or repeated seq {}, runs without \
+             exactly one terminal {}, received frames not in the log at their seq {}, \
+             interrupted runs not closed by a takeover {}",
+            kind("seqs not 1..n"),
+            kind("terminal run_status"),
+            kind("received seq"),
+            kind("not by a lease takeover")
+        );
         eprintln!(
             "chaos: runs {} (refused before starting {}, dropped by the client {}), sessions {}, \
              events {events_total}, frames received {frames}, interrupted {interrupted}; \
