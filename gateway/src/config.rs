@@ -30,9 +30,15 @@ pub struct Settings {
     #[arg(long, env = "TETHER_CONF", value_delimiter = ',')]
     #[serde(skip)]
     pub conf: Vec<PathBuf>,
-    /// Address to listen on. [default: 127.0.0.1:8080]
+    /// Address to listen on; port 0 takes any free port (the log's "tether starting" line
+    /// and `ready_file` say which). [default: 127.0.0.1:8080]
     #[arg(long, env = "TETHER_LISTEN")]
     pub listen: Option<String>,
+    /// File Tether writes its listening address to (e.g. `127.0.0.1:43817`) once it
+    /// accepts connections: for scripts and tests that start it on port 0.
+    /// [default: none]
+    #[arg(long, env = "TETHER_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
     /// Base URL of the agent, e.g. http://127.0.0.1:9000. Required: this flag,
     /// TETHER_UPSTREAM or `upstream` in the file.
     #[arg(long, env = "TETHER_UPSTREAM")]
@@ -271,6 +277,7 @@ pub struct Telemetry {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
+    pub ready_file: Option<PathBuf>,
     pub upstream: Upstream,
     pub protocol: Protocol,
     /// How the agent is called (gRPC only for A2A agents).
@@ -489,6 +496,7 @@ impl Settings {
         }
         pick!(
             listen,
+            ready_file,
             upstream,
             protocol,
             public_url,
@@ -676,6 +684,7 @@ impl Settings {
             replica_id,
             run_lease,
             listen,
+            ready_file: self.ready_file,
             upstream,
             protocol,
             store,

@@ -37,7 +37,7 @@ use session_log::{Hub, Writer, WriterConfig};
 use crate::client::body::InputLimits;
 use crate::config::{Config, Settings};
 use crate::runs::{agent, Runs};
-use crate::serve::{deadline, Gateway};
+use crate::serve::{deadline, listener, Gateway};
 use crate::state::State;
 
 /// jemalloc rather than glibc's malloc: buffers and events are allocated on Pingora's
@@ -134,15 +134,15 @@ fn init_tracing(config: &Config, traces: Option<&telemetry::Traces>) {
         .init();
 }
 
-fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn std::error::Error>> {
-    // Pingora binds inside its server, retrying a port in use for 30 s and then panicking
-    // on a service thread, which leaves the process alive and serving nothing; and 0.9
-    // takes no listener bound beforehand. So the address is bound here first, and held
-    // until just before Pingora binds it: a port in use is an error before anything else
+fn serve(
+    mut config: Config,
+    auth: policies::Authenticator,
+) -> Result<(), Box<dyn std::error::Error>> {
+    // Bound first (see serve::listener): a port in use is an error before anything else
     // happens — in particular before a second gateway on the same store closes the first
     // one's runs as abandoned.
-    let reserved = std::net::TcpListener::bind(config.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let bound = listener::bind(config.listen)?;
+    config.listen = bound.addr;
     let core = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("tether-core")
@@ -253,6 +253,7 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
     let mut server = Server::new_with_opt_and_conf(None, server_conf);
     server.bootstrap();
     let listen = config.listen.to_string();
+    let ready_file = config.ready_file.clone();
     let protocol_surface =
         (!config.protocol.sends_history()).then(|| runtime_adapter::surface(config.protocol));
     let drain_on_term = DrainOnTerm {
@@ -305,14 +306,13 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         ListenerConfig::tcp(listen.as_str())
             .l4_buffer(L4BufferSettings::default().read(CLIENT_READ_BUFFER)),
     );
-    server.add_service(proxy);
+    server.add_service(listener::Prebound::new(proxy, bound, ready_file));
     server.add_service(background_service(
         "policies",
         PolicyUpkeep {
             state: state.clone(),
         },
     ));
-    drop(reserved);
     server.run(RunArgs {
         shutdown_signal: Box::new(drain_on_term),
     });

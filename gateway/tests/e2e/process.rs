@@ -1,6 +1,7 @@
 //! The gateway as a process: how it fails to start (one line naming what and where, a
-//! non-zero exit, at once), how it stops on SIGTERM (as soon as its runs are done), and
-//! its command line (bare boolean flags, defaults in `--help`).
+//! non-zero exit, at once), how it stops on SIGTERM (as soon as its runs are done, the
+//! grace period being the most it waits), and its command line (bare boolean flags,
+//! defaults in `--help`).
 
 use std::net::TcpListener;
 use std::process::{Command, ExitStatus, Stdio};
@@ -84,6 +85,28 @@ fn a_port_in_use_is_one_line_and_a_failed_exit_at_once() {
         !store.exists(),
         "the store is not touched (a second gateway must not close the first one's runs)"
     );
+}
+
+#[test]
+fn a_second_gateway_on_the_first_ones_port_fails_and_the_first_serves_on() {
+    // The first took port 0 and said which in its ready file (see the harness).
+    let (store, _agent, first) = chat_gateway(&[]);
+    let listen = format!("127.0.0.1:{}", first.port);
+    let (status, stderr, elapsed) =
+        run_tether(&serve_args(&listen, &store.url), Duration::from_secs(10));
+    let status = status.expect("the second tether exits by itself");
+    assert!(!status.success(), "{status}: {stderr}");
+    assert!(elapsed < Duration::from_secs(1), "exited after {elapsed:?}");
+    let line = one_line(&stderr);
+    assert_eq!(
+        line,
+        format!("tether: cannot listen on {listen}: Address already in use (os error 98)")
+    );
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", first.url()),
+        &Surface::Chat.body("hello", None, false),
+    );
+    assert_eq!(reply.status, 200, "the first still serves: {}", reply.body);
 }
 
 #[test]
@@ -171,6 +194,35 @@ fn sigterm_waits_for_a_running_run_which_completes() {
         .filter_map(|e| e.run_status())
         .collect();
     assert_eq!(statuses, [RunStatus::Completed]);
+}
+
+#[test]
+fn sigterm_waits_no_longer_than_the_grace_for_a_run_that_outlives_it() {
+    let (store, _agent, mut tether) = chat_gateway(&["--shutdown-grace-seconds", "2"]);
+    // 200 deltas 50 ms apart: 10 s of run, far more than the grace.
+    let (_sse, session, _) = slow_chat_run(&tether, 3);
+    let start = Instant::now();
+    assert!(
+        tether.signal("TERM", Duration::from_secs(30)),
+        "tether exits after SIGTERM"
+    );
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(2),
+        "exited after {elapsed:?}, before the grace was spent on the run"
+    );
+    // The grace, then a moment for the client stream to write its end (1 s at most).
+    assert!(
+        elapsed < Duration::from_millis(4500),
+        "exited after {elapsed:?}: longer than the grace"
+    );
+    let statuses: Vec<RunStatus> = store
+        .events("local", &session)
+        .iter()
+        .filter(|e| e.is_terminal())
+        .filter_map(|e| e.run_status())
+        .collect();
+    assert_eq!(statuses, [RunStatus::Interrupted]);
 }
 
 #[test]
