@@ -425,6 +425,57 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
     span.map(|s| line_at(text, s.start))
 }
 
+/// A value clap refused for `serve` that came from a `TETHER_*` variable and not a flag:
+/// clap's own message names the flag (`--threads <THREADS>`), which the user never typed.
+/// Named here by its key and variable instead, in the one line of every other
+/// configuration error. `args` are the command line's arguments; `None`: leave the error
+/// to clap (a flag, or not a refused value).
+pub fn refused_variable(e: &clap::Error, args: &[String]) -> Option<ConfigError> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    use std::error::Error as _;
+
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let ContextValue::String(arg) = e.get(ContextKind::InvalidArg)? else {
+        return None;
+    };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    let flag = format!("--{long}");
+    if args
+        .iter()
+        .any(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+    {
+        return None;
+    }
+    let command = Settings::command();
+    let variable = command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))?
+        .get_env()?
+        .to_str()?
+        .to_owned();
+    let value = std::env::var(&variable).ok()?;
+    let why = match (e.source(), e.get(ContextKind::ValidValue)) {
+        (Some(source), _) => format!(": {source}"),
+        (None, Some(ContextValue::Strings(valid))) => format!("; use {}", valid.join(" or ")),
+        _ => String::new(),
+    };
+    // `compaction-summarizer-url` is the key `compaction.summarizer_url`.
+    let key = match long.strip_prefix("compaction-") {
+        Some(rest) => format!("compaction.{}", rest.replace('-', "_")),
+        None => long.replace('-', "_"),
+    };
+    Some(bad(
+        &key,
+        format!("{variable}={value:?} is not a valid value{why}"),
+    ))
+}
+
 /// The store as an error message may name it: the SQLite path, or PostgreSQL's host, port
 /// and database — never the password (nor the user, which an error does not need).
 pub fn describe_store(store: &str) -> String {

@@ -66,9 +66,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let settings = match Cli::parse().command {
-        Command::Serve(settings) => *settings,
-        Command::Operate(command) => return cli::run(command),
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let parsed = Cli::try_parse().map_err(|e| match config::refused_variable(&e, &args) {
+        // Only `serve` reads TETHER_* configuration variables.
+        Some(refused) if args.get(1).map(String::as_str) == Some("serve") => {
+            eprintln!("tether: {refused}");
+            ExitCode::from(2)
+        }
+        _ => e.exit(),
+    });
+    let settings = match parsed {
+        Ok(cli) => match cli.command {
+            Command::Serve(settings) => *settings,
+            Command::Operate(command) => return cli::run(command),
+        },
+        Err(code) => return code,
     };
     let config = match settings.load() {
         Ok(c) => c,

@@ -226,32 +226,98 @@ fn sigterm_waits_no_longer_than_the_grace_for_a_run_that_outlives_it() {
 }
 
 #[test]
-fn a_config_error_names_file_line_and_key() {
-    let conf = Conf::write("upstream = \"http://127.0.0.1:9\"\n\nthreads = \"two\"\n");
-    let (status, stderr, _) =
-        run_tether(&["serve", "--conf", &conf.arg()], Duration::from_secs(10));
-    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
-    let line = one_line(&stderr);
-    assert_eq!(
-        line,
-        format!(
-            "tether: {}:3: threads: invalid type: string \"two\", expected usize",
-            conf.arg()
-        )
-    );
+fn config_errors_name_file_line_and_key() {
+    const UP: &str = "upstream = \"http://127.0.0.1:9\"\n";
+    // (the file, the line the error names, what follows `file:line: `)
+    let table: &[(String, usize, &str)] = &[
+        (
+            format!("{UP}\nthreads = \"two\"\n"),
+            3,
+            "threads: invalid type: string \"two\", expected usize",
+        ),
+        (
+            format!("{UP}[limits]\nmax_json_depth = 0\n"),
+            3,
+            "limits.max_json_depth: ",
+        ),
+        (format!("{UP}listen_adress = \"x\"\n"), 2, "listen_adress: "),
+        (
+            format!("{UP}tee = \"yes\"\n"),
+            2,
+            "tee: invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            "upstream = \"ftp://agent\"\n".to_owned(),
+            1,
+            "upstream: scheme \"ftp\" is not supported",
+        ),
+        (
+            format!("{UP}[[auth.api_keys]]\nid = 3\n"),
+            3,
+            "auth.api_keys[0].id: ",
+        ),
+        (
+            format!("{UP}[compaction]\n\ntrigger_tokens = 0\n"),
+            4,
+            "compaction.trigger_tokens: must be greater than 0",
+        ),
+    ];
+    for (toml, line, expected) in table {
+        let conf = Conf::write(toml);
+        let (status, stderr, _) =
+            run_tether(&["serve", "--conf", &conf.arg()], Duration::from_secs(10));
+        assert_eq!(status.and_then(|s| s.code()), Some(2), "{toml}: {stderr}");
+        let got = one_line(&stderr);
+        let want = format!("tether: {}:{line}: {expected}", conf.arg());
+        assert!(got.starts_with(&want), "{toml}\nwant: {want}\ngot:  {got}");
+    }
+}
 
-    let conf = Conf::write("upstream = \"http://127.0.0.1:9\"\n[limits]\nmax_json_depth = 0\n");
-    let (status, stderr, _) =
-        run_tether(&["serve", "--conf", &conf.arg()], Duration::from_secs(10));
-    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
-    let line = one_line(&stderr);
-    assert!(
-        line.starts_with(&format!(
-            "tether: {}:3: limits.max_json_depth: ",
-            conf.arg()
-        )),
-        "{line}"
-    );
+#[test]
+fn a_refused_variable_is_named_with_its_key() {
+    // clap alone would name a flag the user never typed (`--threads <THREADS>`).
+    let table = [
+        (
+            "TETHER_THREADS",
+            "two",
+            "tether: configuration key `threads`: TETHER_THREADS=\"two\" is not a valid value: \
+             invalid digit found in string",
+        ),
+        (
+            "TETHER_TEE",
+            "yes",
+            "tether: configuration key `tee`: TETHER_TEE=\"yes\" is not a valid value; \
+             use true or false",
+        ),
+    ];
+    for (variable, value, expected) in table {
+        let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["serve", "--upstream", "http://127.0.0.1:9"])
+            .env(variable, value)
+            .env_remove("TETHER_CONF")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("{expected}\n")
+        );
+    }
+    // The same value as a flag is clap's error about that flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "serve",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--threads",
+            "two",
+        ])
+        .env_remove("TETHER_CONF")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .starts_with("error: invalid value 'two' for '--threads <THREADS>'"));
 }
 
 #[test]
