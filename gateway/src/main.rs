@@ -385,7 +385,8 @@ struct DrainOnTerm {
     grace: std::time::Duration,
 }
 
-/// After the runs, how much longer client streams get to write what they ended with.
+/// After the runs, how much longer client streams get to write what they ended with (a
+/// stream that follows a session and not a run does not end: this bounds it).
 const STREAMS_TAIL: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[async_trait]
@@ -401,13 +402,16 @@ impl ShutdownSignalWatch for DrainOnTerm {
             grace_seconds = self.grace.as_secs(),
             "SIGTERM: draining runs"
         );
-        let deadline = tokio::time::Instant::now() + self.grace;
+        // With no run going, no stream has an end still to come: a session followed
+        // without a run (a console left open) never ends by itself, and must not hold the
+        // exit for the whole grace period.
+        let busy = self.runs.active_count() > 0;
         let (runs, hub, grace) = (self.runs.clone(), self.hub.clone(), self.grace);
         let drained = core::on_core(&self.core, async move {
             // Refuses new runs from here on, and closes as interrupted what outlives grace.
             runs.drain(grace).await;
-            let streams_until = deadline.max(tokio::time::Instant::now()) + STREAMS_TAIL;
-            while hub.subscribers() > 0 && tokio::time::Instant::now() < streams_until {
+            let streams_until = tokio::time::Instant::now() + STREAMS_TAIL;
+            while busy && hub.subscribers() > 0 && tokio::time::Instant::now() < streams_until {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         });

@@ -141,6 +141,35 @@ fn sigterm_on_an_idle_gateway_exits_within_a_second() {
 }
 
 #[test]
+fn sigterm_with_no_run_exits_within_a_second_though_a_session_is_followed() {
+    // A console left open follows its session (SubscribeRunEvents without an invocation),
+    // a stream that never ends by itself: with no run going there is nothing to wait for.
+    let (_store, _agent, mut tether) = chat_gateway(&["--shutdown-grace-seconds", "30"]);
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("hello", None, false),
+    );
+    let session = reply.session_id.clone().unwrap();
+    let mut follower = SseStream::get(
+        &format!(
+            "{}/agentengine/api/v1/SubscribeRunEvents?SessionId={session}",
+            tether.url()
+        ),
+        &[],
+    );
+    // The session's events so far (the message, its run's statuses): the stream is live.
+    assert!(follower.next_event().is_some());
+    let start = Instant::now();
+    assert!(tether.signal("TERM", Duration::from_secs(30)));
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "SIGTERM with a follower took {elapsed:?}: {}",
+        tether.log_text()
+    );
+}
+
+#[test]
 fn sigterm_waits_for_a_running_run_which_completes() {
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
     let agent = FakeAgent::start();
