@@ -355,7 +355,7 @@ fn an_unusable_sqlite_store_is_named_by_its_path() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let store = file.path().join("sub/sessions.sqlite");
     let store = store.to_str().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = "127.0.0.1:0".to_owned();
     let (status, stderr, _) = run_tether(&serve_args(&listen, store), Duration::from_secs(10));
     let status = status.expect("tether exits by itself");
     assert!(!status.success(), "{stderr}");
@@ -365,7 +365,7 @@ fn an_unusable_sqlite_store_is_named_by_its_path() {
 
 #[test]
 fn an_unreachable_postgres_is_named_by_host_and_port_without_the_password() {
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = "127.0.0.1:0".to_owned();
     // Nothing listens there: the pool times out (after its 10 s acquire timeout).
     let port = free_port();
     let url = format!("postgres://tether:s3cret-pw@127.0.0.1:{port}/log");
@@ -384,7 +384,7 @@ fn an_unusable_journal_is_named_by_its_path() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let journal = file.path().join("sub/journal.sqlite");
     let journal = journal.to_str().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = "127.0.0.1:0".to_owned();
     let mut args = serve_args(&listen, &url);
     args.extend(["--journal-path", journal]);
     let (status, stderr, _) = run_tether(&args, Duration::from_secs(30));
