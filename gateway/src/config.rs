@@ -476,36 +476,6 @@ pub fn refused_variable(e: &clap::Error, args: &[String]) -> Option<ConfigError>
     ))
 }
 
-/// The store as an error message may name it: the SQLite path, or PostgreSQL's host, port
-/// and database — never the password (nor the user, which an error does not need).
-pub fn describe_store(store: &str) -> String {
-    let Some(rest) = store
-        .strip_prefix("postgres://")
-        .or_else(|| store.strip_prefix("postgresql://"))
-    else {
-        let path = store
-            .strip_prefix("sqlite://")
-            .or_else(|| store.strip_prefix("sqlite:"))
-            .unwrap_or(store);
-        return format!("SQLite store {path}");
-    };
-    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host_port = match host_port {
-        "" => "localhost:5432".to_owned(),
-        h if h.contains(':') && !h.ends_with(']') => h.to_owned(),
-        h => format!("{h}:5432"),
-    };
-    let database = tail
-        .strip_prefix('/')
-        .and_then(|t| t.split('?').next())
-        .filter(|d| !d.is_empty());
-    match database {
-        Some(db) => format!("PostgreSQL store at {host_port} (database {db})"),
-        None => format!("PostgreSQL store at {host_port}"),
-    }
-}
-
 impl Settings {
     /// Reads the files named by `--conf` (if any) under the flags/env already parsed.
     pub fn load(self) -> Result<Config, ConfigError> {
@@ -1190,31 +1160,6 @@ mod errors_say_where {
         let (path, e) = load_file("upstream = \"http://x\nthreads = 2\n", &[]);
         assert_eq!(e.key, FILE_KEY);
         assert!(e.to_string().starts_with(&format!("{path}:1: ")), "{e}");
-    }
-
-    #[test]
-    fn stores_are_named_without_their_password() {
-        assert_eq!(
-            describe_store("postgres://tether:s3cret@db.internal:6543/log?sslmode=require"),
-            "PostgreSQL store at db.internal:6543 (database log)"
-        );
-        assert_eq!(
-            describe_store("postgresql://u:p@db/log"),
-            "PostgreSQL store at db:5432 (database log)"
-        );
-        assert_eq!(
-            describe_store("postgres://[::1]/x"),
-            "PostgreSQL store at [::1]:5432 (database x)"
-        );
-        assert_eq!(
-            describe_store("postgres:///x"),
-            "PostgreSQL store at localhost:5432 (database x)"
-        );
-        assert_eq!(describe_store("sqlite:/var/t.db"), "SQLite store /var/t.db");
-        assert_eq!(
-            describe_store(".tether/s.sqlite"),
-            "SQLite store .tether/s.sqlite"
-        );
     }
 
     #[test]

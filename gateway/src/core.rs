@@ -50,6 +50,10 @@ impl Store for CoreStore {
         self.inner.backend()
     }
 
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         delegate!(self, |s| s.ping())
     }

@@ -165,7 +165,7 @@ fn serve(
     let handle = core.handle().clone();
 
     // Store errors say which store (never its password): sqlx's alone name nothing.
-    let store_name = config::describe_store(&config.store);
+    let store_name = session_log::describe(&config.store);
     let in_store = |e: session_log::StoreError| format!("{store_name}: {e}");
     let (raw_store, writer, hub) = core.block_on(async {
         let store: Arc<dyn session_log::Store> = if config.store.starts_with("postgres://")

@@ -243,6 +243,10 @@ pub trait Store: Send + Sync + 'static {
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
 
+    /// The store as errors and logs name it: the SQLite file, or PostgreSQL's host, port
+    /// and database (never credentials).
+    fn describe(&self) -> String;
+
     /// Succeeds when the database answers a trivial query.
     async fn ping(&self) -> Result<(), StoreError>;
 

@@ -256,6 +256,15 @@ async fn all_events(store: &dyn Store, account: &str, session: &str) -> Vec<sess
 async fn ping_and_empty_batch(b: Backend) {
     b.store.ping().await.expect("ping");
     assert!(["sqlite", "postgres"].contains(&b.store.backend()));
+    // An opened store names itself as its URL does before it is opened (for errors that
+    // come before it exists), and never with the password.
+    assert_eq!(b.store.describe(), session_log::describe(&b.url));
+    if let Some((_, password)) = b.url.split_once("://").and_then(|(_, r)| {
+        let userinfo = r.split_once('@')?.0;
+        userinfo.split_once(':')
+    }) {
+        assert!(!b.store.describe().contains(password));
+    }
     assert!(b.store.append(&[]).await.expect("empty append").is_empty());
     let account = unique("acct");
     assert_eq!(b.store.session(&account, "nope").await.unwrap(), None);

@@ -475,10 +475,31 @@ impl PgStore {
     }
 }
 
+/// A PostgreSQL store as errors and logs name it: host, port and database, never the
+/// credentials.
+pub(crate) fn name(host_port: &str, database: Option<&str>) -> String {
+    match database {
+        Some(db) => format!("PostgreSQL store at {host_port} (database {db})"),
+        None => format!("PostgreSQL store at {host_port}"),
+    }
+}
+
 #[async_trait]
 impl Store for PgStore {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn describe(&self) -> String {
+        let options = self.pool.connect_options();
+        let host = match options.get_host() {
+            h if h.contains(':') => format!("[{h}]"),
+            h => h.to_owned(),
+        };
+        name(
+            &format!("{host}:{}", options.get_port()),
+            options.get_database(),
+        )
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -519,10 +519,19 @@ impl SqliteStore {
     }
 }
 
+/// A SQLite store as errors and logs name it.
+pub(crate) fn name(path: &str) -> String {
+    format!("SQLite store {path}")
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn describe(&self) -> String {
+        name(&self.pool.connect_options().get_filename().to_string_lossy())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -415,6 +415,7 @@ impl Inner {
                 tracing::error!(
                     session_backend_state = "degraded",
                     %error,
+                    store = %self.pg.describe(),
                     "PostgreSQL is unreachable; committing session events to the local journal"
                 );
             }
@@ -1078,6 +1079,10 @@ fn unreachable_error() -> StoreError {
 impl Store for JournaledStore {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn describe(&self) -> String {
+        self.inner.pg.describe()
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
