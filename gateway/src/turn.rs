@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pingora::proxy::Session;
 use pingora::Result;
-use runtime_adapter::reconcile::{reconcile, split_instructions, Reconciled};
+use runtime_adapter::reconcile::{carries_history, reconcile, split_instructions, Reconciled};
 use runtime_adapter::{Item, RunInfo, SessionRef, Surface, TurnRequest};
 use serde_json::Value;
 use session_log::branch::INPUT_SUPERSEDED;
@@ -123,7 +123,8 @@ async fn prepare_run(
     let mut target = resolve_session(state, account_id, surface, &turn.session)
         .await
         .map_err(|e| (e, None))?;
-    if let (Target::Session(id), SessionRef::Named(_)) = (&target, &turn.session) {
+    let resent = carries_history(&turn.input);
+    if let (Target::Session(id), SessionRef::Named(_), true) = (&target, &turn.session, resent) {
         target = reconcile_history(state, account_id, id.clone(), &mut turn)
             .await
             .map_err(|e| (e, None))?;
@@ -494,7 +495,8 @@ async fn reconcile_history(
     }))
 }
 
-/// Makes the fork a turn after an older response goes to; returns its session id.
+/// Makes the fork a turn goes to (after an older response, or with a history that
+/// diverged from the session's); returns its session id.
 async fn fork_after(
     state: &State,
     account_id: &str,
@@ -511,11 +513,11 @@ async fn fork_after(
     match forked {
         Ok(forked) => Ok(forked.session_id),
         Err(ForkError::Store(e)) => Err(ApiError::store_unavailable(&e, "cannot fork a session")),
-        Err(ForkError::RunInProgress { .. }) => Err(ApiError::new(
+        Err(ForkError::RunInProgress { run_id, .. }) => Err(ApiError::new(
             409,
             "invalid_request_error",
             "conversation_busy",
-            "the previous response's run is still in progress",
+            format!("the run the fork point belongs to ({run_id}) is still in progress"),
         )),
         Err(e) => Err(ApiError::new(
             404,

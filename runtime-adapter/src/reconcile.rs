@@ -94,6 +94,12 @@ fn agent_side(item: &Item) -> bool {
     }
 }
 
+/// Whether a request's items carry earlier turns at all (an agent-side item). A request
+/// that does not is all new input, whatever the history: it need not be read.
+pub fn carries_history(request: &[Item]) -> bool {
+    request.iter().any(agent_side)
+}
+
 /// Where a request's items go, against a session's history.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reconciled {
@@ -329,6 +335,13 @@ mod tests {
             u("u2"),
         ];
         assert_eq!(diverged(reconcile(&history, false, &request)).agreed, 1);
+    }
+
+    #[test]
+    fn only_agent_side_items_mark_earlier_turns() {
+        assert!(!carries_history(&[u("u1"), result("c1", "ok"), u("u2")]));
+        assert!(carries_history(&[u("u1"), a("a1"), u("u2")]));
+        assert!(carries_history(&[call("c1", "{}"), result("c1", "ok")]));
     }
 
     #[test]

@@ -157,6 +157,11 @@ def test_a_retry_after_an_outage_leaves_one_copy_of_the_message(agent, client):
 
 
 def runs_in_log(session: str) -> int:
+    """The runs started in a session (0 while it does not exist yet)."""
+    if agents.control("ListSessions", {"PageSize": 1}).status_code == 200 and agents.control(
+        "ListSessionEvents", {"SessionId": session, "Limit": 1}
+    ).status_code == 404:
+        return 0
     return sum(
         1 for e in session_events(session)
         if e["EventType"] == "run_status" and e["Content"].get("status") == "in_progress"

@@ -321,3 +321,93 @@ fn openai_sdk_clients_resend_edit_retry_and_repeat_sqlite() {
 fn openai_sdk_clients_resend_edit_retry_and_repeat_postgres() {
     sdk_clients_on(StoreKind::Postgres);
 }
+
+/// A chat client that starts without a session, opts in with the `x-session-id` its first
+/// answer named, and resends everything: appended once. Then it edits the first answer,
+/// before any checkpoint of the session: a new session (not a fork) takes the request as
+/// sent, and the session is left as it was.
+fn opting_in_and_diverging_in_the_first_turn(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/v1/chat/completions", tether.url());
+    let system = json!({ "role": "system", "content": "Be brief." });
+    let u1 = json!({ "role": "user", "content": "My project is named zebra42. Reply with OK." });
+    let send = |messages: Vec<Value>, session: Option<&str>| {
+        let body = json!({ "model": "fake", "messages": messages });
+        let headers: Vec<(&str, &str)> = session.map(|s| ("x-session-id", s)).into_iter().collect();
+        let reply = post(&url, &body.to_string(), &headers);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply
+    };
+    let first = send(vec![system.clone(), u1.clone()], None);
+    let s = first.session_id.clone().unwrap();
+    let a1 = json!({ "role": "assistant", "content": Surface::Chat.text(&first.json()) });
+    let q = json!({ "role": "user", "content": "What is my project named?" });
+    let second = send(
+        vec![system.clone(), u1.clone(), a1.clone(), q.clone()],
+        Some(&s),
+    );
+    assert_eq!(second.session_id.as_deref(), Some(s.as_str()));
+    assert_eq!(Surface::Chat.text(&second.json()), "zebra42");
+    let sent = history_sent(&agent.requests().pop().unwrap());
+    let texts: Vec<&str> = sent.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "Be brief.",
+            u1["content"].as_str().unwrap(),
+            "OK.",
+            "What is my project named?"
+        ]
+    );
+    let messages = |session: &str| -> Vec<(String, String)> {
+        store
+            .events("local", session)
+            .iter()
+            .filter(|e| e.event_type == EventType::Message)
+            .map(|e| (e.role.clone().unwrap_or_default(), e.text().to_owned()))
+            .collect()
+    };
+    let logged = messages(&s);
+    assert_eq!(
+        logged.len(),
+        4,
+        "each message once, no system message: {logged:?}"
+    );
+    let before = store.events("local", &s).len();
+
+    let edited = json!({ "role": "assistant", "content": "Noted: the project is koala7." });
+    let third = send(vec![system, u1, edited, q], Some(&s));
+    let n = third.session_id.clone().unwrap();
+    assert_ne!(n, s);
+    assert_eq!(third.header("x-previous-session-id"), Some(s.as_str()));
+    assert_eq!(
+        messages(&n)
+            .iter()
+            .map(|(r, _)| r.as_str())
+            .collect::<Vec<_>>(),
+        ["user", "assistant", "user", "assistant"],
+        "the new session holds the request as sent, then the answer"
+    );
+    assert_eq!(messages(&n)[1].1, "Noted: the project is koala7.");
+    let first_event = &store.events("local", &n)[0];
+    assert_ne!(first_event.event_type, EventType::SessionFork, "not a fork");
+    assert_eq!(
+        store.events("local", &s).len(),
+        before,
+        "the session is untouched"
+    );
+}
+
+#[test]
+fn opting_in_and_diverging_in_the_first_turn_sqlite() {
+    opting_in_and_diverging_in_the_first_turn(StoreKind::Sqlite);
+}
+
+#[test]
+fn opting_in_and_diverging_in_the_first_turn_postgres() {
+    opting_in_and_diverging_in_the_first_turn(StoreKind::Postgres);
+}
