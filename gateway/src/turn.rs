@@ -423,6 +423,15 @@ async fn reconcile_history(
     session_id: String,
     turn: &mut TurnRequest,
 ) -> std::result::Result<Target, ApiError> {
+    // A turn while another runs in the session is refused as busy when it starts; its
+    // history, without the running turn's answer, is no divergence.
+    if state
+        .runs
+        .active_in_session(account_id, &session_id)
+        .is_some()
+    {
+        return Ok(Target::Session(session_id));
+    }
     let store = &*state.store;
     let unavailable = |e: StoreError| ApiError::store_unavailable(&e, "cannot read the history");
     let Some(lineage) = Lineage::resolve(store, account_id, &session_id)

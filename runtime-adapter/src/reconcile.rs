@@ -16,7 +16,8 @@
 //! - Earlier turns that match the end of the session's history — all of it, or a
 //!   trailing window of it, as clients that truncate send — are already in the log: only
 //!   the new input is appended. A session with no history takes everything; a compacted
-//!   history also matches a request that goes further back than its tail.
+//!   history also matches a request that goes further back than its tail. A request that
+//!   holds the whole history and more (turns the log never saw) appends the rest.
 //! - Earlier turns that disagree with the history (an edited or dropped turn) are a
 //!   [`Diverged`] request: the gateway forks the session at the last checkpoint where they
 //!   still agree, and the fork's turn gets the request's items from there on.
@@ -173,6 +174,12 @@ pub fn reconcile(history: &[Item], compacted: bool, request: &[Item]) -> Reconci
     let window = h.ends_with(&e) || (compacted && e.ends_with(&h));
     if window {
         return Reconciled::Append(new);
+    }
+    // The whole history, then more than it holds (turns the client had elsewhere): nothing
+    // disagrees, the rest is new.
+    if e.starts_with(&h) {
+        let after = earlier[h.len() - 1].0 + 1;
+        return Reconciled::Append(request[after..].to_vec());
     }
     // Where they disagree: the alignment of the request's first item that agrees longest
     // (the earliest of equals: a full-history client starts at the history's start).
@@ -384,6 +391,16 @@ mod tests {
         // Earlier turns [u1, a1] are not the end of the history.
         let d = diverged(reconcile(&history, false, &request));
         assert_eq!((d.agreed, d.input_after(2)), (2, vec![u("u3")]));
+    }
+
+    #[test]
+    fn a_request_that_goes_beyond_the_history_appends_the_rest() {
+        let history = [u("u1"), a("a1")];
+        let request = [u("u1"), a("a1"), u("u2"), a("a2"), u("u3")];
+        assert_eq!(
+            append(reconcile(&history, false, &request)),
+            [u("u2"), a("a2"), u("u3")]
+        );
     }
 
     #[test]
