@@ -425,11 +425,7 @@ async fn reconcile_history(
 ) -> std::result::Result<Target, ApiError> {
     // A turn while another runs in the session is refused as busy when it starts; its
     // history, without the running turn's answer, is no divergence.
-    if state
-        .runs
-        .active_in_session(account_id, &session_id)
-        .is_some()
-    {
+    if state.runs.running_in_session(account_id, &session_id) {
         return Ok(Target::Session(session_id));
     }
     let store = &*state.store;

@@ -284,6 +284,15 @@ impl Runs {
             .map(|(inv, r)| (r.run_id.clone(), inv.clone()))
     }
 
+    /// Whether a run of the session is running on this gateway, not counting one whose
+    /// end is being written (its client may have its answer already).
+    pub fn running_in_session(&self, account_id: &str, session_id: &str) -> bool {
+        self.active()
+            .by_invocation
+            .values()
+            .any(|r| !r.finishing && r.session_key.0 == account_id && r.session_key.1 == session_id)
+    }
+
     /// A `run_checkpoint` event of `run` recorded by Tether.
     fn checkpoint_event(
         &self,
