@@ -252,6 +252,16 @@ impl Store for CoreStore {
         delegate!(self, |s| s.attachment(&a, &id))
     }
 
+    async fn claim_idempotency_key(
+        &self,
+        record: &session_log::IdempotentRun,
+        since: chrono::DateTime<chrono::Utc>,
+        replacing: Option<&str>,
+    ) -> Result<Option<session_log::IdempotentRun>, StoreError> {
+        let (r, rep) = (record.clone(), replacing.map(str::to_owned));
+        delegate!(self, |s| s.claim_idempotency_key(&r, since, rep.as_deref()))
+    }
+
     async fn put_feedback(&self, feedback: &session_log::Feedback) -> Result<(), StoreError> {
         let f = feedback.clone();
         delegate!(self, |s| s.put_feedback(&f))

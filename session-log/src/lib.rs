@@ -21,7 +21,7 @@ pub use event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
-    Rating, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
+    Invocation, Lease, Rating, Renewed, Store, StoreError,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

@@ -15,12 +15,12 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{feedback, sql};
+use super::{feedback, idempotency, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
-    Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
+    Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -884,6 +884,24 @@ impl Store for PgStore {
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
             .transpose()
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        record: &IdempotentRun,
+        since: DateTime<Utc>,
+        replacing: Option<&str>,
+    ) -> Result<Option<IdempotentRun>, StoreError> {
+        let claimed = idempotency::claim(record, since, replacing)
+            .execute(&self.pool)
+            .await?;
+        if claimed.rows_affected() == 1 {
+            return Ok(None);
+        }
+        let row = idempotency::get(&record.account_id, &record.key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| idempotency::from_row(&r)).transpose()
     }
 
     async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {

@@ -49,8 +49,8 @@ use super::sql;
 use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
-    Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
+    Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Rows backfilled per PostgreSQL transaction.
@@ -1535,6 +1535,20 @@ impl Store for JournaledStore {
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError> {
         self.inner.pg.attachment(account_id, file_id).await
+    }
+
+    // Idempotency keys are not journalled: during an outage a repeat cannot be recognised,
+    // and the gateway runs the request as a new one (runs never wait for the database).
+    async fn claim_idempotency_key(
+        &self,
+        record: &IdempotentRun,
+        since: DateTime<Utc>,
+        replacing: Option<&str>,
+    ) -> Result<Option<IdempotentRun>, StoreError> {
+        self.inner
+            .pg
+            .claim_idempotency_key(record, since, replacing)
+            .await
     }
 
     // Feedback is not journalled: a person can send it again, and during an outage the
