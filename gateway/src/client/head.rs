@@ -1,6 +1,6 @@
 //! The one request-head check every request goes through before anything else looks at
-//! it (health checks included): framing (see `framing`), `Host` on HTTP/1.1, header values
-//! Tether could misread, and the path rule. A head that fails is answered 400 with
+//! it (health checks included): framing (see `framing`), `Host` on HTTP/1.1, the values of
+//! the headers Tether reads, and the path rule. A head that fails is answered 400 with
 //! `Connection: close` and a JSON body naming what is wrong; nothing reaches the agent or
 //! the log.
 //!
@@ -53,6 +53,9 @@ pub fn check(
         }
     }
     for (name, value) in &req.headers {
+        if !READ.contains(&name.as_str()) {
+            continue;
+        }
         if let Err(why) = check_value(value.as_bytes()) {
             return Err(HeadError::new(format!("header {name}: {why}")));
         }
@@ -60,10 +63,30 @@ pub fn check(
     check_path(req.uri.path(), tether_path)
 }
 
-/// A header value Tether accepts: visible ASCII, spaces and tabs. The parser already
-/// refuses control characters; bytes above 0x7F (obs-text) are refused here, because
-/// every header Tether reads is ASCII and a value it cannot read must not be ignored
-/// silently (a session id it could not read used to start a new session).
+/// The headers Tether itself reads (lower case, as `http` names them). Their values must
+/// pass `check_value`; any other header is the agent's business and goes through as sent,
+/// obs-text included (RFC 9110 §5.5: opaque data), e.g. a UTF-8 `User-Agent` or `X-Title`.
+const READ: &[&str] = &[
+    "host",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "authorization",
+    "x-api-key",
+    "x-session-id",
+    "x-user-id",
+    "x-invocation-id",
+    "last-event-id",
+    "idempotency-key",
+    "a2a-version",
+    "traceparent",
+    "tracestate",
+];
+
+/// A value Tether accepts in a header it reads: visible ASCII, spaces and tabs. The parser
+/// already refuses control characters; bytes above 0x7F (obs-text) are refused here,
+/// because a value Tether cannot read must not be ignored silently (a session id it could
+/// not read used to start a new session).
 pub fn check_value(value: &[u8]) -> Result<(), &'static str> {
     if value
         .iter()
@@ -148,6 +171,16 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("x-session-id"), "{}", e.message);
+    }
+
+    #[test]
+    fn non_ascii_in_a_header_tether_does_not_read_goes_through() {
+        let head = req(
+            http::Version::HTTP_11,
+            "/x",
+            &[("host", b"h"), ("x-title", "caf\u{e9}".as_bytes())],
+        );
+        assert_eq!(check(&head, None, tether), Ok(()));
     }
 
     #[test]
