@@ -201,7 +201,8 @@ enum Driving {
         tokio::sync::watch::Sender<bool>,
         tokio::task::JoinHandle<Outcome>,
     ),
-    Late(History, TurnRequest),
+    /// Boxed: it lives only until the start is committed.
+    Late(Box<(History, TurnRequest)>),
 }
 
 /// What the agent is told of the session's past: the projection, and the events it came
@@ -480,7 +481,7 @@ impl Runs {
             let (gate, start) = StartGate::new();
             Driving::Early(gate, self.spawn_driver(&run, history, turn, start, &trace))
         } else {
-            Driving::Late(history, turn)
+            Driving::Late(Box::new((history, turn)))
         };
         let committed = match committed.instrument(trace.clone()).await {
             // A store that checks the claim as it opens the invocation (SQLite) drops the
@@ -506,7 +507,8 @@ impl Runs {
                 let _ = gate.send(true);
                 driver
             }
-            Driving::Late(history, turn) => {
+            Driving::Late(late) => {
+                let (history, turn) = *late;
                 self.spawn_driver(&run, history, turn, StartGate::open(), &trace)
             }
         };
