@@ -11,7 +11,6 @@ use super::sessions::forked_from;
 use super::{non_empty, ActionResult, Call, ControlError};
 use crate::ids::{new_id, valid_session_id};
 use crate::runs::compaction::CompactError;
-use crate::runs::DEFAULT_KEEP_LAST_TURNS;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -97,10 +96,10 @@ pub async fn compact_session(call: &Call<'_>) -> ActionResult {
     if let Some(summary) = &p.summary {
         non_empty("Summary", summary)?;
     }
+    let state = call.state;
     let keep = p
         .keep_last_turns
-        .map_or(DEFAULT_KEEP_LAST_TURNS, |k| k as usize);
-    let state = call.state;
+        .map_or(state.runs.compactor().keep_last_turns, |k| k as usize);
     let store = &*state.store;
     let lineage = Lineage::resolve(store, call.account_id, &p.session_id)
         .await?
