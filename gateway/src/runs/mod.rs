@@ -201,8 +201,7 @@ enum Driving {
         tokio::sync::watch::Sender<bool>,
         tokio::task::JoinHandle<Outcome>,
     ),
-    /// Boxed: it lives only until the start is committed.
-    Late(Box<(History, TurnRequest)>),
+    Late(History, TurnRequest),
 }
 
 /// What the agent is told of the session's past: the projection, and the events it came
@@ -478,7 +477,7 @@ impl Runs {
             let (gate, start) = StartGate::new();
             Driving::Early(gate, self.spawn_driver(&run, history, turn, start, &trace))
         } else {
-            Driving::Late(Box::new((history, turn)))
+            Driving::Late(history, turn)
         };
         let committed = match committed.instrument(trace.clone()).await {
             // A store that checks the claim as it opens the invocation (SQLite) drops the
@@ -504,8 +503,7 @@ impl Runs {
                 let _ = gate.send(true);
                 driver
             }
-            Driving::Late(late) => {
-                let (history, turn) = *late;
+            Driving::Late(history, turn) => {
                 self.spawn_driver(&run, history, turn, StartGate::open(), &trace)
             }
         };
