@@ -197,17 +197,6 @@ impl Writer {
     /// Queues events and waits until they are committed; returns them with their seqs.
     /// Events the store dropped (a second terminal status) are absent.
     pub async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<Event>, WriteError> {
-        self.enqueue(events).await?.await
-    }
-
-    /// [`Writer::append`] in two steps: queues the events (waiting only for queue space)
-    /// and returns the wait for their commit. Anything queued after this call commits
-    /// after them, so a caller can start work whose events follow these before they are
-    /// committed.
-    pub async fn enqueue(
-        &self,
-        events: Vec<NewEvent>,
-    ) -> Result<impl std::future::Future<Output = Result<Vec<Event>, WriteError>>, WriteError> {
         let (reply, committed) = oneshot::channel();
         self.send_urgent(Request::Append {
             events,
@@ -215,7 +204,7 @@ impl Writer {
             background: false,
         })
         .await?;
-        Ok(async move { committed.await.map_err(|_| WriteError::Closed) })
+        committed.await.map_err(|_| WriteError::Closed)
     }
 
     /// Queues events without waiting for the commit; waits only for queue space.

@@ -127,44 +127,6 @@ async fn read_through(mut sub: Subscription, from: i64, last: i64) -> Vec<Arc<Ev
     seen
 }
 
-/// A run in a new session is driven while its start commits: what is queued after the
-/// start's `enqueue` returns commits after it, even when it is queued before the start's
-/// commit is awaited, and a subscriber sees the start first.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_queued_after_an_enqueue_commit_after_it() {
-    let log = log().await;
-    let mut live = Subscription::open(
-        log.store.clone(),
-        &log.hub,
-        EventQuery::session("acct", "s"),
-    );
-    let start = log
-        .writer
-        .enqueue(vec![status("s", "inv", RunStatus::InProgress)])
-        .await
-        .unwrap();
-    // The driver's first delta, queued before anybody waits for the start.
-    log.writer.submit(vec![delta("s", "first")]).await.unwrap();
-    let started = tokio::time::timeout(PATIENCE, start)
-        .await
-        .expect("the start commits")
-        .unwrap();
-    assert_eq!(started.len(), 1);
-    assert_eq!(started[0].seq, 1);
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        let event = next(&mut live).await;
-        seen.push((event.seq, event.event_type, event.text().to_owned()));
-    }
-    assert_eq!(
-        seen,
-        vec![
-            (1, EventType::RunStatus, String::new()),
-            (2, EventType::TextDelta, "first".to_owned()),
-        ]
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn append_returns_committed_events_with_seqs() {
     let log = log().await;

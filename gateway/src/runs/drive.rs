@@ -21,7 +21,6 @@ pub(super) async fn drive(
     run: StartedRun,
     history: History,
     turn: TurnRequest,
-    start: StartGate,
 ) -> Outcome {
     // The log holds upload URIs; the agent gets the content (it cannot read our store).
     let History { items, events, .. } = history;
@@ -47,17 +46,13 @@ pub(super) async fn drive(
         turn: &turn,
         default_model: &runs.default_model,
     };
-    let answer = Box::pin(ask_agent(&runs, &run, &call, &start)).await;
+    let answer = Box::pin(ask_agent(&runs, &run, &call)).await;
     // The history is not needed while the answer streams, which may take minutes.
     drop((items, events, turn));
     let (answer, mut parser) = match answer {
         Ok(v) => v,
         Err(outcome) => return outcome,
     };
-    // Nothing of the run is queued before its start is committed.
-    if !start.committed().await {
-        return Outcome::failed("internal_error", "the run's start was not committed");
-    }
     let mut recorder = Recorder {
         runs: &runs,
         run: &run,
@@ -110,7 +105,6 @@ async fn ask_agent(
     runs: &Runs,
     run: &StartedRun,
     call: &TurnCall<'_>,
-    start: &StartGate,
 ) -> Result<(Answer, Box<dyn StreamParser>), Outcome> {
     let upstream = runs.upstream;
     let unreachable = |e: AgentError| Outcome::failed("agent_unreachable", e.to_string());
@@ -128,7 +122,7 @@ async fn ask_agent(
     };
     let request = match forgot {
         Some(reason) => {
-            restore(runs, run, call, reason, start)
+            restore(runs, run, call, reason)
                 .instrument(spans::restore(reason))
                 .await?
         }
@@ -156,7 +150,7 @@ async fn ask_agent(
     let parser = upstream.parser(call, &content_type);
     let retry = match upstream.forgot(status, &body) {
         true => {
-            restore(runs, run, call, "agent_forgot", start)
+            restore(runs, run, call, "agent_forgot")
                 .instrument(spans::restore("agent_forgot"))
                 .await?
         }
@@ -183,15 +177,7 @@ async fn restore(
     run: &StartedRun,
     call: &TurnCall<'_>,
     reason: &str,
-    start: &StartGate,
 ) -> Result<Option<AgentRequest>, Outcome> {
-    // The restore is recorded in the run: after its start.
-    if !start.committed().await {
-        return Err(Outcome::failed(
-            "internal_error",
-            "the run's start was not committed",
-        ));
-    }
     let Some(plan) = runs.upstream.restore(call) else {
         return Ok(None);
     };
@@ -232,31 +218,6 @@ async fn restore(
         return Err(Outcome::failed("internal_error", e.to_string()));
     }
     Ok(Some(plan.request))
-}
-
-/// Opens when a run's start (its input and `in_progress`) is committed. A run in a session
-/// Tether has just named is driven while its start commits, so the agent's first bytes
-/// are on their way meanwhile; the driver queues nothing before the gate opens, and the
-/// writer commits in queue order, so the log and the client see the start first.
-pub(super) struct StartGate(tokio::sync::watch::Receiver<bool>);
-
-impl StartGate {
-    /// A gate and the sender that opens it (`send(true)`); dropped unopened, the start
-    /// failed and the gate answers `false`.
-    pub(super) fn new() -> (tokio::sync::watch::Sender<bool>, StartGate) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        (tx, StartGate(rx))
-    }
-
-    /// A gate already open: the start was committed before the driver began.
-    pub(super) fn open() -> StartGate {
-        StartGate(tokio::sync::watch::channel(true).1)
-    }
-
-    /// Waits until the start is committed; `false` if it never will be.
-    async fn committed(&self) -> bool {
-        self.0.clone().wait_for(|c| *c).await.is_ok()
-    }
 }
 
 /// How much of an agent answer Tether reads when it only needs to judge it (a probe, a

@@ -31,7 +31,7 @@ use crate::metrics::METRICS;
 use crate::telemetry::spans;
 use agent::Agent;
 use compaction::{CompactError, Compactor};
-use drive::{checkpoint_event, drive, StartGate, AGENT_ANSWER_CAP};
+use drive::{checkpoint_event, drive, AGENT_ANSWER_CAP};
 pub use leases::close_as_interrupted;
 
 /// Why a run could not be started.
@@ -192,16 +192,6 @@ impl Outcome {
             },
         }
     }
-}
-
-/// A run's driver as its start commits: already running (its gate opens once the start is
-/// committed), or still to start from what it needs.
-enum Driving {
-    Early(
-        tokio::sync::watch::Sender<bool>,
-        tokio::task::JoinHandle<Outcome>,
-    ),
-    Late(History, TurnRequest),
 }
 
 /// What the agent is told of the session's past: the projection, and the events it came
@@ -443,10 +433,30 @@ impl Runs {
                 return Err(e.into());
             }
         }
-        // A session Tether has just named has no history and no other run: its agent is
-        // called while the start commits (the driver queues nothing before that, see
-        // `StartGate`). Any other start is committed before the agent hears of it.
-        let early = claim.fresh;
+        let started = self
+            .record_start(
+                account_id,
+                session_id,
+                &run_id,
+                &invocation_id,
+                &turn,
+                resume,
+            )
+            .instrument(trace.clone())
+            .await;
+        let (history, committed) = match started {
+            Ok(v) => v,
+            Err(e) => {
+                self.forget(&invocation_id);
+                return Err(e);
+            }
+        };
+        let query = EventQuery {
+            after_seq: committed.first().map_or(0, |e| e.seq - 1),
+            invocation_id: Some(invocation_id.clone()),
+            ..EventQuery::session(account_id, session_id)
+        };
+        let events = follow.start(query, &committed);
         let run = StartedRun {
             account_id: account_id.to_owned(),
             session_id: session_id.to_owned(),
@@ -457,96 +467,28 @@ impl Runs {
                 .clone()
                 .unwrap_or_else(|| self.default_model.clone()),
         };
-        let queued = async {
-            let (history, batch) = self.start_batch(&run, &turn, resume).await?;
-            let commit = spans::commit("run_start", batch.len());
-            let committed = self.writer.enqueue(batch).instrument(commit).await?;
-            Ok::<_, StartError>((history, committed))
-        }
-        .instrument(trace.clone())
-        .await;
-        let (history, committed) = match queued {
-            Ok(v) => v,
-            Err(e) => {
-                self.forget(&run.invocation_id);
-                return Err(e);
-            }
-        };
-        let cancel = self.upstream.cancel(&turn);
-        let driving = if early {
-            let (gate, start) = StartGate::new();
-            Driving::Early(gate, self.spawn_driver(&run, history, turn, start, &trace))
-        } else {
-            Driving::Late(history, turn)
-        };
-        let committed = match committed.instrument(trace.clone()).await {
-            // A store that checks the claim as it opens the invocation (SQLite) drops the
-            // start's events when another live run holds the session after all.
-            Ok(events) if events.iter().any(|e| e.event_type == EventType::RunStatus) => Ok(events),
-            Ok(_) => Err(StartError::SessionBusy(session_id.to_owned())),
-            Err(e) => Err(e.into()),
-        };
-        let committed = match committed {
-            Ok(events) => events,
-            Err(e) => {
-                if let Driving::Early(_, driver) = driving {
-                    // Its agent call ends with it; it has queued nothing.
-                    driver.abort();
-                    let _ = driver.await;
-                }
-                self.forget(&run.invocation_id);
-                return Err(e);
-            }
-        };
-        let driver = match driving {
-            Driving::Early(gate, driver) => {
-                let _ = gate.send(true);
-                driver
-            }
-            Driving::Late(history, turn) => {
-                self.spawn_driver(&run, history, turn, StartGate::open(), &trace)
-            }
-        };
-        let query = EventQuery {
-            after_seq: committed.first().map_or(0, |e| e.seq - 1),
-            invocation_id: Some(run.invocation_id.clone()),
-            ..EventQuery::session(account_id, session_id)
-        };
-        let events = follow.start(query, &committed);
         tracing::info!(account_id, session_id, run_id = %run.run_id, invocation_id = %run.invocation_id, "run started");
         METRICS.run_started();
         tokio::spawn(
             self.clone()
-                .supervise(run.clone(), driver, cancel, stop_rx, permit)
+                .supervise(run.clone(), history, turn, stop_rx, permit)
                 .instrument(trace),
         );
         Ok((run, events))
     }
 
-    /// Starts the task that drives `run` (see `drive`).
-    fn spawn_driver(
-        self: &Arc<Self>,
-        run: &StartedRun,
-        history: History,
-        turn: TurnRequest,
-        start: StartGate,
-        trace: &tracing::Span,
-    ) -> tokio::task::JoinHandle<Outcome> {
-        tokio::spawn(
-            drive(self.clone(), run.clone(), history, turn, start).instrument(trace.clone()),
-        )
-    }
-
-    /// Loads the history (a resume brings its own), then builds the start's batch: the new
-    /// input, `in_progress`, and a checkpoint when the input carries tool results.
-    async fn start_batch(
+    /// Loads the history (a resume brings its own), then commits the new input,
+    /// `in_progress`, and a checkpoint when the input carries tool results; returns the
+    /// history and what was committed.
+    async fn record_start(
         &self,
-        run: &StartedRun,
+        account_id: &str,
+        session_id: &str,
+        run_id: &str,
+        invocation_id: &str,
         turn: &TurnRequest,
         resume: Option<ResumeFrom>,
-    ) -> Result<(History, Vec<NewEvent>), StartError> {
-        let (account_id, session_id) = (run.account_id.as_str(), run.session_id.as_str());
-        let (run_id, invocation_id) = (run.run_id.as_str(), run.invocation_id.as_str());
+    ) -> Result<(History, Vec<Event>), StartError> {
         let mut metadata = json!({ "surface": turn.surface.as_str(), "stream": turn.stream });
         let mut history = match resume {
             Some(from) => {
@@ -590,9 +532,26 @@ impl Runs {
             })
             .collect();
         if !results.is_empty() {
-            batch.push(self.checkpoint_event(run, Phase::AfterToolResult, &results));
+            let ids = StartedRun {
+                account_id: account_id.to_owned(),
+                session_id: session_id.to_owned(),
+                run_id: run_id.to_owned(),
+                invocation_id: invocation_id.to_owned(),
+                model: model.to_owned(),
+            };
+            batch.push(self.checkpoint_event(&ids, Phase::AfterToolResult, &results));
         }
-        Ok((history, batch))
+        let commit = spans::commit("run_start", batch.len());
+        let committed = self.writer.append(batch).instrument(commit).await?;
+        // A store that checks the claim as it opens the invocation (SQLite) drops the
+        // start's events when another live run holds the session after all.
+        if !committed
+            .iter()
+            .any(|e| e.event_type == EventType::RunStatus)
+        {
+            return Err(StartError::SessionBusy(session_id.to_owned()));
+        }
+        Ok((history, committed))
     }
 
     /// What the agent is told of a session's past before `turn`: its history (a fork's
@@ -745,11 +704,15 @@ impl Runs {
     async fn supervise(
         self: Arc<Self>,
         run: StartedRun,
-        mut driver: tokio::task::JoinHandle<Outcome>,
-        cancel: Option<Cancel>,
+        history: History,
+        turn: TurnRequest,
         mut stop: oneshot::Receiver<Stop>,
         permit: policies::RunPermit,
     ) {
+        // All a cancel needs of the turn, so the driver can own the rest of it.
+        let cancel = self.upstream.cancel(&turn);
+        let mut driver =
+            tokio::spawn(drive(self.clone(), run.clone(), history, turn).in_current_span());
         // This future waits for as long as the run streams: the steps after the wait are
         // boxed, so it stays small (idle streams are counted in KiB each).
         let outcome = tokio::select! {
