@@ -37,6 +37,10 @@ const SQLITE: &[(i64, &str)] = &[
         8,
         "78ab6387edc4dcd0225cc790927025e1131d4850ee7d151dd853b1e0c341f48fe540923dde4648102bad8b858a7f7cfe",
     ),
+    (
+        9,
+        "c72443ce002d3617dab141423a5dde24fb5519756a6b1860e0eb0e1ccca986f1f785711b622fb16a01a22f0c8f07426d",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -74,6 +78,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         9,
         "06b3776cd0a2d19537d29bff9437b8fc76ba0cf8e2dcb4b1325907c15e3cae90ff58e53ce155316f691ff43f0e428ab5",
+    ),
+    (
+        10,
+        "9583d3de2b1814b21d33fcb2822a88e3d9821e09696aba9a3576e70b1dc622b2b30723be1fd6d9f3a6aa659bee856be8",
     ),
 ];
 

@@ -10,6 +10,7 @@ mod bad_input;
 mod browser;
 mod checkpoints;
 mod cli;
+mod clients;
 mod console;
 mod control;
 mod deploy;
