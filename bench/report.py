@@ -313,6 +313,62 @@ for text, measured, holds in verdicts:
     w(f"| {text} | {measured} | {mark} |")
 w("")
 
+# ---- issue 32: the tee's cost, many streams, memory per stream (same cells, other ratios)
+def cpu_us(scenario, target, count, unit):
+    vals = [r["cpu_ticks"] / r["clk_tck"] / unit / count(r)
+            for r in cells.get((scenario, target), []) if "cpu_ticks" in r and count(r)]
+    return statistics.median(vals) if vals else None
+
+
+def row32(text, measured, holds):
+    mark = "n/a" if holds is None else ("**yes**" if holds else "**no**")
+    w(f"| {text} | {measured} | {mark} |")
+
+
+w("## Targets (issue 32)")
+w("")
+w("Computed from the cells above: the floor for pass-through is Pingora alone in the same run.")
+w("")
+w("| target | measured | holds? |")
+w("|---|---|---|")
+if sat.get("tether") is not None and sat.get("pingora"):
+    r = sat["tether"] / sat["pingora"]
+    row32("Pass-through saturation, tee on, vs Pingora alone ≥ 0.90×",
+          f"{sat['tether']:,.0f} vs {sat['pingora']:,.0f} req/s ({r:.2f}×)", r >= 0.90)
+    t_cpu = cpu_us("pass-sat", "tether", lambda r: r.get("requests"), 1e-6)
+    p_cpu = cpu_us("pass-sat", "pingora", lambda r: r.get("requests"), 1e-6)
+    if t_cpu is not None and p_cpu is not None:
+        row32("CPU µs per pass-through request above Pingora alone ≤ +5",
+              f"{t_cpu - p_cpu:+.1f} ({t_cpu:.1f} vs {p_cpu:.1f})", t_cpu - p_cpu <= 5)
+else:
+    row32("Pass-through saturation, tee on, vs Pingora alone ≥ 0.90×", "not measured", None)
+for t, store, goal in (("tether", "SQLite", 500), ("tether-pg", "PostgreSQL", 1000)):
+    a, d = med("sse-chat-1", t, "ttfe_p50_us"), med("sse-chat-1", "direct", "ttfe_p50_us")
+    if a is not None and d is not None:
+        row32(f"1 stream, added TTFE p50, {store} ≤ +{goal / 1000:.1f} ms", f"{(a - d) / 1000:+.2f} ms", a - d <= goal)
+for t, store in (("tether", "SQLite"), ("tether-pg", "PostgreSQL")):
+    sc = "sse-chat-1000"
+    a, d = med(sc, t, "ttfe_p50_us"), med(sc, "direct", "ttfe_p50_us")
+    if a is not None and d is not None:
+        row32(f"1,000 streams, added TTFE p50 ({store}) ≤ +10 ms", f"{(a - d) / 1000:+.2f} ms", a - d <= 10_000)
+    a, d = med(sc, t, "lat_p99_us"), med(sc, "direct", "lat_p99_us")
+    if a is not None and d is not None:
+        row32(f"1,000 streams, added delivery p99 ({store}) ≤ +10 ms", f"{(a - d) / 1000:+.2f} ms", a - d <= 10_000)
+r = cells.get(("idle", "tether"), [{}])[0]
+if "bytes_per_stream" in r:
+    row32(f"RSS per idle open stream ≤ 32 KiB ({r['open']:,} streams)", f"{r['bytes_per_stream'] / 1024:.1f} KiB",
+          r["bytes_per_stream"] <= 32 * 1024 and r["open"] > 0)
+for mode in ("unary", "stream"):
+    sc = f"grpc-{mode}"
+    if n_runs(sc, "grpc-tether") and n_runs(sc, "grpc-direct"):
+        rate_t, rate_d = med(sc, "grpc-tether", "msgs_per_s"), med(sc, "grpc-direct", "msgs_per_s")
+        cpu_t = cpu_us(sc, "grpc-tether", lambda r: r.get("msgs", 0), 1e-3)
+        row32(f"gRPC `SendMessage` {mode}: through Tether vs straight to the agent, reported",
+              f"{ratio(rate_t, rate_d)}; Tether {'–' if cpu_t is None else f'{cpu_t:.2f}'} CPU ms per message", True)
+    else:
+        row32(f"gRPC `SendMessage` {mode}: through Tether vs straight to the agent, reported", "not measured", None)
+w("")
+
 w("## Commands")
 w("")
 w("```sh")

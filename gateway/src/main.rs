@@ -137,6 +137,7 @@ fn init_tracing(config: &Config, traces: Option<&telemetry::Traces>) {
 
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| "info".into());
+    let most = filter.max_level_hint();
     let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let log = match config.log_json {
         true => log.json().boxed(),
@@ -146,6 +147,18 @@ fn init_tracing(config: &Config, traces: Option<&telemetry::Traces>) {
         .with(log.with_filter(filter.and(telemetry::not_spans())))
         .with(traces.map(|t| t.layer()))
         .init();
+    // `init` lets every `log` record through to `tracing` (the filters above see spans
+    // too, so no level hint reaches it), and Pingora calls `debug!` several times per
+    // request: about 7k instructions each time to be filtered out. The `log` macros check
+    // this level first, for nothing.
+    log::set_max_level(match most {
+        Some(l) if l == tracing::level_filters::LevelFilter::OFF => log::LevelFilter::Off,
+        Some(l) if l == tracing::level_filters::LevelFilter::ERROR => log::LevelFilter::Error,
+        Some(l) if l == tracing::level_filters::LevelFilter::WARN => log::LevelFilter::Warn,
+        Some(l) if l == tracing::level_filters::LevelFilter::INFO => log::LevelFilter::Info,
+        Some(l) if l == tracing::level_filters::LevelFilter::DEBUG => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    });
 }
 
 fn serve(
