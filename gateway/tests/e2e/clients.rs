@@ -428,7 +428,7 @@ fn idempotency_key_repeats(kind: StoreKind) {
         json!({ "model": "fake", "messages": [{ "role": "user", "content": "Reply with OK" }] })
             .to_string();
     let replies: Vec<Reply> = std::thread::scope(|scope| {
-        let posts: Vec<_> = (0..4)
+        let posts: Vec<_> = (0..8)
             .map(|_| {
                 scope.spawn(|| {
                     post(
