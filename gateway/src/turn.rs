@@ -220,11 +220,21 @@ const START_WAIT: Duration = Duration::from_secs(5);
 /// How often a repeat looks for that run meanwhile.
 const START_POLL: Duration = Duration::from_millis(25);
 
-/// SHA-256 (hex) of a request body as the client sent it: what a repeat of an
-/// `Idempotency-Key` must match (SDK retries resend the same bytes).
+/// SHA-256 (hex) of a request body: what a repeat of an `Idempotency-Key` must match (SDK
+/// retries resend the same bytes). How the answer is delivered (`stream`,
+/// `stream_options`) is not part of it, as a repeat may follow the run either way; a JSON
+/// body is hashed without those fields, any other as its bytes.
 pub fn body_digest(body: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(body)
+    let canonical = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(mut fields)) => {
+            fields.remove("stream");
+            fields.remove("stream_options");
+            serde_json::to_vec(&fields).ok()
+        }
+        _ => None,
+    };
+    Sha256::digest(canonical.as_deref().unwrap_or(body))
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
