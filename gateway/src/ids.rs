@@ -16,3 +16,79 @@ pub fn valid_session_id(id: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
 }
+
+/// A client-supplied id (session, conversation, response, invocation, upload ref) that is
+/// not acceptable: one error shape whatever the id, naming the field or header it came in.
+#[derive(Debug, PartialEq, Eq)]
+pub struct IdError {
+    /// The field, parameter or header that held the id.
+    pub field: String,
+    pub message: String,
+}
+
+impl IdError {
+    /// The 400 every surface writes in its own format.
+    pub fn to_api(&self) -> crate::error::ApiError {
+        crate::error::ApiError::new(400, "invalid_request_error", "invalid_id", &self.message)
+            .with_param(&self.field)
+    }
+}
+
+/// The one validator for client-supplied ids: 1-128 of letters, digits, `-`, `_`, `.`,
+/// `:`. `field` names where the id came from, for the error.
+pub fn client_id<'a>(field: &str, id: &'a str) -> Result<&'a str, IdError> {
+    if valid_session_id(id) {
+        Ok(id)
+    } else {
+        Err(IdError {
+            field: field.to_owned(),
+            message: format!(
+                "{field} {id:?} is not a valid id: use 1-128 letters, digits, '-', '_', '.' or ':'"
+            ),
+        })
+    }
+}
+
+/// The one parser for client-supplied cursors (a seq to resume after): a decimal number
+/// from 0 up, nothing else.
+pub fn cursor(field: &str, value: &str) -> Result<i64, IdError> {
+    let v = value.trim();
+    match v.parse::<i64>() {
+        Ok(n) if n >= 0 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(IdError {
+            field: field.to_owned(),
+            message: format!("{field} must be a non-negative integer, got {value:?}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn client_ids_are_accepted_exactly_when_they_fit_the_rule(id in "\\PC{0,140}") {
+            let fits = (1..=128).contains(&id.len())
+                && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+            match client_id("x-session-id", &id) {
+                Ok(got) => { prop_assert!(fits); prop_assert_eq!(got, id.as_str()); }
+                Err(e) => {
+                    prop_assert!(!fits);
+                    prop_assert_eq!(e.field.as_str(), "x-session-id");
+                    prop_assert!(e.message.starts_with("x-session-id "));
+                }
+            }
+        }
+
+        #[test]
+        fn cursors_round_trip_and_nothing_else_parses(n in 0i64..i64::MAX, junk in "[^0-9\\s]{1,4}") {
+            prop_assert_eq!(cursor("c", &n.to_string()), Ok(n));
+            let bad = format!("{n}{junk}");
+            prop_assert!(cursor("c", &bad).is_err());
+            let negative = format!("-{n}");
+            prop_assert!(cursor("c", &negative).is_err() || n == 0);
+        }
+    }
+}

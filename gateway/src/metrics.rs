@@ -26,6 +26,8 @@ pub struct Metrics {
     requests: [AtomicU64; 5],
     requests_without_response: AtomicU64,
     runs_started: AtomicU64,
+    /// Panics caught at a run task's boundary (the run closed `failed`).
+    panics: AtomicU64,
     /// By terminal status, in `RunStatus::TERMINAL` order.
     runs_ended: [AtomicU64; 4],
     /// Refused by the per-credential request rate.
@@ -47,6 +49,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     requests: Default::default(),
     requests_without_response: AtomicU64::new(0),
     runs_started: AtomicU64::new(0),
+    panics: AtomicU64::new(0),
     runs_ended: Default::default(),
     rate_limited_requests: AtomicU64::new(0),
     rate_limited_runs: AtomicU64::new(0),
@@ -70,6 +73,10 @@ impl Metrics {
                 .requests_without_response
                 .fetch_add(1, Ordering::Relaxed),
         };
+    }
+
+    pub fn panicked(&self) {
+        self.panics.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn run_started(&self) {
@@ -141,6 +148,12 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
         ("tether_runs_started_total", "counter"),
         "Invocations started on this replica.",
         load(&m.runs_started),
+    );
+    single(
+        out,
+        ("tether_panics_total", "counter"),
+        "Panics caught at a run task's boundary; each closed its run as failed.",
+        load(&m.panics),
     );
     labelled(
         out,
@@ -296,6 +309,7 @@ mod tests {
             requests: Default::default(),
             requests_without_response: AtomicU64::new(0),
             runs_started: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
             runs_ended: Default::default(),
             rate_limited_requests: AtomicU64::new(0),
             rate_limited_runs: AtomicU64::new(0),

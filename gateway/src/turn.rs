@@ -23,7 +23,7 @@ use crate::client::reply::Reply;
 use crate::client::stream::{self, render_step};
 use crate::core::on_core;
 use crate::error::ApiError;
-use crate::ids::{new_id, valid_session_id};
+use crate::ids::{client_id, new_id};
 use crate::metrics::{Limit, METRICS};
 use crate::runs::{attachments, StartError, StartedRun, REQUEST_DIGEST};
 use crate::state::State;
@@ -128,13 +128,18 @@ async fn prepare_run(
     let mut target = resolve_session(state, account_id, surface, &turn.session)
         .await
         .map_err(|e| (e, None))?;
+    // Upload references first (they must be this account's), before reconciliation can
+    // fork: a refused turn changes nothing.
+    attachments::check_refs(&*state.store, account_id, &turn)
+        .await
+        .map_err(|e| (e, None))?;
     let resent = carries_history(&turn.input);
     if let (Target::Session(id), SessionRef::Named(_), true) = (&target, &turn.session, resent) {
         target = reconcile_history(state, account_id, id.clone(), &mut turn)
             .await
             .map_err(|e| (e, None))?;
     }
-    // Every attachment is checked before any is stored: a refused one writes nothing.
+    // Every inline attachment is checked before any is stored: a refused one writes nothing.
     let (turn, uploads) = attachments::extract(&state.attachments, turn).map_err(|e| (e, None))?;
     let session_id = match target {
         Target::Session(id) => id,
@@ -394,16 +399,10 @@ async fn resolve_session(
 ) -> std::result::Result<Target, ApiError> {
     match reference {
         SessionRef::New => Ok(Target::Session(new_id("sess"))),
-        SessionRef::Named(id) if valid_session_id(id) => Ok(Target::Session(id.clone())),
-        SessionRef::Named(id) => Err(ApiError::new(
-            400,
-            "invalid_request_error",
-            "invalid_value",
-            format!(
-                "session id {id:?} is not valid: use 1-128 letters, digits, '-', '_', '.' or ':'"
-            ),
-        )
-        .with_param("conversation")),
+        SessionRef::Named(id) => match client_id("conversation", id) {
+            Ok(_) => Ok(Target::Session(id.clone())),
+            Err(e) => Err(e.to_api()),
+        },
         SessionRef::AfterResponse(response_id) => {
             let run_id = surface
                 .run_id(response_id)

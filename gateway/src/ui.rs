@@ -170,7 +170,7 @@ async fn write(
     for (name, value) in headers {
         h.insert_header(name.to_string(), *value)?;
     }
-    let _ = session.drain_request_body().await;
+    crate::client::respond::drain(session).await;
     session
         .write_response_header(Box::new(h), body.is_empty())
         .await?;

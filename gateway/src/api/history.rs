@@ -8,8 +8,8 @@ use session_log::history::{fork, ForkError};
 use session_log::{Event, EventType, Lineage, RunStatus};
 
 use super::sessions::forked_from;
-use super::{non_empty, ActionResult, Call, ControlError};
-use crate::ids::{new_id, valid_session_id};
+use super::{id_param, non_empty, ActionResult, Call, ControlError};
+use crate::ids::{client_id, new_id};
 use crate::runs::compaction::CompactError;
 
 #[derive(Deserialize)]
@@ -24,16 +24,14 @@ struct ForkParams {
 /// session (`NewSessionId`, or one Tether names).
 pub async fn fork_session(call: &Call<'_>) -> ActionResult {
     let p: ForkParams = call.params()?;
-    non_empty("SessionId", &p.session_id)?;
+    id_param("SessionId", &p.session_id)?;
     if let Some(checkpoint_id) = &p.checkpoint_id {
-        non_empty("CheckpointId", checkpoint_id)?;
+        id_param("CheckpointId", checkpoint_id)?;
     }
     let new_session_id = match p.new_session_id {
-        Some(id) if valid_session_id(&id) => id,
         Some(id) => {
-            return Err(ControlError::bad_request(format!(
-                "NewSessionId {id:?} is not valid: use 1-128 letters, digits, '-', '_', '.' or ':'"
-            )))
+            client_id("NewSessionId", &id)?;
+            id
         }
         None => new_id("sess"),
     };
@@ -92,7 +90,7 @@ struct CompactParams {
 /// kept.
 pub async fn compact_session(call: &Call<'_>) -> ActionResult {
     let p: CompactParams = call.params()?;
-    non_empty("SessionId", &p.session_id)?;
+    id_param("SessionId", &p.session_id)?;
     if let Some(summary) = &p.summary {
         non_empty("Summary", summary)?;
     }

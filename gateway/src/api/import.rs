@@ -16,7 +16,7 @@ use session_log::event::run_status_content;
 use session_log::{import, Event, EventType, Imported, NewEvent, RunStatus};
 
 use super::{ActionResult, Call, ControlError};
-use crate::ids::valid_session_id;
+use crate::ids::client_id;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -57,12 +57,7 @@ const UNFINISHED: &str = "imported_unfinished";
 
 pub async fn import_session(call: &Call<'_>) -> ActionResult {
     let p: ImportSession = call.params()?;
-    if !valid_session_id(&p.session_id) {
-        return Err(ControlError::bad_request(format!(
-            "SessionId {:?} is not valid: use 1-128 letters, digits, '-', '_', '.' or ':'",
-            p.session_id
-        )));
-    }
+    client_id("SessionId", &p.session_id)?;
     let events = p
         .events
         .into_iter()

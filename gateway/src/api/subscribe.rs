@@ -58,18 +58,15 @@ fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
     }
     let after_seq = match after {
         None => 0,
-        Some((name, v)) => match v.parse::<i64>() {
-            Ok(n) if n >= 0 => n,
-            _ => {
-                return Err(ControlError::bad_request(format!(
-                    "{name} must be a non-negative integer, got {v:?}"
-                )))
-            }
-        },
+        Some((name, v)) => crate::ids::cursor(name, &v)?,
     };
     let session_id = session_id
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ControlError::bad_request("SessionId is required"))?;
+    crate::ids::client_id("SessionId", &session_id)?;
+    if let Some(id) = invocation_id.as_deref().filter(|s| !s.is_empty()) {
+        crate::ids::client_id("InvocationId", id)?;
+    }
     Ok(Params {
         session_id,
         invocation_id: invocation_id.filter(|s| !s.is_empty()),

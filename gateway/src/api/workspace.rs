@@ -329,7 +329,7 @@ pub async fn serve_file(
     h.insert_header("x-content-type-options", "nosniff")?;
     // Opened directly, the file is inert: no script, no plugin, its own origin.
     h.insert_header("content-security-policy", "default-src 'none'; sandbox")?;
-    let _ = session.drain_request_body().await;
+    crate::client::respond::drain(session).await;
     session.write_response_header(Box::new(h), false).await?;
     session
         .write_response_body(Some(bytes::Bytes::from(file.bytes)), true)

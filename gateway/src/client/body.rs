@@ -1,9 +1,8 @@
 //! Reading request bodies within the input limits (size, arrival rate, JSON depth): whole
-//! for the bodies Tether parses itself, or the start of a pass-through body.
+//! for the bodies Tether parses itself and for pass-through bodies, before any byte goes on.
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::ErrorType;
 
@@ -125,37 +124,4 @@ pub async fn read_bytes(session: &mut Session, limits: &InputLimits) -> Result<V
     let mut body = Vec::new();
     while read_chunk(session, limits, started, &mut body).await? {}
     Ok(body)
-}
-
-/// Reads the start of a pass-through body, at least `want` bytes or to its end, within
-/// `limits` (size and arrival rate), with Pingora's retry buffer on so the proxy
-/// pipeline replays what was read. Returns what was read when the retry buffer
-/// overflowed (Pingora then replays nothing and the caller must send it).
-pub async fn prefetch_body(
-    session: &mut Session,
-    limits: &InputLimits,
-    want: usize,
-) -> Result<Option<Bytes>, ApiError> {
-    session.enable_retry_buffering();
-    let started = Instant::now();
-    let mut body = Vec::new();
-    while body.len() < want && !session.is_body_done() {
-        if !read_chunk(session, limits, started, &mut body).await? {
-            break;
-        }
-    }
-    if !session.retry_buffer_truncated() {
-        return Ok(None);
-    }
-    // Pingora replays nothing once its buffer overflowed, and nothing at all for a body
-    // already read to its end: only a body still being read can be forwarded this way.
-    if session.is_body_done() {
-        return Err(ApiError::new(
-            500,
-            "server_error",
-            "internal_error",
-            "the request body could not be forwarded",
-        ));
-    }
-    Ok(Some(Bytes::from(body)))
 }

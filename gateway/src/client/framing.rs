@@ -44,11 +44,6 @@ pub fn check(req: &RequestHeader) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Whether the request body is chunked (after `check`, the only coding accepted).
-pub fn is_chunked(req: &RequestHeader) -> bool {
-    req.headers.contains_key(TRANSFER_ENCODING)
-}
-
 /// Checks on the header block as the client wrote it: no bare LF anywhere, and any
 /// Transfer-Encoding line written exactly `Transfer-Encoding: chunked` (any case). The
 /// parser trims the whitespace around values, so `Transfer-Encoding:\tchunked` or a

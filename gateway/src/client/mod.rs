@@ -5,6 +5,7 @@
 pub mod body;
 pub mod framing;
 pub mod grpc;
+pub mod head;
 pub mod reply;
 pub mod respond;
 pub mod stream;

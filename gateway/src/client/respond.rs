@@ -28,6 +28,34 @@ async fn write_json(
     body: &Value,
     headers: &[(&str, &str)],
 ) -> Result<()> {
+    drain(session).await;
+    json_undrained(session, status, body, headers).await
+}
+
+/// Longest wait for the rest of an unread request body before an answer.
+const DRAIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Reads what is left of the request body, so the connection can serve the next request;
+/// a body that does not finish promptly costs the connection instead of holding the
+/// answer (a client trickling its body used to keep a refusal from ever being sent).
+pub async fn drain(session: &mut Session) {
+    if session.is_body_done() {
+        return;
+    }
+    match tokio::time::timeout(DRAIN, session.drain_request_body()).await {
+        Ok(Ok(())) => {}
+        _ => session.set_keepalive(None),
+    }
+}
+
+/// A complete JSON response that leaves any unread request body alone (the caller closes
+/// the connection, or the body was already read).
+pub async fn json_undrained(
+    session: &mut Session,
+    status: u16,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Result<()> {
     let body = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
     let mut h = ResponseHeader::build(status, Some(4 + headers.len()))?;
     h.insert_header("content-type", "application/json")?;
@@ -36,8 +64,22 @@ async fn write_json(
     for (name, value) in headers {
         h.insert_header(name.to_string(), *value)?;
     }
-    // An unread request body would otherwise cost the connection.
-    let _ = session.drain_request_body().await;
+    session.write_response_header(Box::new(h), false).await?;
+    session.write_response_body(Some(body), true).await
+}
+
+/// The 400 for a request head `client::head` refused: a JSON error naming what is wrong,
+/// and the connection closed, because after a malformed head nothing else on it can be
+/// trusted (its body is not read: it may be another request in disguise).
+pub async fn malformed_head(session: &mut Session, message: &str) -> Result<()> {
+    let body = serde_json::json!({ "error": {
+        "message": message, "type": "invalid_request_error", "code": "malformed_request" } });
+    let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let mut h = ResponseHeader::build(400, Some(4))?;
+    h.insert_header("content-type", "application/json")?;
+    h.insert_header("content-length", body.len().to_string())?;
+    h.insert_header("connection", "close")?;
+    session.set_keepalive(None);
     session.write_response_header(Box::new(h), false).await?;
     session.write_response_body(Some(body), true).await
 }
@@ -54,7 +96,7 @@ pub async fn bytes(
         h.insert_header("content-type", content_type)?;
     }
     h.insert_header("content-length", body.len().to_string())?;
-    let _ = session.drain_request_body().await;
+    drain(session).await;
     session.write_response_header(Box::new(h), false).await?;
     session
         .write_response_body(Some(Bytes::from(body)), true)

@@ -1,11 +1,10 @@
 //! The pass-through path: every request Tether does not answer itself goes to the agent
-//! through Pingora's proxy pipeline, its body within the input limits, its identity
+//! through Pingora's proxy pipeline (or, for a body longer than Pingora replays, sent by
+//! `Exchange::forward`), its whole body read within the input limits first, its identity
 //! headers replaced by the gateway's, and the exchange recorded by the tee. The Pingora
 //! phases in `serve` call in here.
 
 pub mod tee;
-
-use std::time::Instant;
 
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -13,36 +12,27 @@ use pingora::proxy::Session;
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
 
-use crate::client::body::{prefetch_body, too_large, too_slow, InputLimits};
+use crate::client::body::{read_bytes, InputLimits};
 use crate::error::ApiError;
-use crate::ids::valid_session_id;
 use crate::state::State;
 use crate::telemetry::spans;
 use tee::{Tee, PASSTHROUGH_SESSION};
-
-/// How much of a chunked pass-through body is read and checked before the agent is
-/// contacted: Pingora's retry buffer (64 KiB in 0.9) replays a body read that far.
-const PREFETCH_BYTES: usize = 64 * 1024;
 
 /// One pass-through exchange's state, kept for the request's life.
 #[derive(Default)]
 pub struct Exchange {
     tee: Option<Tee>,
-    /// Request body seen so far, for the size and rate limits.
-    body_bytes: usize,
-    body_started: Option<Instant>,
-    /// Body bytes read (and so checked) in `admit` that Pingora will not replay upstream
-    /// itself (its retry buffer overflowed): sent ahead of the rest of the body by
-    /// `request_body`.
-    body_prefix: Option<Bytes>,
+    /// The whole request body, read in `admit`, when it is longer than Pingora replays
+    /// (its retry buffer, 64 KiB in 0.9): `forward` sends it itself.
+    whole_body: Option<Bytes>,
     /// The exchange's span (see `telemetry::spans::passthrough`), ended by `finish`.
     trace: Option<tracing::Span>,
 }
 
 impl Exchange {
-    /// Lets a request through to the agent: its declared size, and the start of a chunked
-    /// body, are checked before the agent is contacted; then the tee is attached. An
-    /// error is the refusal to answer instead.
+    /// Lets a request through to the agent: its whole body is read first, within the size
+    /// and rate limits, so a refused request sends the agent nothing at all (whatever its
+    /// framing); then the tee is attached. An error is the refusal to answer instead.
     pub async fn admit(
         &mut self,
         state: &State,
@@ -55,42 +45,31 @@ impl Exchange {
             header.uri.path(),
             &header.headers,
         ));
-        let limit = state.config.max_body_bytes;
-        let declared = session
-            .req_header()
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(too_large(limit));
-        }
-        // A chunked body's framing is only checked as it is read: read its start here,
-        // before the agent is contacted, so a malformed one (an overflowing chunk size,
-        // say) is refused without the agent seeing any of it.
-        if crate::client::framing::is_chunked(session.req_header()) {
-            self.body_started = Some(Instant::now());
-            let limits = InputLimits {
-                max_body_bytes: limit,
-                ..state.input.clone()
-            };
-            match prefetch_body(session, &limits, PREFETCH_BYTES).await {
-                Ok(prefix) => self.body_prefix = prefix,
-                Err(e) => {
-                    tracing::info!(reason = %e.message, "refused a pass-through body");
-                    // The rest of the connection cannot be trusted.
-                    session.set_keepalive(None);
-                    return Err(e);
-                }
+        let limits = InputLimits {
+            max_body_bytes: state.config.max_body_bytes,
+            ..state.input.clone()
+        };
+        // Pingora replays what is read here to the agent, up to its retry buffer's size.
+        session.enable_retry_buffering();
+        let body = match read_bytes(session, &limits).await {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::info!(reason = %e.message, "refused a pass-through body");
+                // The rest of the connection cannot be trusted.
+                session.set_keepalive(None);
+                return Err(e);
             }
+        };
+        if session.retry_buffer_truncated() {
+            self.whole_body = Some(Bytes::from(body));
         }
         if state.config.tee {
+            // `serve::route` refused a session header that is not a valid id.
             let session_id = session
                 .req_header()
                 .headers
                 .get("x-session-id")
                 .and_then(|v| v.to_str().ok())
-                .filter(|id| valid_session_id(id))
                 .unwrap_or(PASSTHROUGH_SESSION)
                 .to_owned();
             self.tee = Some(Tee::start(
@@ -104,39 +83,69 @@ impl Exchange {
         Ok(())
     }
 
-    /// Counts and checks a piece of the request body on its way to the agent, first
-    /// putting back what `admit` read that Pingora does not replay.
-    pub fn request_body(&mut self, state: &State, body: &mut Option<Bytes>) -> pingora::Result<()> {
-        if let Some(prefix) = self.body_prefix.take() {
-            // Read in `admit` and not replayed by Pingora: goes first.
-            *body = Some(match body.take() {
-                Some(rest) if !rest.is_empty() => {
-                    let mut all = Vec::with_capacity(prefix.len() + rest.len());
-                    all.extend_from_slice(&prefix);
-                    all.extend_from_slice(&rest);
-                    Bytes::from(all)
-                }
-                _ => prefix,
-            });
+    /// Whether `forward` must send this request (its body is longer than Pingora
+    /// replays); otherwise the proxy pipeline does.
+    pub fn needs_forward(&self) -> bool {
+        self.whole_body.is_some()
+    }
+
+    /// Sends a request whose whole body `admit` holds to the agent and relays the answer,
+    /// recorded by the tee as the proxy pipeline's would be.
+    pub async fn forward(
+        &mut self,
+        state: &State,
+        session: &mut Session,
+        account_id: &str,
+    ) -> pingora::Result<()> {
+        let body = self.whole_body.take().unwrap_or_default();
+        if let Some(tee) = &mut self.tee {
+            tee.request_body(Some(&body));
         }
-        let started = *self.body_started.get_or_insert_with(Instant::now);
-        if let Some(chunk) = body.as_ref() {
-            self.body_bytes += chunk.len();
-            // A chunked body has no Content-Length to check up front: count it.
-            let limit = state.config.max_body_bytes;
-            if self.body_bytes > limit {
-                return Err(Error::explain(
-                    ErrorType::HTTPStatus(413),
-                    format!("request body larger than {limit} bytes"),
-                ));
-            }
+        let mut req = session.req_header().clone();
+        upstream_request(state, &mut req, account_id, self.trace.as_ref())?;
+        req.remove_header(&http::header::TRANSFER_ENCODING);
+        req.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
+        let agent = &state.agent;
+        let upstream_failed = |e: String| Error::explain(ErrorType::HTTPStatus(502), e).into_up();
+        let peer = agent
+            .peer()
+            .await
+            .map_err(|e| upstream_failed(e.to_string()))?;
+        let mut http = agent
+            .connect(&peer)
+            .await
+            .map_err(|e| upstream_failed(e.to_string()))?;
+        http.write_request_header(Box::new(req)).await?;
+        http.write_request_body(body, true).await?;
+        http.finish_request_body().await?;
+        http.read_response_header().await?;
+        let mut resp = http
+            .response_header()
+            .cloned()
+            .ok_or_else(|| upstream_failed("no response header".into()))?;
+        self.response_header(&resp);
+        for hop in ["connection", "keep-alive", "transfer-encoding"] {
+            resp.remove_header(hop);
         }
-        if too_slow(self.body_bytes, started.elapsed(), &state.input) {
-            return Err(Error::explain(
-                ErrorType::HTTPStatus(408),
-                "request body arrived too slowly",
-            ));
+        if !resp.headers.contains_key(http::header::CONTENT_LENGTH)
+            && session.req_header().version == http::Version::HTTP_11
+        {
+            resp.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
         }
+        session.write_response_header(Box::new(resp), false).await?;
+        while let Some(chunk) = http.read_response_body().await? {
+            self.response_body(&Some(chunk.clone()));
+            session.write_response_body(Some(chunk), false).await?;
+        }
+        session
+            .write_response_body(Some(Bytes::new()), true)
+            .await?;
+        Ok(())
+    }
+
+    /// Counts and checks a piece of the request body on its way to the agent (the body
+    /// `admit` read, replayed by Pingora).
+    pub fn request_body(&mut self, body: &mut Option<Bytes>) -> pingora::Result<()> {
         if let Some(tee) = &mut self.tee {
             tee.request_body(body.as_ref());
         }
@@ -174,6 +183,65 @@ impl Exchange {
     pub fn trace(&self) -> Option<&tracing::Span> {
         self.trace.as_ref()
     }
+}
+
+/// What to tell the client when the proxy pipeline failed with `e` before the agent's
+/// answer began: Tether's own refusals of the body (size, rate) as themselves, the agent
+/// being unreachable or failing as an upstream error. `None`: the client is gone.
+pub fn failure(e: &Error) -> Option<ApiError> {
+    match e.etype() {
+        ErrorType::HTTPStatus(413) => Some(too_large_message(e)),
+        ErrorType::HTTPStatus(408) => Some(ApiError::new(
+            408,
+            "invalid_request_error",
+            "request_timeout",
+            "the request body arrived too slowly",
+        )),
+        ErrorType::HTTPStatus(code) if (400..500).contains(code) => Some(ApiError::new(
+            *code,
+            "invalid_request_error",
+            "invalid_request",
+            context(e, "the request was refused"),
+        )),
+        _ => match e.esource() {
+            pingora::ErrorSource::Downstream => match e.etype() {
+                ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed => None,
+                _ => Some(ApiError::new(
+                    400,
+                    "invalid_request_error",
+                    "invalid_request",
+                    "the request could not be read",
+                )),
+            },
+            pingora::ErrorSource::Upstream => Some(ApiError::new(
+                502,
+                "upstream_error",
+                "agent_unavailable",
+                "the agent could not be reached or failed before answering",
+            )),
+            _ => Some(ApiError::new(
+                502,
+                "upstream_error",
+                "agent_unavailable",
+                "the agent could not be reached",
+            )),
+        },
+    }
+}
+
+fn too_large_message(e: &Error) -> ApiError {
+    ApiError::new(
+        413,
+        "invalid_request_error",
+        "request_too_large",
+        context(e, "the request body is too large"),
+    )
+}
+
+fn context(e: &Error, default: &str) -> String {
+    e.context
+        .as_ref()
+        .map_or_else(|| default.to_owned(), |c| c.to_string())
 }
 
 /// Where the agent is.

@@ -371,7 +371,7 @@ impl Agent {
     }
 
     /// A connection (or an HTTP/2 stream) to `peer`, with the agent's idle timeout.
-    async fn connect(&self, peer: &HttpPeer) -> Result<HttpSession, AgentError> {
+    pub async fn connect(&self, peer: &HttpPeer) -> Result<HttpSession, AgentError> {
         let (mut http, _reused) = self
             .connector
             .get_http_session(peer)

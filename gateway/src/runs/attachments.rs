@@ -81,6 +81,49 @@ pub fn extract(
     Ok((turn, uploads))
 }
 
+/// Checks every upload reference the turn's new input names before anything is written:
+/// each must be a valid id (the one id validator) naming an upload of this account. One
+/// of another account, or none at all, is not found (never an agent failure later).
+pub async fn check_refs(
+    store: &dyn Store,
+    account_id: &str,
+    turn: &TurnRequest,
+) -> std::result::Result<(), ApiError> {
+    for item in &turn.input {
+        let Item::Message { content, .. } = item else {
+            continue;
+        };
+        for block in content {
+            let refs: [Option<&String>; 2] = match block {
+                Block::Image { url, .. } => [Some(url), None],
+                Block::File { data, url, .. } => [data.as_ref(), url.as_ref()],
+                Block::Text(_) => [None, None],
+            };
+            for file_id in refs
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.strip_prefix(SCHEME))
+            {
+                crate::ids::client_id("upload reference", file_id).map_err(|e| e.to_api())?;
+                match store.attachment(account_id, file_id).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        return Err(ApiError::new(
+                            404,
+                            "invalid_request_error",
+                            "upload_not_found",
+                            format!("upload {SCHEME}{file_id} not found"),
+                        )
+                        .with_param("input"))
+                    }
+                    Err(e) => return Err(ApiError::store_unavailable(&e, "cannot read an upload")),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Stores accepted attachments under the account.
 pub async fn save(
     store: &dyn Store,

@@ -22,6 +22,7 @@ pub(super) async fn drive(
     history: History,
     turn: TurnRequest,
 ) -> Outcome {
+    super::faults::hit("drive", &run.session_id);
     // The log holds upload URIs; the agent gets the content (it cannot read our store).
     let History { items, events, .. } = history;
     // This future lives as long as the run streams, and is as large as its largest
@@ -74,7 +75,10 @@ pub(super) async fn drive(
     let mut broken = None;
     loop {
         match response.chunk().await {
-            Ok(Some(bytes)) => recorder.record(parser.feed(&bytes)).await,
+            Ok(Some(bytes)) => {
+                super::faults::hit("parser", &run.session_id);
+                recorder.record(parser.feed(&bytes)).await
+            }
             Ok(None) => break,
             Err(e) => {
                 broken = Some(e);

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod attachments;
 pub mod compaction;
 mod drive;
+mod faults;
 mod leases;
 
 use std::collections::HashMap;
@@ -159,6 +160,25 @@ struct Outcome {
     usage: Option<Value>,
     /// Whether the agent produced anything (text, reasoning, an item) before the end.
     produced: bool,
+}
+
+/// A run's driver task ended without an outcome: it panicked (logged and counted in
+/// `tether_panics_total`) or was aborted. The run is closed `failed`; the panic's message
+/// goes to the log, not to the client.
+fn crashed(run: &StartedRun, e: tokio::task::JoinError) -> Outcome {
+    if e.is_panic() {
+        METRICS.panicked();
+        let panic = e.into_panic();
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(account_id = %run.account_id, session_id = %run.session_id, run_id = %run.run_id, invocation_id = %run.invocation_id, panic = %message, "a run panicked; closed as failed");
+        Outcome::failed("internal_error", "the run failed inside the gateway")
+    } else {
+        Outcome::failed("internal_error", format!("the run task failed: {e}"))
+    }
 }
 
 impl Outcome {
@@ -751,6 +771,9 @@ impl Runs {
         mine && self.stop(invocation_id, why)
     }
 
+    /// Drives a run on a task of its own and writes down how it ended. The driver's task
+    /// is the run's crash boundary: a panic in the adapter, a parser or anything else it
+    /// runs ends that task only, and the run is closed `failed` here (see `crashed`), once.
     async fn supervise(
         self: Arc<Self>,
         run: StartedRun,
@@ -766,7 +789,7 @@ impl Runs {
         // This future waits for as long as the run streams: the steps after the wait are
         // boxed, so it stays small (idle streams are counted in KiB each).
         let outcome = tokio::select! {
-            joined = &mut driver => joined.unwrap_or_else(|e| Outcome::failed("internal_error", format!("the run task failed: {e}"))),
+            joined = &mut driver => joined.unwrap_or_else(|e| crashed(&run, e)),
             Ok(why) = &mut stop => Box::pin(self.stop_driver(&run, cancel.as_ref(), why, &mut driver)).await,
         };
         Box::pin(self.record_end(&run, outcome)).await;
@@ -796,9 +819,14 @@ impl Runs {
             if let Ok(Err(e)) = tokio::time::timeout(CANCEL_GRACE, told).await {
                 tracing::warn!(error = %e, invocation_id = %run.invocation_id, "the agent did not take the cancel");
             }
-            ended = tokio::time::timeout(CANCEL_GRACE, &mut *driver)
-                .await
-                .is_ok();
+            ended = match tokio::time::timeout(CANCEL_GRACE, &mut *driver).await {
+                Ok(Err(e)) => {
+                    crashed(run, e);
+                    true
+                }
+                Ok(Ok(_)) => true,
+                Err(_) => false,
+            };
         }
         if !ended {
             // Dropping the driver closes the agent connection; wait for it so none

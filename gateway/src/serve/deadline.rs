@@ -17,12 +17,13 @@ use pingora::apps::ServerApp;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout_at, Instant};
 
-/// Header bytes read here at most; Pingora refuses larger headers itself, so past this
-/// the connection is handed over and Pingora answers.
-const MAX_SCAN: usize = 64 << 10;
+/// Header bytes read here at most: Pingora's own limit (1 MiB - 1). The deadline applies
+/// to every byte up to it (it once stopped at 64 KiB, after which a client could trickle
+/// header lines for ever); a longer header block is answered 431 and closed here.
+const MAX_HEADER: usize = 1 << 20;
 /// Room for each read of header bytes; most header blocks fit in one.
 const HEADER_READ: usize = 2048;
 
@@ -60,7 +61,16 @@ impl<A> HeaderDeadline<A> {
             _ => return None,
         }
         let deadline = Instant::now() + self.deadline;
-        while !header_complete(&buf) && buf.len() < MAX_SCAN {
+        // Where the search for the end of the block resumes: a long block is scanned once.
+        let mut scanned = 0;
+        while !header_complete(&buf[scanned..]) {
+            scanned = buf.len().saturating_sub(3);
+            if buf.len() >= MAX_HEADER {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\ncontent-length: 118\r\nconnection: close\r\n\r\n{\"error\":{\"message\":\"the request header block is too large\",\"type\":\"invalid_request_error\",\"code\":\"header_too_large\"}}")
+                    .await;
+                return None;
+            }
             buf.reserve(HEADER_READ);
             match timeout_at(deadline, stream.read_buf(&mut buf)).await {
                 Ok(Ok(n)) if n > 0 => {}

@@ -1,7 +1,8 @@
-//! The Pingora service: every request comes in here. Health checks and metrics are
-//! answered at once, everything else is authenticated, rate-limited and routed (see
-//! `route`) to a run, a local API, or the agent through the proxy pipeline, whose
-//! remaining phases hand the exchange to `passthrough`.
+//! The Pingora service: every request comes in here. Its head is checked first (see
+//! `client::head`); health checks and metrics are answered at once; everything else is
+//! authenticated, rate-limited and routed (see `route`) to a run, a local API, or the
+//! agent through the proxy pipeline, whose remaining phases hand the exchange to
+//! `passthrough`.
 
 pub mod deadline;
 mod health;
@@ -15,12 +16,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
 use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
-use pingora::{Error, ErrorType, Result};
+use pingora::{Error, Result};
 use serde_json::json;
 
-use crate::client::{framing, respond};
+use crate::client::{head, respond};
 use crate::metrics::METRICS;
 use crate::passthrough::{self, Exchange};
 use crate::state::State;
@@ -38,6 +39,35 @@ pub struct Ctx {
     exchange: Exchange,
 }
 
+impl Gateway {
+    /// The one request-head check (see `client::head`), before anything else runs.
+    fn check_head(&self, session: &Session) -> std::result::Result<(), head::HeadError> {
+        let raw = session
+            .as_downstream()
+            .as_http1()
+            .map(|h1| h1.get_headers_raw_bytes());
+        head::check(session.req_header(), raw.as_deref(), |path| {
+            self.tether_answers(path)
+        })
+    }
+
+    /// Whether Tether answers `path` itself (any method): health, metrics, the console,
+    /// control, OpenAI run paths, and what the agent protocol's surface claims.
+    fn tether_answers(&self, path: &str) -> bool {
+        matches!(path, "/healthz" | "/readyz" | "/metrics")
+            || ui::claims(path)
+            || path.starts_with(crate::api::PREFIX)
+            || path.starts_with("/agentengine/")
+            || path == "/v1/responses"
+            || path == "/v1/chat/completions"
+            || path.starts_with("/v1/responses/")
+            || self
+                .state
+                .protocol_surface
+                .is_some_and(|s| s.claims("POST", path) || s.claims("GET", path))
+    }
+}
+
 #[async_trait]
 impl ProxyHttp for Gateway {
     type CTX = Ctx;
@@ -50,21 +80,18 @@ impl ProxyHttp for Gateway {
     }
 
     async fn early_request_filter(&self, session: &mut Session, _ctx: &mut Ctx) -> Result<()> {
-        let raw = session
-            .as_downstream()
-            .as_http1()
-            .map_or(Ok(()), |h1| framing::check_raw(&h1.get_headers_raw_bytes()));
-        let verdict = raw.and_then(|()| framing::check(session.req_header()));
-        if let Err(why) = verdict {
-            tracing::info!(reason = why, "refused an ambiguous request");
-            // Pingora sends the status and closes the connection: after ambiguous framing
-            // nothing else on it can be trusted.
-            return Err(Error::explain(ErrorType::HTTPStatus(400), why));
-        }
+        // Requests pipelined behind this one (RFC 9112 §9.3.2) are answered in order on
+        // the same connection; without this Pingora drops them.
+        session.as_downstream_mut().set_pipelining_enabled(true);
         Ok(())
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        if let Err(e) = self.check_head(session) {
+            tracing::info!(reason = %e.message, "refused a malformed request head");
+            respond::malformed_head(session, &e.message).await?;
+            return Ok(true);
+        }
         let (method, path) = {
             let req = session.req_header();
             (req.method.clone(), req.uri.path().to_owned())
@@ -115,7 +142,7 @@ impl ProxyHttp for Gateway {
         _end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        ctx.exchange.request_body(&self.state, body)
+        ctx.exchange.request_body(body)
     }
 
     async fn response_filter(
@@ -137,6 +164,35 @@ impl ProxyHttp for Gateway {
     ) -> Result<Option<Duration>> {
         ctx.exchange.response_body(body);
         Ok(None)
+    }
+
+    /// The proxy pipeline failed before the agent's answer began (or a check of Tether's
+    /// own refused the body on its way): answered with Tether's JSON error, with the
+    /// gateway's own refusals told as such and never as the agent's failure.
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, _ctx: &mut Ctx) -> FailToProxy
+    where
+        Ctx: Send + Sync,
+    {
+        let error = passthrough::failure(e);
+        let code = match &error {
+            Some(error) if session.response_written().is_none() => {
+                let body = json!({ "error": {
+                    "message": error.message, "type": error.kind, "code": error.code } });
+                // The request body may be unread or half read: the connection goes.
+                session.set_keepalive(None);
+                let pairs = [("connection", "close")];
+                if let Err(e) = respond::json_undrained(session, error.status, &body, &pairs).await
+                {
+                    tracing::debug!(%e, "could not answer a failed pass-through");
+                }
+                error.status
+            }
+            _ => 0,
+        };
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
     }
 
     async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut Ctx) {

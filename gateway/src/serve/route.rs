@@ -84,6 +84,12 @@ pub async fn route(
         refuse(session, area, path, ApiError::limited(&limited)).await?;
         return Ok(true);
     }
+    // A session id header Tether cannot use is refused, never silently replaced by a new
+    // session (or, on the pass-through, by the shared pass-through session).
+    if let Some(e) = session_header_error(session) {
+        refuse(session, area, path, e.to_api()).await?;
+        return Ok(true);
+    }
     ctx.account_id = identity.account_id;
     let account_id = ctx.account_id.as_str();
     // Body reads below (runs, control, pass-through) must not stall for the default
@@ -143,6 +149,10 @@ pub async fn route(
             Ok(true)
         }
         _ => match ctx.exchange.admit(state, session, account_id).await {
+            Ok(()) if ctx.exchange.needs_forward() => {
+                Box::pin(ctx.exchange.forward(state, session, account_id)).await?;
+                Ok(true)
+            }
             Ok(()) => Ok(false),
             Err(e) => {
                 refuse(session, Area::PassThrough, path, e).await?;
@@ -151,6 +161,16 @@ pub async fn route(
         },
     }
 }
+
+/// Why the `x-session-id` header, when sent, is not a usable id. (Non-ASCII values were
+/// refused with the request head.)
+fn session_header_error(session: &Session) -> Option<crate::ids::IdError> {
+    let value = session.req_header().headers.get(SESSION_HEADER)?;
+    let text = String::from_utf8_lossy(value.as_bytes());
+    crate::ids::client_id(SESSION_HEADER, &text).err()
+}
+
+const SESSION_HEADER: &str = "x-session-id";
 
 /// Answers a refusal in the format of the API the path belongs to.
 async fn refuse(session: &mut Session, area: Area, path: &str, e: ApiError) -> Result<()> {

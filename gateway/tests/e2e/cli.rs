@@ -679,7 +679,7 @@ fn import_session_closes_unfinished_runs_and_refuses_bad_events() {
         ),
         (
             json!({ "SessionId": "imp bad", "Events": [event(1, "message", json!({}), None)] }),
-            "SessionId \"imp bad\" is not valid",
+            "SessionId \"imp bad\" is not a valid id",
         ),
         (
             json!({ "SessionId": "imp-bad", "Events": [] }),

@@ -4,7 +4,7 @@
 //! the run exactly once, seqs strictly increasing, with one terminal status.
 
 #[path = "../../../session-log/tests/support/pg_cluster.rs"]
-mod pg_cluster;
+pub mod pg_cluster;
 
 use std::time::{Duration, Instant};
 
