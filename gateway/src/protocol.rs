@@ -20,7 +20,7 @@ use crate::core::on_core;
 use crate::error::ApiError;
 use crate::runs::agent::AgentError;
 use crate::state::State;
-use crate::turn::{cancel_and_wait, run_events, run_info, run_query, run_turn};
+use crate::turn::{body_digest, cancel_and_wait, run_events, run_info, run_query, run_turn};
 
 /// Largest agent answer relayed for a forwarded request (cards, session CRUD, listings).
 const FORWARD_CAP: usize = 16 << 20;
@@ -87,7 +87,10 @@ pub async fn serve(
     let client = request.view(&headers, account_id);
     let reply = &mut reply;
     match surface.route(&client) {
-        Route::Run(turn) => run_turn(state, session, reply, account_id, surface, turn).await,
+        Route::Run(mut turn) => {
+            turn.request_digest = Some(body_digest(&request.body));
+            run_turn(state, session, reply, account_id, surface, turn).await
+        }
         Route::Reply { status, body } => reply.json(session, status, &body, &[]).await,
         Route::Forward(agent_request) => {
             forward(

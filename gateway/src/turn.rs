@@ -25,7 +25,7 @@ use crate::core::on_core;
 use crate::error::ApiError;
 use crate::ids::{client_id, new_id};
 use crate::metrics::{Limit, METRICS};
-use crate::runs::{attachments, StartError, StartedRun};
+use crate::runs::{attachments, StartError, StartedRun, REQUEST_DIGEST};
 use crate::state::State;
 use crate::telemetry::spans;
 
@@ -37,7 +37,7 @@ pub async fn run_turn(
     reply: &mut Reply,
     account_id: &str,
     surface: &'static dyn Surface,
-    turn: TurnRequest,
+    mut turn: TurnRequest,
 ) -> Result<()> {
     // What the answer needs of the turn; the run's start takes the rest. The start is
     // boxed so that its future is not kept in this one while the run streams.
@@ -53,8 +53,13 @@ pub async fn run_turn(
         Err(e) => return reply.error(session, &e, surface, &[]).await,
     };
     let run_id = new_id("run");
+    if key.is_none() {
+        turn.request_digest = None;
+    }
     if let Some(key) = &key {
-        match Box::pin(claim_key(state, account_id, key, &run_id, asked.as_deref())).await {
+        let digest = turn.request_digest.as_deref();
+        let claim = claim_key(state, account_id, key, &run_id, asked.as_deref(), digest);
+        match Box::pin(claim).await {
             Ok(None) => {}
             Ok(Some(first)) => {
                 let repeat = answer_repeat(
@@ -212,18 +217,50 @@ fn idempotency_key(session: &Session) -> std::result::Result<Option<String>, Api
     Ok(Some(key.to_owned()))
 }
 
+/// How long a repeat of an `Idempotency-Key` waits for the run of a first request that
+/// claimed the key but has not started it yet (its session is being resolved, its
+/// attachments stored): past this, that request is taken to have ended without a run.
+const START_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a repeat looks for that run meanwhile.
+const START_POLL: Duration = Duration::from_millis(25);
+
+/// SHA-256 (hex) of a request body: what a repeat of an `Idempotency-Key` must match (SDK
+/// retries resend the same bytes). How the answer is delivered (`stream`,
+/// `stream_options`) is not part of it, as a repeat may follow the run either way; a JSON
+/// body is hashed without those fields, any other as its bytes.
+pub fn body_digest(body: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let canonical = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(mut fields)) => {
+            fields.remove("stream");
+            fields.remove("stream_options");
+            serde_json::to_vec(&fields).ok()
+        }
+        _ => None,
+    };
+    Sha256::digest(canonical.as_deref().unwrap_or(body))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Makes `key` (of the account) name the run `run_id` about to start, unless a request
 /// with the same key started a run within [`IDEMPOTENCY_WINDOW`]: then that run's latest
-/// invocation, which answers this repeat. A first run that failed before the agent
-/// produced anything (its input superseded), or that never started, is what a retry is
-/// for: the key moves on to this run. With the store unavailable the request runs as a
-/// new one (a run never waits for the database).
+/// invocation, which answers this repeat. A first request that claimed the key but has not
+/// started its run yet is waited for (up to [`START_WAIT`]). A repeat whose body differs
+/// from the first request's (`digest`, against the one its run recorded) is refused
+/// (422 `idempotency_key_reused`). A first run that failed before the agent produced
+/// anything (its input superseded), or that never started, is what a retry is for: the
+/// key moves on to this run. With the store unavailable the request runs as a new one (a
+/// run never waits for the database).
 async fn claim_key(
     state: &State,
     account_id: &str,
     key: &str,
     run_id: &str,
     session_id: Option<&str>,
+    digest: Option<&str>,
 ) -> std::result::Result<Option<Invocation>, ApiError> {
     let store = &*state.store;
     let now = chrono::Utc::now();
@@ -249,23 +286,36 @@ async fn claim_key(
             }
         };
         let unavailable = |e: StoreError| ApiError::store_unavailable(&e, "cannot read a run");
-        let inv = store
-            .run(account_id, &first.run_id)
-            .await
-            .map_err(unavailable)?;
+        let inv = wait_for_run(state, &first).await.map_err(unavailable)?;
         let retry = match &inv {
             None => true,
-            Some(inv) if inv.status == RunStatus::Failed => {
+            Some(inv) => {
                 let statuses = EventQuery {
                     event_types: Some(vec![EventType::RunStatus]),
                     ..run_query(account_id, inv)
                 };
                 let statuses = store.events(&statuses).await.map_err(unavailable)?;
-                statuses.last().is_some_and(|e| {
-                    e.metadata.get(INPUT_SUPERSEDED).and_then(Value::as_bool) == Some(true)
-                })
+                let recorded = statuses
+                    .iter()
+                    .find_map(|e| e.metadata.get(REQUEST_DIGEST).and_then(Value::as_str));
+                if let (Some(recorded), Some(digest)) = (recorded, digest) {
+                    if recorded != digest {
+                        return Err(ApiError::new(
+                            422,
+                            "invalid_request_error",
+                            "idempotency_key_reused",
+                            format!(
+                                "Idempotency-Key {key:?} was already used with another request \
+                                 body; use a new key for a new request"
+                            ),
+                        ));
+                    }
+                }
+                inv.status == RunStatus::Failed
+                    && statuses.last().is_some_and(|e| {
+                        e.metadata.get(INPUT_SUPERSEDED).and_then(Value::as_bool) == Some(true)
+                    })
             }
-            Some(_) => false,
         };
         if !retry {
             tracing::info!(account_id, run_id = %first.run_id, "a repeat of an Idempotency-Key answers with its first run");
@@ -274,6 +324,25 @@ async fn claim_key(
         replacing = Some(first.run_id);
     }
     Ok(None)
+}
+
+/// The run a key's record names, waiting for it while the request that claimed the key
+/// may still be starting it (the claim younger than [`START_WAIT`]).
+async fn wait_for_run(
+    state: &State,
+    first: &session_log::IdempotentRun,
+) -> std::result::Result<Option<Invocation>, StoreError> {
+    let age = (chrono::Utc::now() - first.created_at)
+        .to_std()
+        .unwrap_or_default();
+    let deadline = Instant::now() + START_WAIT.saturating_sub(age);
+    loop {
+        let inv = state.store.run(&first.account_id, &first.run_id).await?;
+        if inv.is_some() || Instant::now() >= deadline {
+            return Ok(inv);
+        }
+        tokio::time::sleep(START_POLL).await;
+    }
 }
 
 #[allow(clippy::too_many_arguments)] // run_turn's own, and the run it repeats

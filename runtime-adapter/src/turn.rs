@@ -80,6 +80,10 @@ pub struct TurnRequest {
     /// `reconcile::split_instructions`: this turn's instructions too, sent to the agent
     /// before the history and never recorded as history.
     pub system: Vec<Item>,
+    /// SHA-256 (hex) of the request body as the client sent it, when it came with an
+    /// `Idempotency-Key`: recorded with the run, so that a repeat of the key with another
+    /// body is told apart.
+    pub request_digest: Option<String>,
     pub stream: bool,
     pub tools: Vec<Tool>,
     /// `"auto"`, `"none"`, `"required"`, or a function name to force.
@@ -104,6 +108,7 @@ impl TurnRequest {
             input: Vec::new(),
             instructions: None,
             system: Vec::new(),
+            request_digest: None,
             stream: false,
             tools: Vec::new(),
             tool_choice: None,

@@ -175,6 +175,11 @@ def test_an_idempotency_key_repeat_answers_with_the_first_run(agent, client):
     assert again.id == first.id and again.output_text == first.output_text == "OK."
     assert again.conversation.id == first.conversation.id
     assert runs_in_log(first.conversation.id) == 1
+    # The key with another request is refused, in the SDK's own error, and starts nothing.
+    with pytest.raises(openai.UnprocessableEntityError) as refused:
+        client.responses.create(model="fake", input="Reply with KO", extra_headers={"Idempotency-Key": key})
+    assert refused.value.code == "idempotency_key_reused"
+    assert runs_in_log(first.conversation.id) == 1
 
     # Chat Completions, in a session, the repeat arriving while the run still streams.
     s = f"idem-chat-{uuid.uuid4().hex[:12]}"

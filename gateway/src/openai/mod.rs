@@ -14,7 +14,7 @@ use crate::client::reply::Reply;
 use crate::error::ApiError;
 use crate::metrics::{Limit, METRICS};
 use crate::state::State;
-use crate::turn::run_turn;
+use crate::turn::{body_digest, run_turn};
 
 /// A turn through one of the OpenAI surfaces. Always answers the client itself.
 pub async fn serve_turn(
@@ -41,9 +41,13 @@ pub async fn serve_turn(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let parsed = surface.parse_request(&body, header.as_deref());
+    let digest = body_digest(&body);
     drop(body); // not kept while the run streams
     match parsed {
-        Ok(turn) => run_turn(state, session, &mut Reply::Http, account_id, surface, turn).await,
+        Ok(mut turn) => {
+            turn.request_digest = Some(digest);
+            run_turn(state, session, &mut Reply::Http, account_id, surface, turn).await
+        }
         Err(e) => {
             let mut err = ApiError::new(400, "invalid_request_error", e.code, e.message);
             err.param = e.param;

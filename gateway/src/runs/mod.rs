@@ -64,6 +64,14 @@ pub enum Stop {
     LeaseLost,
 }
 
+/// `in_progress` metadata: the run's system and developer messages (`role`, `content`),
+/// taken out of its input; what the agent was told, never part of the history.
+pub const SYSTEM: &str = "system";
+
+/// `in_progress` metadata: SHA-256 (hex) of the request body that came with an
+/// `Idempotency-Key`.
+pub const REQUEST_DIGEST: &str = "request_sha256";
+
 /// A run that has been started: its input and `in_progress` are committed.
 #[derive(Clone, Debug)]
 pub struct StartedRun {
@@ -552,6 +560,27 @@ impl Runs {
         }));
         let model = turn.model.as_deref().unwrap_or(&self.default_model);
         metadata["model"] = json!(model);
+        // What the agent was told besides the history (system and developer messages,
+        // `instructions`): run parameters, recorded here and never as history.
+        if !turn.system.is_empty() {
+            let told: Vec<Value> = turn
+                .system
+                .iter()
+                .filter_map(|item| match item {
+                    Item::Message { role, .. } => {
+                        Some(json!({ "role": role, "content": item.text() }))
+                    }
+                    _ => None,
+                })
+                .collect();
+            metadata[SYSTEM] = json!(told);
+        }
+        if let Some(instructions) = &turn.instructions {
+            metadata["instructions"] = json!(instructions);
+        }
+        if let Some(digest) = &turn.request_digest {
+            metadata[REQUEST_DIGEST] = json!(digest);
+        }
         batch.push(
             NewEvent::new(
                 account_id,

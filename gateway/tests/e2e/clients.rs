@@ -411,3 +411,172 @@ fn opting_in_and_diverging_in_the_first_turn_sqlite() {
 fn opting_in_and_diverging_in_the_first_turn_postgres() {
     opting_in_and_diverging_in_the_first_turn(StoreKind::Postgres);
 }
+
+/// Repeats of an `Idempotency-Key`: concurrent requests with the same key and body make
+/// one run, and every one of them is answered by it; the key with another body is refused
+/// (422 `idempotency_key_reused`) and writes nothing.
+fn idempotency_key_repeats(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/v1/chat/completions", tether.url());
+    let session = format!("idem-{}-{}", std::process::id(), kind_name(kind));
+    let key = format!("key-{session}");
+    let body =
+        json!({ "model": "fake", "messages": [{ "role": "user", "content": "Reply with OK" }] })
+            .to_string();
+    let replies: Vec<Reply> = std::thread::scope(|scope| {
+        let posts: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    post(
+                        &url,
+                        &body,
+                        &[("idempotency-key", &key), ("x-session-id", &session)],
+                    )
+                })
+            })
+            .collect();
+        posts.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    let ids: Vec<String> = replies
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, 200, "{}", r.body);
+            assert_eq!(Surface::Chat.text(&r.json()), "OK.");
+            r.json()["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    let runs = |events: &[session_log::Event]| {
+        let mut runs: Vec<String> = events
+            .iter()
+            .filter(|e| e.event_type == EventType::RunStatus)
+            .filter_map(|e| e.run_id.clone())
+            .collect();
+        runs.dedup();
+        runs
+    };
+    let before = store.events("local", &session);
+    assert_eq!(runs(&before).len(), 1, "{:?}", runs(&before));
+
+    // The same key with another body.
+    let other =
+        json!({ "model": "fake", "messages": [{ "role": "user", "content": "Reply with KO" }] })
+            .to_string();
+    let refused = post(
+        &url,
+        &other,
+        &[("idempotency-key", &key), ("x-session-id", &session)],
+    );
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    let error = &refused.json()["error"];
+    assert_eq!(error["code"], "idempotency_key_reused", "{}", refused.body);
+    assert_eq!(error["type"], "invalid_request_error");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("another request"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(store.events("local", &session).len(), before.len());
+    // The same body again is still answered by the first run.
+    let again = post(
+        &url,
+        &body,
+        &[("idempotency-key", &key), ("x-session-id", &session)],
+    );
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.json()["id"], ids[0].as_str());
+    assert_eq!(again.header("x-idempotent-replay"), Some("true"));
+}
+
+fn kind_name(kind: StoreKind) -> &'static str {
+    match kind {
+        StoreKind::Sqlite => "sqlite",
+        StoreKind::Postgres => "postgres",
+    }
+}
+
+#[test]
+fn concurrent_repeats_of_an_idempotency_key_make_one_run_and_another_body_is_refused_sqlite() {
+    idempotency_key_repeats(StoreKind::Sqlite);
+}
+
+#[test]
+fn concurrent_repeats_of_an_idempotency_key_make_one_run_and_another_body_is_refused_postgres() {
+    idempotency_key_repeats(StoreKind::Postgres);
+}
+
+/// A chat turn's system message is recorded in its run's `in_progress` metadata (what the
+/// agent was told), not as history: the next turn, resending it, hands the agent one.
+fn system_messages_recorded(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/v1/chat/completions", tether.url());
+    let session = format!("told-{}-{}", std::process::id(), kind_name(kind));
+    let system = json!({ "role": "system", "content": "You are terse." });
+    let mut messages = vec![
+        system.clone(),
+        json!({ "role": "user", "content": "Reply with OK" }),
+    ];
+    let turn = |messages: &[Value]| {
+        let body = json!({ "model": "fake", "messages": messages }).to_string();
+        let reply = post(&url, &body, &[("x-session-id", &session)]);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply
+    };
+    let first = turn(&messages);
+    let run_id = first.header("x-run-id").unwrap().to_owned();
+    let (status, listed) = Api::of(&tether).call(
+        "ListSessionEvents",
+        json!({ "SessionId": session, "Limit": 500 }),
+    );
+    assert_eq!(status, 200, "{listed}");
+    let events = listed["Data"]["Events"].as_array().unwrap();
+    let started = events
+        .iter()
+        .find(|e| {
+            e["EventType"] == "run_status"
+                && e["RunId"] == run_id.as_str()
+                && e["Content"]["status"] == "in_progress"
+        })
+        .unwrap_or_else(|| panic!("an in_progress event: {listed}"));
+    assert_eq!(
+        started["Metadata"]["system"],
+        json!([{ "role": "system", "content": "You are terse." }]),
+        "{started}"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e["EventType"] != "message"
+                || (e["Role"] != "system" && e["Role"] != "developer")),
+        "{listed}"
+    );
+    // The next turn resends everything, system message first.
+    messages.push(json!({ "role": "assistant", "content": "OK." }));
+    messages.push(json!({ "role": "user", "content": "Reply with OK" }));
+    turn(&messages);
+    let last = agent.requests().pop().unwrap();
+    let sent = last["body"]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = sent.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"], "{sent:?}");
+}
+
+#[test]
+fn a_runs_system_messages_are_recorded_with_its_start_not_as_history_sqlite() {
+    system_messages_recorded(StoreKind::Sqlite);
+}
+
+#[test]
+fn a_runs_system_messages_are_recorded_with_its_start_not_as_history_postgres() {
+    system_messages_recorded(StoreKind::Postgres);
+}
