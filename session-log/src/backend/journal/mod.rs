@@ -16,14 +16,21 @@
 //!   idempotent — instead of letting `ON CONFLICT DO NOTHING` drop them.
 //!
 //! Claims while PostgreSQL is down: a claim that PostgreSQL does not answer in time (or
-//! any claim while degraded) is granted locally when the session has no live run known
-//! to this replica — the invocations it claimed and has not seen end, and the journal's
+//! any claim while degraded) of a new session, or of any session with
+//! [`JournalConfig::local_claims`] (a single replica), is granted locally when it has no
+//! live run known to this replica — the invocations it claimed and has not seen end, and the journal's
 //! open claims. The claim (owner, lease) is recorded in the journal and makes its
 //! session pending, so the run's events commit to the journal too. The backfill inserts
 //! the invocation row (owner, the lease's remainder) before the session's events. If
 //! another replica opened a run in the session meanwhile, both runs stand: nothing is
 //! dropped, the journal's events are renumbered after the other run's (see above), and
 //! a warning names the other invocation.
+//!
+//! Leases: renewals are tried in PostgreSQL even while degraded, and a recovery renews
+//! the leases of every run this replica drives or has yet to close (its live claims, the
+//! invocations whose terminal status is only journaled) before it backfills anything, so
+//! no other replica finds them expired (its sweeper waits a lease period after regaining
+//! PostgreSQL itself).
 //!
 //! Agent handles (`set_agent_ref`) while PostgreSQL is down, or while any session is
 //! pending (the invocation may exist only in the journal): the handle is recorded in the
@@ -103,6 +110,13 @@ pub struct JournalConfig {
     pub probe_every: Duration,
     /// Bound of one backfill transaction.
     pub backfill_timeout: Duration,
+    /// Whether a claim in an existing session is granted locally while PostgreSQL is
+    /// unreachable. Safe only for a single replica: another replica may drive a live run
+    /// in the session that this one cannot see, and both would number events from the
+    /// same seq (clients would have been sent seqs the backfill must then change). Off,
+    /// such a claim fails as unreachable; a new session's claim is granted locally
+    /// either way (no other replica knows the session).
+    pub local_claims: bool,
 }
 
 impl Default for JournalConfig {
@@ -111,6 +125,7 @@ impl Default for JournalConfig {
             append_timeout: Duration::from_secs(2),
             probe_every: Duration::from_secs(2),
             backfill_timeout: Duration::from_secs(10),
+            local_claims: false,
         }
     }
 }
@@ -145,6 +160,9 @@ struct Inner {
     /// Serialises recording agent handles in the journal with applying them to
     /// PostgreSQL, so a handle recorded while a session is pending is never missed.
     refs: tokio::sync::Mutex<()>,
+    /// The owner and lease length this replica claims and renews with (the last seen), so
+    /// a recovery can renew its leases before anything else.
+    renewer: Mutex<Option<(String, Duration)>>,
 }
 
 #[derive(Clone, Debug)]
@@ -277,6 +295,7 @@ impl JournaledStore {
             outage_logged: AtomicBool::new(left_over),
             live: Mutex::new(HashMap::new()),
             refs: tokio::sync::Mutex::new(()),
+            renewer: Mutex::new(None),
         });
         if left_over {
             tracing::warn!(
@@ -427,6 +446,16 @@ impl Inner {
             Ok(Ok(())) => {}
             _ => return,
         }
+        // Leases first: while PostgreSQL was down this replica could not renew them, and
+        // other replicas regaining it would otherwise find them expired. The backfill
+        // can take a while; the sweepers wait one lease period after their own recovery.
+        if let Err(error) = self.renew_first().await {
+            if error.is_transient() {
+                self.enter_degraded(&error);
+                return;
+            }
+            tracing::warn!(%error, "could not renew run leases before the backfill");
+        }
         if self.degraded.swap(false, Ordering::Relaxed) {
             set_state(BackendState::Recovering);
             tracing::info!("PostgreSQL answers again; backfilling the session journal");
@@ -475,6 +504,60 @@ impl Inner {
                 session_backend_state = "recovered",
                 "session journal backfilled into PostgreSQL"
             );
+        }
+    }
+
+    /// Renews in PostgreSQL the leases of every run this replica still drives or still
+    /// has to close: the live claims, and the invocations whose terminal status is only
+    /// in the journal (until it is backfilled the run is open in PostgreSQL). Runs on
+    /// every recovery, before the backfill.
+    async fn renew_first(&self) -> Result<(), StoreError> {
+        let Some((owner, lease)) = self.renewer.lock().ok().and_then(|r| r.clone()) else {
+            return Ok(());
+        };
+        let now = std::time::Instant::now();
+        let mut ids: Vec<String> = self
+            .live
+            .lock()
+            .map(|l| {
+                l.values()
+                    .filter(|c| c.expires > now)
+                    .map(|c| c.invocation_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let closing: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT invocation_id FROM journal_events \
+             WHERE event_type = 'run_status' AND invocation_id IS NOT NULL \
+             AND json_extract(content_json, '$.status') <> 'in_progress'",
+        )
+        .fetch_all(&self.journal)
+        .await?;
+        ids.extend(closing);
+        ids.sort();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let renewed = tokio::time::timeout(
+            self.config.append_timeout,
+            self.pg.renew_leases(&owner, &ids, lease),
+        )
+        .await
+        .map_err(|_| unreachable_error())??;
+        tracing::info!(
+            runs = ids.len(),
+            renewed = renewed.len(),
+            "renewed this replica's run leases before backfilling the journal"
+        );
+        Ok(())
+    }
+
+    fn note_renewer(&self, owner: &str, lease: Duration) {
+        if let Ok(mut r) = self.renewer.lock() {
+            if r.as_ref().is_none_or(|(o, l)| o != owner || *l != lease) {
+                *r = Some((owner.to_owned(), lease));
+            }
         }
     }
 
@@ -864,6 +947,9 @@ impl Inner {
     /// Grants `claim` without PostgreSQL, if no live run of the session is known to this
     /// replica, and records it in the journal (which makes the session pending).
     async fn claim_locally(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
+        if !claim.fresh && !self.config.local_claims {
+            return Err(unreachable_error());
+        }
         // Under the lock appends and the backfill's hand-back take: the session cannot be
         // handed back between the check and the record.
         let _route = self.route.lock().await;
@@ -916,6 +1002,7 @@ impl Inner {
     }
 
     fn note_live(&self, claim: &Claim<'_>) {
+        self.note_renewer(claim.owner, claim.lease);
         if let Ok(mut live) = self.live.lock() {
             if live.len() >= KNOWN_SESSIONS_MAX {
                 let now = std::time::Instant::now();
@@ -1377,7 +1464,9 @@ impl Store for JournaledStore {
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
         let inner = &*self.inner;
-        if !inner.degraded.load(Ordering::Relaxed) {
+        // Tried even while degraded: PostgreSQL may be back before the probe noticed, and
+        // only it knows another replica's live run in the session.
+        {
             match tokio::time::timeout(inner.config.append_timeout, inner.pg.claim(claim)).await {
                 Ok(Ok(claimed)) => {
                     if claimed == Claimed::Granted {
@@ -1405,6 +1494,7 @@ impl Store for JournaledStore {
         let inner = &*self.inner;
         // The owner renews: its runs are alive, whatever PostgreSQL can be told.
         inner.refresh_live(invocation_ids, lease);
+        inner.note_renewer(owner, lease);
         // Claims still in the journal are renewed there (nobody else can cancel them).
         let mut renewed = Vec::new();
         let mut rest = Vec::new();
@@ -1435,10 +1525,9 @@ impl Store for JournaledStore {
         if rest.is_empty() {
             return Ok(renewed);
         }
-        if inner.degraded.load(Ordering::Relaxed) {
-            // An error, not a partial answer: a missing id would stop its run.
-            return Err(unreachable_error());
-        }
+        // Tried even while degraded (the probe may not have noticed PostgreSQL is back
+        // yet): a lease is renewed as soon as PostgreSQL can take it. A failure is an
+        // error, not a partial answer: a missing id would stop its run.
         match tokio::time::timeout(
             inner.config.append_timeout,
             inner.pg.renew_leases(owner, &rest, lease),
