@@ -630,6 +630,10 @@ impl Inner {
                 }
                 Ok(false)
             }
+            Backfilled::Late { last_seq, seqs } => {
+                self.fence_late(key, last_seq, &seqs).await?;
+                Ok(false)
+            }
             Backfilled::Collides { last_seq, seqs } => {
                 let journal_max: Option<i64> = sqlx::query_scalar(
                     "SELECT MAX(seq) FROM journal_events WHERE account_id = ? AND session_id = ?",
@@ -664,6 +668,92 @@ impl Inner {
                 Ok(false)
             }
         }
+    }
+
+    /// Fencing after a takeover: the journaled events at `late` belong to invocations
+    /// another replica closed in PostgreSQL while this one was cut off. In the journal
+    /// (so a retried step stays idempotent), from the first of them on: their terminal
+    /// statuses are dropped (the takeover's is the run's one), every other row keeps its
+    /// order and is numbered on after PostgreSQL's `last_seq`, and the late ones are
+    /// flagged `late` with their original seq, so nothing is lost and projections leave
+    /// them out.
+    async fn fence_late(&self, key: &Key, last_seq: Seq, late: &[Seq]) -> Result<(), StoreError> {
+        let Some(&first) = late.iter().min() else {
+            return Ok(());
+        };
+        let rows = sqlx::query(
+            "SELECT seq, event_type, json_extract(content_json, '$.status'), invocation_id \
+             FROM journal_events WHERE account_id = ? AND session_id = ? AND seq >= ? ORDER BY seq",
+        )
+        .bind(&key.0)
+        .bind(&key.1)
+        .bind(first)
+        .fetch_all(&self.journal)
+        .await?;
+        let mut tx = self.journal.begin().await?;
+        // Out of the way first, so the new numbers collide with nothing.
+        sqlx::query(
+            "UPDATE journal_events SET seq = -seq WHERE account_id = ? AND session_id = ? AND seq >= ?",
+        )
+        .bind(&key.0)
+        .bind(&key.1)
+        .bind(first)
+        .execute(&mut *tx)
+        .await?;
+        let mut next = last_seq.max(first - 1);
+        for row in &rows {
+            let seq: i64 = row.try_get(0)?;
+            let event_type: String = row.try_get(1)?;
+            let status: Option<String> = row.try_get(2)?;
+            let invocation_id: Option<String> = row.try_get(3)?;
+            let is_late = late.contains(&seq);
+            if is_late
+                && event_type == EventType::RunStatus.as_str()
+                && status.as_deref() != Some(RunStatus::InProgress.as_str())
+            {
+                tracing::warn!(
+                    account_id = %key.0, session_id = %key.1, seq, ?invocation_id, ?status,
+                    "another replica took this run over while PostgreSQL was out of reach; its journaled terminal status is not backfilled"
+                );
+                sqlx::query(
+                    "DELETE FROM journal_events WHERE account_id = ? AND session_id = ? AND seq = ?",
+                )
+                .bind(&key.0)
+                .bind(&key.1)
+                .bind(-seq)
+                .execute(&mut *tx)
+                .await?;
+                continue;
+            }
+            next += 1;
+            let flag = if is_late {
+                format!("{{\"original_seq\":{seq},\"reason\":\"run_taken_over\"}}")
+            } else {
+                "null".to_owned()
+            };
+            sqlx::query(
+                "UPDATE journal_events SET seq = ?, metadata_json = CASE WHEN ? = 'null' \
+                 THEN metadata_json ELSE json_set(metadata_json, '$.late', json(?)) END \
+                 WHERE account_id = ? AND session_id = ? AND seq = ?",
+            )
+            .bind(next)
+            .bind(&flag)
+            .bind(&flag)
+            .bind(&key.0)
+            .bind(&key.1)
+            .bind(-seq)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        tracing::warn!(
+            account_id = %key.0, session_id = %key.1, late = late.len(),
+            "journaled events of runs another replica took over are kept flagged late, numbered after seq {last_seq}"
+        );
+        if let Ok(mut known) = self.known.lock() {
+            known.insert(key.clone(), next);
+        }
+        Ok(())
     }
 
     /// Records an agent handle in the journal if PostgreSQL is down or a session is
@@ -1464,9 +1554,7 @@ impl Store for JournaledStore {
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
         let inner = &*self.inner;
-        // Tried even while degraded: PostgreSQL may be back before the probe noticed, and
-        // only it knows another replica's live run in the session.
-        {
+        if !inner.degraded.load(Ordering::Relaxed) {
             match tokio::time::timeout(inner.config.append_timeout, inner.pg.claim(claim)).await {
                 Ok(Ok(claimed)) => {
                     if claimed == Claimed::Granted {
