@@ -200,7 +200,17 @@ pub struct CompactionSettings {
         env = "TETHER_COMPACTION_TRIGGER_TOKENS"
     )]
     pub trigger_tokens: Option<u64>,
+    /// Turns a compaction keeps whole after the summary: automatic compaction's, and
+    /// CompactSession's when the call names no `KeepLastTurns`. [default: 2]
+    #[arg(
+        long = "compaction-keep-last-turns",
+        env = "TETHER_COMPACTION_KEEP_LAST_TURNS"
+    )]
+    pub keep_last_turns: Option<u32>,
 }
+
+/// Turns a compaction keeps whole unless `[compaction] keep_last_turns` says otherwise.
+pub const DEFAULT_KEEP_LAST_TURNS: usize = 2;
 
 impl CompactionSettings {
     fn over(self, file: CompactionSettings) -> CompactionSettings {
@@ -208,6 +218,7 @@ impl CompactionSettings {
             summarizer_url: self.summarizer_url.or(file.summarizer_url),
             summarizer_model: self.summarizer_model.or(file.summarizer_model),
             trigger_tokens: self.trigger_tokens.or(file.trigger_tokens),
+            keep_last_turns: self.keep_last_turns.or(file.keep_last_turns),
         }
     }
 
@@ -215,9 +226,13 @@ impl CompactionSettings {
         self.summarizer_url.is_some()
             || self.summarizer_model.is_some()
             || self.trigger_tokens.is_some()
+            || self.keep_last_turns.is_some()
     }
 
-    fn validate(self) -> Result<CompactionConfig, ConfigError> {
+    /// The table checked against the agent's protocol: automatic compaction needs someone
+    /// to write its summaries, a `summarizer_url` or an agent that speaks OpenAI (an A2A,
+    /// ADK or LangGraph agent cannot be asked for one), or it would fail before every turn.
+    fn validate(self, protocol: Protocol) -> Result<CompactionConfig, ConfigError> {
         let summarizer = self
             .summarizer_url
             .as_deref()
@@ -233,22 +248,48 @@ impl CompactionSettings {
         if self.trigger_tokens == Some(0) {
             return Err(bad("compaction.trigger_tokens", "must be greater than 0"));
         }
+        if self.trigger_tokens.is_some() && summarizer.is_none() && !protocol.sends_history() {
+            return Err(bad(
+                "compaction.trigger_tokens",
+                format!(
+                    "automatic compaction needs a summarizer: set compaction.summarizer_url \
+                     (a {} agent cannot write summaries), or remove compaction.trigger_tokens",
+                    protocol.as_str()
+                ),
+            ));
+        }
         Ok(CompactionConfig {
             summarizer,
             summarizer_model: self.summarizer_model,
             trigger_tokens: self.trigger_tokens,
+            keep_last_turns: self
+                .keep_last_turns
+                .map_or(DEFAULT_KEEP_LAST_TURNS, |k| k as usize),
         })
     }
 }
 
 /// How compaction summaries are written, and when Tether compacts by itself.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CompactionConfig {
     /// A Chat Completions endpoint of its own; `None`: the agent, if it speaks OpenAI.
     pub summarizer: Option<Upstream>,
     pub summarizer_model: Option<String>,
     /// Compact before a turn whose projection would exceed this estimate.
     pub trigger_tokens: Option<u64>,
+    /// Turns a compaction keeps whole when not told otherwise.
+    pub keep_last_turns: usize,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            summarizer: None,
+            summarizer_model: None,
+            trigger_tokens: None,
+            keep_last_turns: DEFAULT_KEEP_LAST_TURNS,
+        }
+    }
 }
 
 /// `[telemetry]` as the file has it.
@@ -753,7 +794,7 @@ impl Settings {
             auth,
             rate_limits,
             limits,
-            compaction: self.compaction.validate()?,
+            compaction: self.compaction.validate(protocol)?,
             telemetry,
         })
     }
@@ -904,6 +945,65 @@ mod tests {
             .load()
             .unwrap_err();
         assert!(e.to_string().contains("listen_adress"), "{e}");
+    }
+
+    #[test]
+    fn keep_last_turns_defaults_to_two_and_comes_from_the_file_and_flags() {
+        let c = settings(&["--upstream", "http://x"]).load().unwrap();
+        assert_eq!(c.compaction.keep_last_turns, 2);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(
+            &path,
+            "upstream = \"http://x\"\n[compaction]\nkeep_last_turns = 1\n",
+        )
+        .unwrap();
+        let conf = path.to_str().unwrap();
+        let c = settings(&["--conf", conf]).load().unwrap();
+        assert_eq!(c.compaction.keep_last_turns, 1);
+        let c = settings(&["--conf", conf, "--compaction-keep-last-turns", "3"])
+            .load()
+            .unwrap();
+        assert_eq!(c.compaction.keep_last_turns, 3);
+    }
+
+    #[test]
+    fn automatic_compaction_without_a_summarizer_is_refused_at_load() {
+        for protocol in ["a2a", "adk", "langgraph"] {
+            let e = settings(&[
+                "--upstream",
+                "http://x",
+                "--protocol",
+                protocol,
+                "--compaction-trigger-tokens",
+                "1000",
+            ])
+            .load()
+            .unwrap_err();
+            assert_eq!(e.key, "compaction.trigger_tokens", "{protocol}");
+            let text = e.to_string();
+            assert!(
+                text.contains("compaction.summarizer_url") && text.contains(protocol),
+                "{text}"
+            );
+            // With a summarizer of its own, or without trigger_tokens, it loads.
+            let with = settings(&[
+                "--upstream",
+                "http://x",
+                "--protocol",
+                protocol,
+                "--compaction-trigger-tokens",
+                "1000",
+                "--compaction-summarizer-url",
+                "http://sum:9",
+            ]);
+            assert_eq!(with.load().unwrap().compaction.trigger_tokens, Some(1000));
+            let without = settings(&["--upstream", "http://x", "--protocol", protocol]);
+            assert!(without.load().is_ok());
+        }
+        // An OpenAI agent summarises itself.
+        let c = settings(&["--upstream", "http://x", "--compaction-trigger-tokens", "9"]);
+        assert_eq!(c.load().unwrap().compaction.trigger_tokens, Some(9));
     }
 
     #[test]

@@ -90,8 +90,29 @@ pub async fn serve(
         Route::Run(turn) => run_turn(state, session, reply, account_id, surface, turn).await,
         Route::Reply { status, body } => reply.json(session, status, &body, &[]).await,
         Route::Forward(agent_request) => {
-            forward(state, session, reply, &client, surface, agent_request).await
+            forward(
+                state,
+                session,
+                reply,
+                &client,
+                surface,
+                agent_request,
+                false,
+            )
+            .await
         }
+        Route::ForwardListing(agent_request) => {
+            forward(state, session, reply, &client, surface, agent_request, true).await
+        }
+        Route::ForwardOwned {
+            agent_ref,
+            request,
+            not_found: (status, body),
+        } => match find(state, account_id, &agent_ref).await {
+            Ok(Some(_)) => forward(state, session, reply, &client, surface, request, false).await,
+            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Err(e) => reply.error(session, &e, surface, &[]).await,
+        },
         Route::Get {
             agent_ref,
             client: info_client,
@@ -297,6 +318,8 @@ async fn subscribe(
 /// Sends `request` to the agent (in the transport the agent is called over) and relays
 /// its answer, JSON bodies through the surface's rewrite (the agent card's addresses
 /// become Tether's).
+/// Sends `request` to the agent and relays its answer; of a `listing`'s answer, only the
+/// runs of the caller's account (a run the log does not have belongs to no account).
 async fn forward(
     state: &State,
     session: &mut Session,
@@ -304,6 +327,7 @@ async fn forward(
     client: &ClientRequest<'_>,
     surface: &dyn Surface,
     request: AgentRequest,
+    listing: bool,
 ) -> Result<()> {
     let agent = state.agent.clone();
     let upstream = state.runs.upstream();
@@ -331,7 +355,13 @@ async fn forward(
     match serde_json::from_slice::<Value>(&body) {
         Ok(value) if json => {
             let public_url = public_url(state, session, client);
-            let value = surface.rewrite_forwarded(client, &public_url, value);
+            let mut value = surface.rewrite_forwarded(client, &public_url, value);
+            if listing && (200..300).contains(&status) {
+                value = match own_runs(state, client.account_id, surface, value).await {
+                    Ok(value) => value,
+                    Err(e) => return reply.error(session, &e, surface, &[]).await,
+                };
+            }
             reply.json(session, status, &value, &[]).await
         }
         _ if reply.is_grpc() => {
@@ -342,6 +372,31 @@ async fn forward(
         }
         _ => respond::bytes(session, status, &content_type, body).await,
     }
+}
+
+/// A listing's answer with only the runs `account_id` has (`Surface::listed_runs`).
+async fn own_runs(
+    state: &State,
+    account_id: &str,
+    surface: &dyn Surface,
+    mut body: Value,
+) -> std::result::Result<Value, ApiError> {
+    let Some(entries) = surface.listed_runs(&mut body) else {
+        return Ok(body);
+    };
+    let mut kept = Vec::with_capacity(entries.len());
+    for entry in std::mem::take(entries) {
+        let Some(agent_ref) = surface.listed_ref(&entry) else {
+            continue;
+        };
+        if find(state, account_id, agent_ref).await?.is_some() {
+            kept.push(entry);
+        }
+    }
+    if let Some(entries) = surface.listed_runs(&mut body) {
+        *entries = kept;
+    }
+    Ok(surface.listing_scoped(body))
 }
 
 /// Cuts a session's history where the client deleted it at the agent: a compaction

@@ -83,7 +83,7 @@ pub struct AuthConfig {
     pub api_keys: Vec<ApiKeyConfig>,
     /// `[auth.jwt]`.
     pub jwt: Option<JwtConfig>,
-    /// Header names (besides the built-in [`crate::IDENTITY_HEADERS`]) a client may never
+    /// Header names (besides the built-in [`crate::headers::IDENTITY_HEADERS`]) a client may never
     /// send toward the agent.
     #[serde(default)]
     pub identity_headers: Vec<String>,

@@ -12,6 +12,24 @@
 use http::header::{HeaderMap, HeaderName, CONNECTION};
 use http::HeaderValue;
 
+/// The header carrying the gateway's account id toward the agent.
+pub const ACCOUNT_HEADER: &str = "x-account-id";
+
+/// Identity headers a client must not be able to set: any spelling of these (case,
+/// underscores for dashes) is removed before the gateway injects its own value.
+pub const IDENTITY_HEADERS: &[&str] = &[
+    ACCOUNT_HEADER,
+    "x-tether-account-id",
+    "x-tether-session-owner",
+];
+
+/// Whether `name` is one of the built-in identity headers in any spelling. (Configured
+/// extra names are handled by [`IdentityHeaders`].)
+pub fn is_identity_header(name: &str) -> bool {
+    let normalized = normalize_name(name);
+    IDENTITY_HEADERS.contains(&normalized.as_str())
+}
+
 /// Lower-cases, trims, and turns `_` into `-`: the one spelling compared.
 pub fn normalize_name(name: &str) -> String {
     name.trim()
@@ -41,10 +59,7 @@ impl Default for IdentityHeaders {
 impl IdentityHeaders {
     /// `extra` names are matched in every spelling too.
     pub fn new<S: AsRef<str>>(extra: &[S]) -> Self {
-        let mut names: Vec<String> = crate::IDENTITY_HEADERS
-            .iter()
-            .map(|n| (*n).to_owned())
-            .collect();
+        let mut names: Vec<String> = IDENTITY_HEADERS.iter().map(|n| (*n).to_owned()).collect();
         for n in extra {
             let n = normalize_name(n.as_ref());
             if !n.is_empty() && !names.contains(&n) {
@@ -147,7 +162,7 @@ impl IdentityHeaders {
     ) -> Result<usize, http::header::InvalidHeaderValue> {
         let value = HeaderValue::from_str(account_id)?;
         let removed = self.strip(headers);
-        headers.insert(HeaderName::from_static(crate::ACCOUNT_HEADER), value);
+        headers.insert(HeaderName::from_static(ACCOUNT_HEADER), value);
         Ok(removed)
     }
 }

@@ -39,30 +39,14 @@ pub mod limits;
 
 pub use auth::{AuthError, Authenticator, Identity};
 pub use config::ConfigError;
-pub use headers::{IdentityHeaders, StripPlan};
+pub use headers::{
+    is_identity_header, IdentityHeaders, StripPlan, ACCOUNT_HEADER, IDENTITY_HEADERS,
+};
 pub use input::InputLimitError;
 pub use limits::{Limited, RateLimits, RunPermit};
 
 /// The account every request belongs to while no authentication is configured.
 pub const LOCAL_ACCOUNT: &str = "local";
-
-/// The header carrying the gateway's account id toward the agent.
-pub const ACCOUNT_HEADER: &str = "x-account-id";
-
-/// Identity headers a client must not be able to set: any spelling of these (case,
-/// underscores for dashes) is removed before the gateway injects its own value.
-pub const IDENTITY_HEADERS: &[&str] = &[
-    ACCOUNT_HEADER,
-    "x-tether-account-id",
-    "x-tether-session-owner",
-];
-
-/// Whether `name` is one of the built-in identity headers in any spelling. (Configured
-/// extra names are handled by [`IdentityHeaders`].)
-pub fn is_identity_header(name: &str) -> bool {
-    let normalized = headers::normalize_name(name);
-    IDENTITY_HEADERS.contains(&normalized.as_str())
-}
 
 /// Longest account id accepted from a token or configuration.
 pub const MAX_ACCOUNT_ID_BYTES: usize = 256;

@@ -91,6 +91,17 @@ pub enum Route {
     },
     /// Send to the agent and relay its answer (through `Surface::rewrite_forwarded`).
     Forward(AgentRequest),
+    /// A request about one run the agent knows as `agent_ref` (an A2A task's push
+    /// notification configs): sent as `Forward` when the caller's account has that run,
+    /// else answered with `not_found` and the agent is not asked.
+    ForwardOwned {
+        agent_ref: String,
+        request: AgentRequest,
+        not_found: (u16, Value),
+    },
+    /// A listing of runs (A2A `ListTasks`): sent as `Forward`, and of the runs the agent
+    /// lists (`Surface::listed_runs`) only the caller's account's are relayed.
+    ForwardListing(AgentRequest),
     /// Answer at once with this status and JSON body.
     Reply { status: u16, body: Value },
 }
@@ -183,6 +194,22 @@ pub trait Surface: Send + Sync {
     /// The body of a forwarded request's answer as the client should see it (the agent's
     /// addresses replaced by `public_url`, Tether's scoping of ids undone).
     fn rewrite_forwarded(&self, _req: &ClientRequest, _public_url: &str, body: Value) -> Value {
+        body
+    }
+
+    /// The entries of a forwarded listing's answer (`Route::ForwardListing`, after
+    /// `rewrite_forwarded`), one per run; the gateway keeps the caller's runs' entries.
+    fn listed_runs<'b>(&self, _body: &'b mut Value) -> Option<&'b mut Vec<Value>> {
+        None
+    }
+
+    /// The id the agent knows a listed run by (see `listed_runs`).
+    fn listed_ref<'v>(&self, _entry: &'v Value) -> Option<&'v str> {
+        None
+    }
+
+    /// A listing's answer once only the caller's runs are in it (counts restated).
+    fn listing_scoped(&self, body: Value) -> Value {
         body
     }
 

@@ -1,11 +1,14 @@
 //! Importing a session exported from another log: the checks its events must pass (one
 //! session, seqs strictly increasing, every invocation opened once and ended at most
-//! once), and the invocation rows its `run_status` events imply. Both stores write what
+//! once), and the invocation rows its `run_status` events imply. A fork's export stops at
+//! its fork point, often a `turn_completed` checkpoint, which a run writes only when it
+//! completes, just before its terminal status: such a run is imported as completed. Both stores write what
 //! this module derives, in [`Store::import_session`](crate::Store::import_session).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::checkpoints::Phase;
 use crate::event::{Event, EventType, RunStatus, Seq};
 
 /// Why a session's events cannot be imported as they are.
@@ -52,7 +55,15 @@ pub fn invocations(events: &[Event]) -> Result<Vec<ImportedInvocation>, ImportEr
     let first = events.first().ok_or(ImportError::Empty)?;
     let mut before = 0;
     let mut opened: Vec<ImportedInvocation> = Vec::new();
+    // Each invocation's last event: a `turn_completed` checkpoint there ended it.
+    let mut last: Vec<(&str, &Event)> = Vec::new();
     for e in events {
+        if let Some(inv) = e.invocation_id.as_deref() {
+            match last.iter_mut().find(|(id, _)| *id == inv) {
+                Some(entry) => entry.1 = e,
+                None => last.push((inv, e)),
+            }
+        }
         if e.account_id != first.account_id || e.session_id != first.session_id {
             return Err(ImportError::OtherSession {
                 seq: e.seq,
@@ -106,6 +117,21 @@ pub fn invocations(events: &[Event]) -> Result<Vec<ImportedInvocation>, ImportEr
             }
         }
     }
+    for i in opened
+        .iter_mut()
+        .filter(|i| i.status == RunStatus::InProgress)
+    {
+        let Some((_, end)) = last.iter().find(|(id, _)| *id == i.invocation_id) else {
+            continue;
+        };
+        let phase = end.content.get("phase").and_then(Value::as_str);
+        if end.event_type == EventType::RunCheckpoint
+            && phase == Some(Phase::TurnCompleted.as_str())
+        {
+            i.status = RunStatus::Completed;
+            i.ended_at = Some(end.created_at);
+        }
+    }
     Ok(opened)
 }
 
@@ -157,6 +183,36 @@ mod tests {
         assert_eq!(found[0].ended_at, Some(events[2].created_at));
         assert_eq!(found[1].status, RunStatus::InProgress);
         assert_eq!(found[1].ended_at, None);
+    }
+
+    #[test]
+    fn a_run_cut_at_its_turn_completed_checkpoint_completed() {
+        // A fork's export, cut at the checkpoint that ended turn 1 (its `completed` status
+        // came after the fork point), then the fork's own run, still open.
+        let checkpoint = at(
+            3,
+            NewEvent::new(
+                "a",
+                "s",
+                EventType::RunCheckpoint,
+                json!({ "checkpoint_id": "ck", "phase": "turn_completed" }),
+            )
+            .in_run("run_1", "inv_1"),
+        );
+        let events = [
+            message(1),
+            status(2, "inv_1", "in_progress"),
+            checkpoint,
+            status(4, "inv_2", "in_progress"),
+        ];
+        let found = invocations(&events).unwrap();
+        assert_eq!(found[0].status, RunStatus::Completed);
+        assert_eq!(found[0].ended_at, Some(events[2].created_at));
+        assert_eq!(
+            found[1].status,
+            RunStatus::InProgress,
+            "no checkpoint ended it"
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ the last can say lastChunk=true), then COMPLETED with the whole answer as the st
 message. A user text containing `slow:N:MS` is passed on as is, so fake_agent answers
 slowly and the task can be canceled mid-way; cancel emits CANCELED. An LLM failure
 (fake_agent's "error" trigger) ends the task FAILED with the error as the status message.
+Push-notification configs are kept (in memory) and served, but no notification is sent.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from a2a.server.routes import (
     create_jsonrpc_routes,
     create_rest_routes,
 )
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import InMemoryPushNotificationConfigStore, InMemoryTaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
     AgentCard,
@@ -173,7 +174,7 @@ def agent_card(public_url: str, grpc_address: str | None = None) -> AgentCard:
         description="Answers from the conversation of its contextId, kept in memory only.",
         version="1.0.0",
         supported_interfaces=interfaces,
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[
@@ -232,6 +233,8 @@ def main() -> None:
         agent_executor=LlmAgentExecutor(args.llm),
         task_store=InMemoryTaskStore(),
         agent_card=card,
+        # Push configs are stored (and listed, read, deleted), never sent: no push_sender.
+        push_config_store=InMemoryPushNotificationConfigStore(),
     )
     config = uvicorn.Config(build_app(card, handler), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)

@@ -12,5 +12,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CHAOS_SECONDS="${CHAOS_SECONDS:-600}" CHAOS_CLIENTS="${CHAOS_CLIENTS:-24}"
-export CHAOS_POSTGRES_RESTARTS="${CHAOS_POSTGRES_RESTARTS:-1}"
+export CHAOS_REPLICA_KILLS="${CHAOS_REPLICA_KILLS:-1}" CHAOS_POSTGRES_RESTARTS="${CHAOS_POSTGRES_RESTARTS:-1}"
 exec cargo test -p tether --test e2e -- --ignored --exact chaos::chaos_soak --nocapture

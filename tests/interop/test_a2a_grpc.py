@@ -40,8 +40,10 @@ if not _missing:
     from a2a.client.client import ClientCallContext
     from a2a.types import a2a_pb2_grpc
     from a2a.types.a2a_pb2 import (
-        CancelTaskRequest, GetExtendedAgentCardRequest, GetTaskRequest, ListTasksRequest, Message,
-        Part, Role, SendMessageRequest, SubscribeToTaskRequest, TaskState,
+        CancelTaskRequest, DeleteTaskPushNotificationConfigRequest, GetExtendedAgentCardRequest,
+        GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
+        ListTasksRequest, Message, Part, Role, SendMessageRequest, SubscribeToTaskRequest,
+        TaskPushNotificationConfig, TaskState,
     )
     from google.protobuf.json_format import MessageToDict
     from google.rpc import error_details_pb2, status_pb2
@@ -368,6 +370,137 @@ def test_calls_tether_has_no_part_in_are_passed_to_the_agent(agent, upstream):
     _, error = stub_call(target, "GetExtendedAgentCard", GetExtendedAgentCardRequest(), metadata())
     assert own and error and error.code() == own.code(), (own, error)
     assert reason(error) == reason(own) != [], (reason(own), reason(error))
+
+
+# ---- account scoping of what the agent answers: task lists and push configs ------------------
+
+V1 = {"A2A-Version": "1.0"}
+
+
+def rpc_call(base: str, which: str, method: str, params: dict, v1: bool = True) -> dict:
+    """A JSON-RPC call with account `which`'s key: the response object."""
+    headers = {**auth_headers(key(which)), **(V1 if v1 else {})}
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    r = httpx.post(base + "/", json=body, headers=headers, timeout=CALL_TIMEOUT)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def a_task_of(base: str, which: str) -> tuple[str, str]:
+    """(task id, contextId) of a completed task account `which` starts over JSON-RPC."""
+    sent = rpc_call(base, which, "SendMessage", {"message": {
+        "role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [{"text": "Reply with OK."}]}})
+    task = sent["result"]["task"]
+    return task["id"], task["contextId"]
+
+
+def hook(which: str) -> str:
+    return f"https://hooks.example/{which}/{uuid.uuid4().hex[:8]}"
+
+
+def test_task_lists_and_push_configs_over_json_rpc_are_the_accounts_own(agent):
+    base = tether("jsonrpc")
+    mine, my_context = a_task_of(base, "a")
+    theirs, _ = a_task_of(base, "b")
+    listed = lambda which, params: [t["id"] for t in rpc_call(base, which, "ListTasks", params)["result"]["tasks"]]
+    # Both tasks are in the agent's one task store; each account is shown its own.
+    a_sees, b_sees = listed("a", {}), listed("b", {})
+    assert mine in a_sees and theirs not in a_sees, a_sees
+    assert theirs in b_sees and mine not in b_sees, b_sees
+    assert listed("b", {"contextId": my_context}) == [], "another account's conversation lists nothing"
+    assert listed("a", {"contextId": my_context}) == [mine]
+
+    url = hook("a")
+    made = rpc_call(base, "a", "CreateTaskPushNotificationConfig", {"taskId": mine, "url": url})
+    config = made["result"]
+    assert config["url"] == url and config["taskId"] == mine, made
+    not_found = lambda response: response.get("error", {}).get("code") == -32001
+    # The other account can neither add to, read, list nor delete the task's configs.
+    for method, params in [
+        ("CreateTaskPushNotificationConfig", {"taskId": mine, "url": hook("b")}),
+        ("GetTaskPushNotificationConfig", {"taskId": mine, "id": config["id"]}),
+        ("ListTaskPushNotificationConfigs", {"taskId": mine}),
+        ("DeleteTaskPushNotificationConfig", {"taskId": mine, "id": config["id"]}),
+    ]:
+        answer = rpc_call(base, "b", method, params)
+        assert not_found(answer), (method, answer)
+    # v0.3's methods name the task `id` (`taskId` for set): refused the same way.
+    for method, params in [
+        ("tasks/pushNotificationConfig/list", {"id": mine}),
+        ("tasks/pushNotificationConfig/get", {"id": mine, "pushNotificationConfigId": config["id"]}),
+        ("tasks/pushNotificationConfig/delete", {"id": mine, "pushNotificationConfigId": config["id"]}),
+        ("tasks/pushNotificationConfig/set", {"taskId": mine, "pushNotificationConfig": {"url": hook("b")}}),
+    ]:
+        answer = rpc_call(base, "b", method, params, v1=False)
+        assert not_found(answer), (method, answer)
+    # Nothing the other account tried changed the owner's configs.
+    own = rpc_call(base, "a", "ListTaskPushNotificationConfigs", {"taskId": mine})["result"]
+    assert [c["url"] for c in own["configs"]] == [url], own
+    gone = rpc_call(base, "a", "DeleteTaskPushNotificationConfig", {"taskId": mine, "id": config["id"]})
+    assert "error" not in gone, gone
+
+
+def test_task_lists_and_push_configs_over_http_json_are_the_accounts_own(agent):
+    base = tether("jsonrpc")
+    mine, my_context = a_task_of(base, "a")
+    theirs, _ = a_task_of(base, "b")
+    rest = lambda method, path, which, **kw: httpx.request(
+        method, f"{base}/rest{path}", headers={**auth_headers(key(which)), **V1}, timeout=CALL_TIMEOUT, **kw)
+    listed = lambda which, query="": [t["id"] for t in rest("GET", f"/tasks{query}", which).json()["tasks"]]
+    a_sees, b_sees = listed("a"), listed("b")
+    assert mine in a_sees and theirs not in a_sees, a_sees
+    assert theirs in b_sees and mine not in b_sees, b_sees
+    assert listed("b", f"?contextId={my_context}") == []
+
+    url = hook("a")
+    made = rest("POST", f"/tasks/{mine}/pushNotificationConfigs", "a", json={"url": url})
+    assert made.status_code == 200, made.text
+    config = made.json()
+    for method, path, body in [
+        ("POST", f"/tasks/{mine}/pushNotificationConfigs", {"url": hook("b")}),
+        ("GET", f"/tasks/{mine}/pushNotificationConfigs", None),
+        ("GET", f"/tasks/{mine}/pushNotificationConfigs/{config['id']}", None),
+        ("DELETE", f"/tasks/{mine}/pushNotificationConfigs/{config['id']}", None),
+    ]:
+        r = rest(method, path, "b", json=body) if body else rest(method, path, "b")
+        assert r.status_code == 404, (method, path, r.status_code, r.text)
+        assert r.json()["error"]["status"] == "NOT_FOUND", r.text
+    own = rest("GET", f"/tasks/{mine}/pushNotificationConfigs", "a")
+    assert own.status_code == 200 and [c["url"] for c in own.json()["configs"]] == [url], own.text
+
+
+@pytest.mark.parametrize("upstream", ["jsonrpc", "grpc"])
+def test_task_lists_and_push_configs_over_grpc_are_the_accounts_own(agent, upstream):
+    base = tether(upstream)
+    target = grpc_target(base)
+    mine, my_context = a_task_of(base, "a")
+    theirs, _ = a_task_of(base, "b")
+
+    def listed(which, **fields):
+        response, error = stub_call(target, "ListTasks", ListTasksRequest(**fields), metadata(which))
+        assert error is None, error
+        return [t.id for t in response.tasks]
+
+    a_sees, b_sees = listed("a"), listed("b")
+    assert mine in a_sees and theirs not in a_sees, a_sees
+    assert theirs in b_sees and mine not in b_sees, b_sees
+    assert listed("b", context_id=my_context) == []
+
+    url = hook("a")
+    made, error = stub_call(
+        target, "CreateTaskPushNotificationConfig", TaskPushNotificationConfig(task_id=mine, url=url), metadata("a"))
+    assert error is None and made.url == url, error
+    for method, request in [
+        ("CreateTaskPushNotificationConfig", TaskPushNotificationConfig(task_id=mine, url=hook("b"))),
+        ("GetTaskPushNotificationConfig", GetTaskPushNotificationConfigRequest(task_id=mine, id=made.id)),
+        ("ListTaskPushNotificationConfigs", ListTaskPushNotificationConfigsRequest(task_id=mine)),
+        ("DeleteTaskPushNotificationConfig", DeleteTaskPushNotificationConfigRequest(task_id=mine, id=made.id)),
+    ]:
+        _, error = stub_call(target, method, request, metadata("b"))
+        assert error is not None and error.code() == grpc.StatusCode.NOT_FOUND, (method, error)
+    own, error = stub_call(
+        target, "ListTaskPushNotificationConfigs", ListTaskPushNotificationConfigsRequest(task_id=mine), metadata("a"))
+    assert error is None and [c.url for c in own.configs] == [url], (error, own)
 
 
 # ---- 4. errors are statuses, and nothing refused reaches the agent ----------------------------

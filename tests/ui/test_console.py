@@ -186,28 +186,74 @@ def test_resume_is_offered_only_where_bootstrap_allows_it(page: Page):
     expect(page.get_by_text("No checkpoint of this session can be resumed now.")).to_be_visible()
 
 
-def test_fork_and_compact_appear_exactly_when_the_gateway_has_them(page: Page):
+def test_fork_through_its_button_makes_a_session_that_knows_the_earlier_turn(page: Page):
+    # In front of an OpenAI agent both are offered (the agent writes compaction summaries).
     features = control("GetAgentUiBootstrap", {})["Features"]
-    session = tool_session()
+    assert features["Fork"] and features["Compaction"], features
+    session = unique("fork-parent")
+    turn(session, "My project is named zebra42. Reply with OK.")
+    turn(session, "My project is now named koala7. Reply with OK.")
+    turn_one = control("ListSessionCheckpoints", {"SessionId": session})["Checkpoints"][0]
     open_session(page, session)
-    page.get_by_role("button", name="Preview", exact=True).first.click()
-    expect(page.locator(".checkpoint-preview")).to_contain_text("Risk")
-    fork = page.get_by_role("button", name="Fork", exact=True)
-    compact = page.get_by_role("button", name="Compact", exact=True)
-    if not features["Fork"]:
-        expect(fork).to_have_count(0)
-    else:
-        fork.click()
-        expect(page.locator(".session-id")).not_to_have_text(session)
-        expect(page.locator(".timeline")).to_contain_text("Forked from")
-    if not features["Compaction"]:
-        expect(compact).to_have_count(0)
-    else:
-        # A third turn: the two before it are the ones a compaction keeps by default.
-        turn(session, "Reply with OK")
-        open_session(page, session)
-        compact.click()
-        expect(page.locator(".notice")).to_contain_text("Compacted")
+    page.get_by_role("tab", name="Checkpoints").click()
+    # Newest first: the last card is the checkpoint that ended turn 1.
+    expect(page.locator(".checkpoint")).to_have_count(2)
+    page.locator(".checkpoint").last.get_by_role("button").click()
+    expect(page.locator(".checkpoint-preview")).to_contain_text(f"seq {turn_one['SeqId']}")
+    page.get_by_role("button", name="Fork", exact=True).click()
+
+    expect(page.locator(".session-id")).not_to_have_text(session)
+    fork = page.url.rsplit("/", 1)[1]
+    expect(page.locator(".session-id")).to_have_text(fork)
+    expect(page.locator('li[data-type="session_fork"]')).to_have_text(
+        re.compile(rf"Forked from {session} at seq {turn_one['SeqId']}")
+    )
+    # The fork shows what it inherited (turn 1), not what came after the fork point.
+    expect(page.locator("li.msg-user.is-inherited .text")).to_have_text(["My project is named zebra42. Reply with OK."])
+    # The sidebar lists it with its parent.
+    item = page.locator(".session-item", has=page.get_by_role("link", name=fork, exact=True))
+    expect(item.locator(".session-fork")).to_have_text(f"fork of {session}")
+    listed = control("ListSessions", {"PageSize": 100})["Sessions"]
+    assert [s["ForkedFrom"]["SessionId"] for s in listed if s["SessionId"] == fork] == [session]
+
+    # The run the fork inherited is not the fork's: nothing to cancel, Send is ready.
+    expect(page.get_by_role("button", name="Cancel", exact=True)).to_be_hidden()
+    expect(page.get_by_role("button", name="Send", exact=True)).to_be_enabled()
+    # A turn in the fork, from its own composer: it knows turn 1 and not the later rename.
+    page.get_by_role("textbox", name="Message").fill("What is my project named?")
+    page.get_by_role("button", name="Send", exact=True).click()
+    expect(assistant_answers(page).last).to_have_text("zebra42")
+    assert turn(session, "What is my project named?")["output"][-1]["content"][0]["text"] == "koala7"
+
+
+def test_compact_through_its_button_shows_the_boundary_in_the_timeline(page: Page):
+    session = unique("compact")
+    for text in ["My project is named zebra42. Reply with OK.", "The colour is teal.", "The size is large."]:
+        turn(session, text)
+    open_session(page, session)
+    expect(assistant_answers(page)).to_have_count(3)
+    page.get_by_role("button", name="Compact", exact=True).click()
+    expect(page.locator(".notice")).to_contain_text("Compacted seq")
+    # Both events show in the timeline as they are committed, without a reload or a
+    # "Show control events": the boundary, and the checkpoint with its summary.
+    boundary = page.locator('li[data-type="compaction_boundary"]')
+    checkpoint = page.locator('li[data-type="context_checkpoint"]')
+    expect(boundary).to_be_visible()
+    expect(boundary).to_contain_text("Compaction boundary")
+    log = events(session)
+    saved = next(e for e in log if e["EventType"] == "context_checkpoint")["Content"]
+    expect(checkpoint).to_be_visible()
+    expect(checkpoint.locator("summary")).to_have_text(f"Summary of seq {saved['seq_start']}–{saved['seq_end']}")
+    checkpoint.locator("summary").click()
+    expect(checkpoint.locator(".text")).to_have_text(saved["summary"])
+    assert "zebra42" in saved["summary"]
+    # The default keeps the last two turns: turn 1 is what was summarised.
+    boundary_event = next(e for e in log if e["EventType"] == "compaction_boundary")
+    assert boundary_event["Content"]["keep_last_turns"] == 2
+    # After a reload too, once each.
+    page.reload()
+    expect(boundary).to_have_count(1)
+    expect(checkpoint).to_have_count(1)
 
 
 def test_feedback_is_stored(page: Page):

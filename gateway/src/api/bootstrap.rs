@@ -74,7 +74,8 @@ pub async fn get_agent_ui_bootstrap(call: &Call<'_>) -> ActionResult {
             "Uploads": uploads,
             "Feedback": answers("CreateFeedback") && answers("ListFeedback"),
             "Fork": answers("ForkSession"),
-            "Compaction": answers("CompactSession"),
+            // The console compacts without a summary of its own: someone must write it.
+            "Compaction": answers("CompactSession") && call.state.runs.compactor().summarizes(),
             "WorkspaceFiles": config.workspace_dir.is_some() && answers("ListWorkspaceFiles"),
         },
     }))

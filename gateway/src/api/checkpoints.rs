@@ -11,7 +11,7 @@ use session_log::checkpoints::{
 };
 use session_log::{Event, EventType, Lineage, RunStatus, Subscription};
 
-use super::{non_empty, ActionResult, Call, ControlError};
+use super::{id_param, ActionResult, Call, ControlError};
 use crate::client::{respond, stream};
 use crate::core::on_core;
 use crate::error::ApiError;
@@ -65,7 +65,7 @@ pub(super) async fn session_history(
     call: &Call<'_>,
     session_id: &str,
 ) -> Result<(Lineage, Vec<Event>), ControlError> {
-    non_empty("SessionId", session_id)?;
+    id_param("SessionId", session_id)?;
     let store = &*call.state.store;
     let lineage = Lineage::resolve(store, call.account_id, session_id)
         .await?
@@ -75,7 +75,7 @@ pub(super) async fn session_history(
 }
 
 fn require_run(events: &[Event], run_id: &str) -> Result<(), ControlError> {
-    non_empty("RunId", run_id)?;
+    id_param("RunId", run_id)?;
     if events.iter().any(|e| e.run_id.as_deref() == Some(run_id)) {
         Ok(())
     } else {
@@ -87,7 +87,7 @@ fn require_run(events: &[Event], run_id: &str) -> Result<(), ControlError> {
 /// that holds it (or forked from), not in the fork.
 fn find_checkpoint(events: &[Event], p: &CheckpointParams) -> Result<Checkpoint, ControlError> {
     require_run(events, &p.run_id)?;
-    non_empty("CheckpointId", &p.checkpoint_id)?;
+    id_param("CheckpointId", &p.checkpoint_id)?;
     checkpoints(events, chrono::Utc::now())
         .into_iter()
         .find(|c| {

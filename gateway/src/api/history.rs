@@ -8,10 +8,9 @@ use session_log::history::{fork, ForkError};
 use session_log::{Event, EventType, Lineage, RunStatus};
 
 use super::sessions::forked_from;
-use super::{non_empty, ActionResult, Call, ControlError};
+use super::{id_param, non_empty, ActionResult, Call, ControlError};
 use crate::ids::{client_id, new_id};
 use crate::runs::compaction::CompactError;
-use crate::runs::DEFAULT_KEEP_LAST_TURNS;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -25,9 +24,9 @@ struct ForkParams {
 /// session (`NewSessionId`, or one Tether names).
 pub async fn fork_session(call: &Call<'_>) -> ActionResult {
     let p: ForkParams = call.params()?;
-    non_empty("SessionId", &p.session_id)?;
+    id_param("SessionId", &p.session_id)?;
     if let Some(checkpoint_id) = &p.checkpoint_id {
-        non_empty("CheckpointId", checkpoint_id)?;
+        id_param("CheckpointId", checkpoint_id)?;
     }
     let new_session_id = match p.new_session_id {
         Some(id) => {
@@ -91,14 +90,14 @@ struct CompactParams {
 /// kept.
 pub async fn compact_session(call: &Call<'_>) -> ActionResult {
     let p: CompactParams = call.params()?;
-    non_empty("SessionId", &p.session_id)?;
+    id_param("SessionId", &p.session_id)?;
     if let Some(summary) = &p.summary {
         non_empty("Summary", summary)?;
     }
+    let state = call.state;
     let keep = p
         .keep_last_turns
-        .map_or(DEFAULT_KEEP_LAST_TURNS, |k| k as usize);
-    let state = call.state;
+        .map_or(state.runs.compactor().keep_last_turns, |k| k as usize);
     let store = &*state.store;
     let lineage = Lineage::resolve(store, call.account_id, &p.session_id)
         .await?

@@ -2,6 +2,12 @@
 //! of ListSessionEvents) stored into the caller's account with its seqs and times, so it
 //! answers the same projection and goes on after its last seq. A session or invocation id
 //! the account already has is refused, and nothing is written.
+//!
+//! A fork's export holds its whole history: the events it inherited up its fork chain
+//! (`Inherited`, with their own sessions' ids and seqs) and its own. It is imported
+//! flattened: every event at its `Position`, all in the imported session, which is then
+//! a session of its own with the same active history (positions are what resumes' cuts
+//! and compactions' ranges are counted in, so they hold as they were).
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -19,13 +25,20 @@ struct ImportSession {
     events: Vec<ImportedEvent>,
 }
 
-/// An event as the control API shows it (`EventId` is ignored: it is derived).
+/// An event as the control API shows it (`EventId` and `Superseded` are ignored: they
+/// are derived).
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct ImportedEvent {
     #[serde(default)]
     session_id: Option<String>,
     seq_id: i64,
+    /// Where it stands in the session's history (a fork's export): it is stored there.
+    #[serde(default)]
+    position: Option<i64>,
+    /// Inherited from an earlier session of the fork chain: its `SessionId` is that one's.
+    #[serde(default)]
+    inherited: bool,
     #[serde(default)]
     run_id: Option<String>,
     #[serde(default)]
@@ -111,7 +124,7 @@ fn at(index: usize, message: String) -> ControlError {
 
 /// One imported event, in the caller's account.
 fn event(account_id: &str, session_id: &str, e: ImportedEvent) -> Result<Event, String> {
-    if e.session_id.as_deref().is_some_and(|s| s != session_id) {
+    if !e.inherited && e.session_id.as_deref().is_some_and(|s| s != session_id) {
         return Err(format!(
             "SessionId {:?} is not the imported session {session_id:?}",
             e.session_id.unwrap_or_default()
@@ -127,7 +140,7 @@ fn event(account_id: &str, session_id: &str, e: ImportedEvent) -> Result<Event, 
     Ok(Event {
         account_id: account_id.to_owned(),
         session_id: session_id.to_owned(),
-        seq: e.seq_id,
+        seq: e.position.unwrap_or(e.seq_id),
         run_id: e.run_id,
         invocation_id: e.invocation_id,
         event_type,

@@ -124,6 +124,13 @@ impl From<session_log::StoreError> for ControlError {
 pub type ActionResult = std::result::Result<Value, ControlError>;
 
 /// Refuses a required text field that is empty or blank.
+/// A client-supplied id parameter: present, and valid by the one id validator.
+fn id_param(name: &str, value: &str) -> std::result::Result<(), ControlError> {
+    non_empty(name, value)?;
+    crate::ids::client_id(name, value)?;
+    Ok(())
+}
+
 fn non_empty(name: &str, value: &str) -> std::result::Result<(), ControlError> {
     if value.trim().is_empty() {
         return Err(ControlError::bad_request(format!(

@@ -6,7 +6,7 @@ use session_log::event::run_status_content;
 use session_log::{EventQuery, EventType, ForkPoint, Lineage, NewEvent, RunStatus};
 
 use super::event::{EventView, Place};
-use super::{ActionResult, Call, ControlError};
+use super::{id_param, ActionResult, Call, ControlError};
 use crate::runs::Stop;
 use crate::state::State;
 
@@ -103,6 +103,7 @@ struct ListSessionEvents {
 /// superseded are flagged `Superseded`, and left out with `ActiveOnly`.
 pub async fn list_session_events(call: &Call<'_>) -> ActionResult {
     let p: ListSessionEvents = call.params()?;
+    id_param("SessionId", &p.session_id)?;
     let offset = p.offset.unwrap_or(0);
     let limit = p.limit.unwrap_or(50);
     let active_only = p.active_only.unwrap_or(false);
@@ -165,6 +166,7 @@ pub async fn cancel_run(call: &Call<'_>) -> ActionResult {
     if p.invocation_id.is_empty() {
         return Err(ControlError::bad_request("InvocationId is required"));
     }
+    id_param("InvocationId", &p.invocation_id)?;
     cancel(call.state, call.account_id, &p.invocation_id).await
 }
 

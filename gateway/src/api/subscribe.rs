@@ -63,6 +63,10 @@ fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
     let session_id = session_id
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ControlError::bad_request("SessionId is required"))?;
+    crate::ids::client_id("SessionId", &session_id)?;
+    if let Some(id) = invocation_id.as_deref().filter(|s| !s.is_empty()) {
+        crate::ids::client_id("InvocationId", id)?;
+    }
     Ok(Params {
         session_id,
         invocation_id: invocation_id.filter(|s| !s.is_empty()),

@@ -1,5 +1,7 @@
 //! The export file `tether import` reads: one event per line (JSON Lines), each as the
-//! control API shows it, all of one session, in seq order.
+//! control API shows it, all of one session's history in order. A fork's history starts
+//! with the events it inherited (`Inherited: true`, each with its own session's id);
+//! ImportSession places every event at its `Position`.
 
 use std::io::Read;
 use std::path::Path;
@@ -34,10 +36,15 @@ pub fn read_export(path: &Path) -> Result<(String, Vec<Value>), CliError> {
         let Some(id) = event["SessionId"].as_str() else {
             return Err(bad("the event has no SessionId".into()));
         };
+        // Inherited events name the session they come from; the file is of the other one.
+        if event["Inherited"] == Value::Bool(true) {
+            events.push(event);
+            continue;
+        }
         match &session {
             Some(s) if s != id => {
                 return Err(bad(format!(
-                    "the event is of session {id:?}, the file's first of {s:?}"
+                    "the event is of session {id:?}, the file's first own event of {s:?}"
                 )))
             }
             Some(_) => {}

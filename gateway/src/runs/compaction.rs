@@ -39,6 +39,9 @@ pub struct Compactor {
     summarizer: Option<Summarizer>,
     /// Compact before a turn whose history would exceed this many estimated tokens.
     pub trigger_tokens: Option<u64>,
+    /// Turns a compaction keeps whole when not told otherwise (`[compaction]
+    /// keep_last_turns`).
+    pub keep_last_turns: usize,
 }
 
 /// A Chat Completions (or Responses) endpoint that writes summaries.
@@ -81,7 +84,14 @@ impl Compactor {
         Compactor {
             summarizer,
             trigger_tokens: c.trigger_tokens,
+            keep_last_turns: c.keep_last_turns,
         }
+    }
+
+    /// Whether a compaction can be made without a summary given (a summarizer is set, or
+    /// the agent speaks OpenAI).
+    pub fn summarizes(&self) -> bool {
+        self.summarizer.is_some()
     }
 
     /// A compaction of `history` (of `lineage`'s session) that keeps its last `keep`

@@ -227,9 +227,6 @@ pub struct History {
     compaction: Option<[NewEvent; 2]>,
 }
 
-/// Turns a compaction keeps whole unless told otherwise (CompactSession's `KeepLastTurns`).
-pub const DEFAULT_KEEP_LAST_TURNS: usize = 2;
-
 /// How long a new run waits for the session's previous run to finish committing its end.
 const FINISHING_WAIT: Duration = Duration::from_secs(10);
 
@@ -617,7 +614,7 @@ impl Runs {
                 .compact(
                     &lineage,
                     &history,
-                    DEFAULT_KEEP_LAST_TURNS,
+                    self.compactor.keep_last_turns,
                     None,
                     model,
                     boundary,

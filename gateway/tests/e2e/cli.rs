@@ -471,6 +471,156 @@ fn a_session_exported_from_one_gateway_imports_into_another_with_its_seqs() {
     assert!(err.contains("bad.jsonl:2: not a JSON event"), "{err}");
 }
 
+/// A fork of a fork, exported from one gateway and imported into another: the file holds
+/// the history the fork inherited, and the imported session (a session of its own there)
+/// gives the agent the same history as the fork does where it was made.
+#[test]
+fn a_fork_of_a_fork_exports_its_inherited_history_and_imports_with_it() {
+    let source_store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let target_store = TestStore::new(StoreKind::Postgres)
+        .unwrap_or_else(|| TestStore::new(StoreKind::Sqlite).unwrap());
+    let agent = FakeAgent::start();
+    let conf = auth_conf("");
+    let source = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &source_store.url,
+        &["--conf", &conf.arg()],
+    );
+    let target = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &target_store.url,
+        &["--conf", &conf.arg()],
+    );
+    let id = |what: &str| format!("{what}-{}", uuid::Uuid::new_v4().simple());
+    let (root, fork1, fork2) = (id("root"), id("fork1"), id("fork2"));
+    let fork = |from: &str, to: &str| {
+        let r = control(
+            &source,
+            "ForkSession",
+            &json!({ "SessionId": from, "NewSessionId": to }),
+            KEY_A,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    };
+    turn(
+        &source,
+        &root,
+        "My project is named zebra42. Reply with OK.",
+        KEY_A,
+    );
+    turn(&source, &root, "The colour is teal.", KEY_A);
+    fork(&root, &fork1);
+    turn(&source, &root, "Only the root: the shape is round.", KEY_A);
+    turn(&source, &fork1, "The size is large.", KEY_A);
+    fork(&fork1, &fork2);
+    turn(&source, &fork1, "Only fork1: the weight is light.", KEY_A);
+    turn(&source, &fork2, "My project is now named koala7.", KEY_A);
+    turn(&source, &fork2, "The mood is calm.", KEY_A);
+    // A compaction in the fork of a fork, of what it inherited: its range is in positions
+    // of the whole history.
+    let r = control(
+        &source,
+        "CompactSession",
+        &json!({ "SessionId": fork2, "KeepLastTurns": 2, "Summary": "Earlier: colour teal; size large." }),
+        KEY_A,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fork2.jsonl");
+    let file = file.to_str().unwrap();
+    let src = source.url();
+    ok(&[
+        "export",
+        &fork2,
+        "--output",
+        file,
+        "--url",
+        &src,
+        "--api-key",
+        KEY_A,
+    ]);
+    let exported = listed(&source, &fork2, KEY_A);
+    let lines: Vec<Value> = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines, exported, "the file is the fork's whole history");
+    let from: std::collections::BTreeSet<&str> = lines
+        .iter()
+        .map(|e| e["SessionId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        from,
+        [root.as_str(), fork1.as_str(), fork2.as_str()].into(),
+        "inherited events from both sessions up the chain"
+    );
+
+    let dst = target.url();
+    let said = ok(&["import", file, "--url", &dst, "--api-key", KEY_B]);
+    let last = exported.last().unwrap()["Position"].as_i64().unwrap();
+    // Nothing added: the runs cut at a fork point (a turn's end) had completed.
+    assert_eq!(
+        said,
+        format!(
+            "imported session {fork2} into {dst}: {} events, last seq {last}\n",
+            lines.len()
+        )
+    );
+    // The same history, event by event, each at its position, all of the imported session.
+    let imported = listed(&target, &fork2, KEY_B);
+    let shape = |e: &Value, seq: &str| {
+        json!([
+            e[seq],
+            e["EventType"],
+            e["Role"],
+            e["Content"],
+            e["Timestamp"],
+            e["Superseded"]
+        ])
+    };
+    let want: Vec<Value> = exported.iter().map(|e| shape(e, "Position")).collect();
+    let got: Vec<Value> = imported.iter().map(|e| shape(e, "SeqId")).collect();
+    assert_eq!(got, want);
+    assert!(imported
+        .iter()
+        .all(|e| e["SessionId"] == json!(fork2) && e["Inherited"] == json!(false)));
+    // Neither the root nor the first fork came along as sessions of their own.
+    for other in [&root, &fork1] {
+        let r = control(
+            &target,
+            "ListSessionEvents",
+            &json!({ "SessionId": other }),
+            KEY_B,
+        );
+        assert_eq!(r.status, 404, "{other}: {}", r.body);
+    }
+
+    // The next turn: the agent gets the same history from both gateways, which knows what
+    // the chain said before each fork and nothing the root or the first fork said later.
+    agent_requests_reset(&agent);
+    let asked = "What is my project named?";
+    let a = turn(&source, &fork2, asked, KEY_A);
+    let b = turn(&target, &fork2, asked, KEY_B);
+    assert_eq!(Surface::Responses.text(&a.json()), "koala7");
+    assert_eq!(Surface::Responses.text(&b.json()), "koala7");
+    let requests = agent.requests();
+    assert_eq!(requests.len(), 2);
+    let history = history_sent(&requests[0]);
+    assert_eq!(history, history_sent(&requests[1]));
+    let said: String = history.iter().map(|(_, t)| format!("{t}\n")).collect();
+    assert!(
+        said.contains("Earlier: colour teal; size large.") && said.contains("The mood is calm."),
+        "{said}"
+    );
+    for gone in ["zebra42", "Only the root", "Only fork1"] {
+        assert!(!said.contains(gone), "{gone}: {said}");
+    }
+}
+
 fn agent_requests_reset(agent: &FakeAgent) {
     ureq::delete(&format!("{}/_requests", agent.url()))
         .call()
@@ -529,7 +679,7 @@ fn import_session_closes_unfinished_runs_and_refuses_bad_events() {
         ),
         (
             json!({ "SessionId": "imp bad", "Events": [event(1, "message", json!({}), None)] }),
-            "SessionId \"imp bad\" is not valid",
+            "SessionId \"imp bad\" is not a valid id",
         ),
         (
             json!({ "SessionId": "imp-bad", "Events": [] }),

@@ -143,7 +143,8 @@ fn bootstrap_flags_follow_configuration_protocol_and_the_actions_that_exist() {
     assert_eq!(boot["Features"]["Uploads"], true);
     assert_eq!(boot["Features"]["Feedback"], true);
     assert_eq!(boot["Features"]["WorkspaceFiles"], true);
-    // Fork and Compaction are on exactly when the gateway answers their actions.
+    // Fork and Compaction are on exactly when the gateway answers their actions (an
+    // OpenAI agent writes its own summaries).
     for (flag, action) in [("Fork", "ForkSession"), ("Compaction", "CompactSession")] {
         let r = control(&tether, action, json!({}));
         let exists = !(r.status == 404
@@ -235,6 +236,20 @@ fn bootstrap_flags_follow_configuration_protocol_and_the_actions_that_exist() {
     assert_eq!(boot["RunLifecycle"]["CheckpointResume"], false);
     assert_eq!(boot["Features"]["Uploads"], false);
     assert_eq!(boot["Features"]["WorkspaceFiles"], false);
+    // A fork works in front of every protocol (its first turn restores it into the agent);
+    // compaction needs a summarizer, which an A2A agent is not: the console's Compact
+    // button sends no summary of its own, so it is offered only with a summarizer_url.
+    assert_eq!(boot["Features"]["Fork"], true);
+    assert_eq!(boot["Features"]["Compaction"], false);
+    drop(a2a);
+    let summarized = Tether::start(
+        &agent.url(),
+        "a2a",
+        &store.url,
+        &["--compaction-summarizer-url", &agent.url()],
+    );
+    let boot = data(&control(&summarized, "GetAgentUiBootstrap", json!({})));
+    assert_eq!(boot["Features"]["Compaction"], true);
 }
 
 fn feedback_is_stored_with_its_run(kind: StoreKind) {

@@ -480,6 +480,34 @@ fn one_id_error_shape_and_other_accounts_uploads_are_not_found() {
         "{}",
         r.body
     );
+    for (action, body) in [
+        ("ListSessionEvents", json!({ "SessionId": "a b" })),
+        ("CancelRun", json!({ "InvocationId": "inv/1" })),
+        (
+            "ListSessionCheckpoints",
+            json!({ "SessionId": "x".repeat(129) }),
+        ),
+    ] {
+        let r = control(&tether, KEY_A, action, body);
+        assert_eq!(r.status, 400, "{action}: {}", r.body);
+        assert!(
+            r.json()["Message"]
+                .as_str()
+                .unwrap()
+                .contains("is not a valid id"),
+            "{action}: {}",
+            r.body
+        );
+    }
+    let r = get(
+        &format!(
+            "{}/agentengine/api/v1/SubscribeRunEvents?SessionId=a%20b",
+            tether.url()
+        ),
+        &[(k, &a)],
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("is not a valid id"), "{}", r.body);
     // A's upload, named by B in a run: not found, for that reference, nothing written.
     let upload = control(
         &tether,

@@ -215,7 +215,6 @@ impl Drop for FakeAgent {
     }
 }
 
-/// A running `tether serve`.
 /// A fresh SQLite store, a fake agent, and Tether in front of it speaking `openai-chat`,
 /// started with `args`. Bind all three: each lives as long as its binding.
 pub fn chat_gateway(args: &[&str]) -> (TestStore, FakeAgent, Tether) {
@@ -264,6 +263,7 @@ pub fn assert_cancelled_early(store: &TestStore, session: &str) {
     );
 }
 
+/// A running `tether serve`.
 pub struct Tether {
     pub port: u16,
     child: Child,

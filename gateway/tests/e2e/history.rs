@@ -820,6 +820,69 @@ fn automatic_compaction_fires_at_trigger_tokens() {
     assert_eq!(say(&tether, &s, QUESTION), "zebra42");
 }
 
+/// `[compaction] keep_last_turns`: automatic compaction keeps that many turns, and so does
+/// a CompactSession that names no `KeepLastTurns`.
+#[test]
+fn keep_last_turns_is_what_compactions_keep() {
+    let (store, agent, tether) = chat_gateway(&[
+        "--compaction-trigger-tokens",
+        "60",
+        "--compaction-keep-last-turns",
+        "1",
+    ]);
+    let s = unique("hist-keep");
+    let note = |i: usize| format!("Note {i}: {}", "x".repeat(80));
+    say(&tether, &s, TURNS[0]);
+    let answer2 = say(&tether, &s, &note(2));
+    say(&tether, &s, &note(3)); // over the threshold: turn 1 is summarised, turn 2 kept
+    let turn3 = history_sent(agent.requests().last().unwrap());
+    let summary = "Summary: the user said: My project is named zebra42. Reply with OK.";
+    assert_eq!(
+        turn3,
+        vec![
+            ("system".to_owned(), summary.to_owned()),
+            ("user".to_owned(), note(2)),
+            ("assistant".to_owned(), answer2),
+            ("user".to_owned(), note(3)),
+        ],
+        "the summary, one turn kept, the input"
+    );
+    let events = store.wait_for_terminal("local", &s, 3);
+    let boundary = events
+        .iter()
+        .find(|e| e.event_type == EventType::CompactionBoundary)
+        .unwrap();
+    assert_eq!(boundary.content["keep_last_turns"], 1);
+
+    // CompactSession without KeepLastTurns keeps the configured one turn too.
+    let plain = unique("hist-keep-manual");
+    for text in ["one", "two", "three"] {
+        say(&tether, &plain, text);
+    }
+    let (status, envelope) = Api::of(&tether).call(
+        "CompactSession",
+        json!({ "SessionId": plain, "Summary": "Counted to two." }),
+    );
+    assert_eq!(status, 200, "{envelope}");
+    let events = store.events("local", &plain);
+    let boundary = events
+        .iter()
+        .find(|e| e.event_type == EventType::CompactionBoundary)
+        .unwrap();
+    assert_eq!(boundary.content["keep_last_turns"], 1);
+    let third = events.iter().position(|e| e.text() == "three").unwrap();
+    let answer2 = events[..third]
+        .iter()
+        .rev()
+        .find(|e| e.event_type == EventType::Message)
+        .unwrap();
+    assert_eq!(
+        envelope["Data"]["SeqEnd"].as_i64().unwrap(),
+        answer2.seq,
+        "everything before the last turn is summarised"
+    );
+}
+
 /// A summarizer that is down: the turn still answers, with the whole history, and the
 /// session is as it was; CompactSession says so and writes nothing.
 #[test]

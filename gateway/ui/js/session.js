@@ -357,13 +357,16 @@ export class SessionView {
       .reverse()
       .map((c) => {
         const usable = c.CheckpointStatus === 'active' || c.CheckpointStatus === 'resumed';
-        const act = usable && (this.canResume || this.boot.Features.Fork);
+        // Resume needs a usable checkpoint; a fork can start at any checkpoint, the one
+        // that ended a turn included.
+        const resumable = usable && this.canResume;
+        const act = resumable || this.boot.Features.Fork;
         return h(
           'li',
           { class: `checkpoint${usable ? '' : ' spent'}` },
           h('div', { class: 'checkpoint-head' }, icon('flag'), h('strong', {}, c.Phase || 'checkpoint'), h('span', { class: `badge badge-ckpt-${c.CheckpointStatus}` }, c.CheckpointStatus)),
           h('div', { class: 'checkpoint-sub muted' }, `seq ${c.SeqId}`, c.NextNode ? ` · next: ${c.NextNode}` : '', c.ResumeCount ? ` · resumed ${c.ResumeCount}×` : '', ` · ${ago(c.Timestamp)}`),
-          act && h('button', { type: 'button', class: 'ghost small', onclick: () => this.openCheckpoint(c) }, this.lifecycle.CheckpointResumePreview ? 'Preview' : 'Options'),
+          act && h('button', { type: 'button', class: 'ghost small', onclick: () => this.openCheckpoint(c, resumable) }, resumable && this.lifecycle.CheckpointResumePreview ? 'Preview' : 'Options'),
         );
       });
     if (!cards.length) cards.push(h('li', { class: 'empty' }, 'No checkpoints yet. Tether records one after each tool call, tool result and finished turn.'));
@@ -371,11 +374,12 @@ export class SessionView {
     replace(panel, gate, this.preview, h('ul', { class: 'checkpoints' }, cards));
   }
 
-  async openCheckpoint(c) {
+  /** A checkpoint's panel: its resume preview and Resume (when `resumable`), and Fork. */
+  async openCheckpoint(c, resumable) {
     const p = this.preview;
     replace(p, h('p', { class: 'muted' }, 'Loading preview…'));
     let preview = null;
-    if (this.lifecycle.CheckpointResumePreview) {
+    if (resumable && this.lifecycle.CheckpointResumePreview) {
       try {
         preview = (await call('GetCheckpointResumePreview', { SessionId: this.id, RunId: c.RunId, CheckpointId: c.CheckpointId })).Preview;
       } catch (e) {
@@ -403,11 +407,11 @@ export class SessionView {
           h('dt', {}, 'Receipts'),
           h('dd', {}, receipts.length ? receipts.map((r) => h('div', { class: 'receipt' }, h('code', {}, r.ToolName), ` ${r.Status}`)) : 'none after this checkpoint'),
         ),
-      this.canResume && [h('label', { for: 'resume-instruction', class: 'small' }, 'Resume instruction'), instruction],
+      resumable && [h('label', { for: 'resume-instruction', class: 'small' }, 'Resume instruction'), instruction],
       h(
         'div',
         { class: 'row' },
-        this.canResume && h('button', { type: 'button', class: 'primary small', disabled: preview && !preview.CanResume, onclick: () => this.resume(c, instruction.value.trim(), result) }, 'Resume'),
+        resumable && h('button', { type: 'button', class: 'primary small', disabled: preview && !preview.CanResume, onclick: () => this.resume(c, instruction.value.trim(), result) }, 'Resume'),
         this.boot.Features.Fork && h('button', { type: 'button', class: 'ghost small', onclick: () => this.fork(c, result) }, icon('fork'), 'Fork'),
       ),
       result,

@@ -55,24 +55,27 @@ export class Timeline {
     return this.invocations.get(id);
   }
 
-  /** The invocation still running, if any (the one a Cancel would stop). */
+  /** The session's own invocation still running, if any (the one a Cancel would stop).
+   * A run a fork inherited is not: its history stops at the fork point, often before the
+   * run's terminal status, and it goes on (or ended) in the parent. */
   running() {
     for (const [id, inv] of this.invocations) {
-      if (inv.status === 'in_progress') return { invocationId: id, runId: inv.runId };
+      if (!inv.inherited && inv.status === 'in_progress') return { invocationId: id, runId: inv.runId };
     }
     return null;
   }
 
-  /** The status of the session's latest run. */
+  /** The status of the session's own latest run. */
   lastStatus() {
     let last = null;
-    for (const inv of this.invocations.values()) last = inv.status ?? last;
+    for (const inv of this.invocations.values()) if (!inv.inherited) last = inv.status ?? last;
     return last;
   }
 
   /** Adds one event; returns whether it was new. */
   add(e) {
-    if (flags(e).inherited || (e.SessionId && e.SessionId !== this.sessionId)) {
+    const inherited = flags(e).inherited || Boolean(e.SessionId && e.SessionId !== this.sessionId);
+    if (inherited) {
       const key = `${e.SessionId}:${e.SeqId}`;
       if (this.inherited.has(key)) return false;
       this.inherited.add(key);
@@ -81,6 +84,7 @@ export class Timeline {
       this.lastSeq = e.SeqId;
     }
     const inv = e.InvocationId ? this.invocation(e.InvocationId) : null;
+    if (inv && inherited) inv.inherited = true;
     if (inv && e.RunId) inv.runId = e.RunId;
     if (!(e.EventType === 'text_delta' || e.EventType === 'reasoning_delta')) this.group = null;
     const row = this.render(e, inv);
@@ -167,7 +171,8 @@ export class Timeline {
         );
       case 'session_fork': {
         const parent = c.parent_session_id || c.session_id || c.SessionId;
-        return this.row(e, 'divider', h('div', { class: 'divider-line' }, h('span', {}, 'Forked from ', parent ? this.hooks.sessionLink(parent) : '?', ` at seq ${c.seq ?? c.SeqId ?? '?'}`)));
+        const at = c.parent_seq ?? c.seq ?? c.SeqId ?? '?';
+        return this.row(e, 'divider', h('div', { class: 'divider-line' }, h('span', {}, 'Forked from ', parent ? this.hooks.sessionLink(parent) : '?', ` at seq ${at}`)));
       }
       case 'session_restore':
         return this.row(e, 'divider', h('div', { class: 'divider-line' }, h('span', {}, `Session restored into the agent (${c.reason || 'forgotten'})`)));

@@ -139,6 +139,37 @@ impl Surface for A2aSurface {
         }
     }
 
+    /// `ListTasks`' tasks: in the JSON-RPC result, or bare (HTTP+JSON, and a gRPC
+    /// client's answer once rewritten).
+    fn listed_runs<'b>(&self, body: &'b mut Value) -> Option<&'b mut Vec<Value>> {
+        let listing = match body.get("result").is_some() {
+            true => body.get_mut("result")?,
+            false => body,
+        };
+        listing.get_mut("tasks")?.as_array_mut()
+    }
+
+    fn listed_ref<'v>(&self, entry: &'v Value) -> Option<&'v str> {
+        entry.get("id").and_then(Value::as_str)
+    }
+
+    /// `totalSize` counted the agent's tasks of every account: it now counts this page's,
+    /// the caller's. (A page may hold fewer than `pageSize` tasks; `nextPageToken` still
+    /// leads on.)
+    fn listing_scoped(&self, mut body: Value) -> Value {
+        let kept = self.listed_runs(&mut body).map(|tasks| tasks.len());
+        let listing = match body.get("result").is_some() {
+            true => body.get_mut("result"),
+            false => Some(&mut body),
+        };
+        if let (Some(Value::Object(listing)), Some(kept)) = (listing, kept) {
+            if listing.contains_key("totalSize") {
+                listing.insert("totalSize".into(), json!(kept));
+            }
+        }
+        body
+    }
+
     /// Tether's own errors, as a JSON-RPC error with what other surfaces say in `data`.
     fn error_body(
         &self,

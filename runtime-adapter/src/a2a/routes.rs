@@ -26,6 +26,7 @@ pub(super) fn claims(method: &str, path: &str) -> bool {
     let path = path.split('?').next().unwrap_or(path);
     is_card_path(method, path)
         || rest_op(method, path).is_some()
+        || rest_scoped(method, path).is_some()
         || is_jsonrpc_path(method, path)
         || (method == "POST" && proto::method(path).is_some())
 }
@@ -38,6 +39,9 @@ pub(super) fn route(req: &ClientRequest) -> Route {
     if is_card_path(req.method, req.path) {
         let request = AgentRequest::get(path_and_query(req));
         return Route::Forward(with_headers(request, &headers));
+    }
+    if let Some(scoped) = rest_scoped(req.method, req.path) {
+        return route_rest_scoped(req, scoped, &headers);
     }
     match rest_op(req.method, req.path) {
         Some((op, task_id, base)) => route_rest(req, op, task_id, base, &headers),
@@ -110,8 +114,14 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
     };
     let params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
     let path = path_and_query(req);
-    // Methods Tether has no part in (task lists, push configs, extended card, extensions)
-    // go to the agent as they are.
+    // Task lists and push configs go to the agent, scoped to the caller's account.
+    if let Some((version, scope)) = scoped_method(method) {
+        let client = Client::new(Transport::JsonRpc, version, Op::Get, id);
+        let request = with_headers(AgentRequest::post(path, body), headers);
+        return scoped_forward(&client, scope, &params, request);
+    }
+    // Methods Tether has no part in (extended card, extensions) go to the agent as they
+    // are.
     let Some((version, op)) = method_op(method) else {
         return Route::Forward(with_headers(AgentRequest::post(path, body), headers));
     };
@@ -183,9 +193,14 @@ fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
     match op {
         // Methods Tether has no part in go to the agent as the v1.0 JSON-RPC call, at `/`
         // (a2a-sdk's mount); the upstream adapter makes it a gRPC call to a gRPC agent.
+        // Task lists and push configs are scoped to the caller's account.
         None => {
             let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "method": method.name(), "params": params });
-            Route::Forward(with_headers(AgentRequest::post("/", body), &headers))
+            let request = with_headers(AgentRequest::post("/", body), &headers);
+            match scoped_method(method.name()) {
+                Some((_, scope)) => scoped_forward(&client, scope, &params, request),
+                None => Route::Forward(request),
+            }
         }
         Some(op @ (Op::Send | Op::Stream)) => {
             run_turn(&client, req.path, &headers, &params, op == Op::Stream)
@@ -262,12 +277,140 @@ fn route_rest(
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Methods the agent answers, scoped to the caller's account
+// ---------------------------------------------------------------------------------------
+
+/// How a method Tether forwards is scoped: a listing of tasks keeps the caller's own; a
+/// push-notification config method names one task, which must be the caller's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scope {
+    Listing,
+    /// Where the params name the task: v1.0's `taskId`; v0.3's set has `taskId`, its get,
+    /// list and delete `id`.
+    Task(&'static str),
+}
+
+/// The scoped methods, by JSON-RPC name (v1.0's are the gRPC service's too).
+#[rustfmt::skip]
+const SCOPED_METHODS: &[(&str, Version, Scope)] = &[
+    ("ListTasks",                          Version::V10, Scope::Listing),
+    ("tasks/list",                         Version::V03, Scope::Listing),
+    ("CreateTaskPushNotificationConfig",   Version::V10, Scope::Task("taskId")),
+    ("GetTaskPushNotificationConfig",      Version::V10, Scope::Task("taskId")),
+    ("ListTaskPushNotificationConfigs",    Version::V10, Scope::Task("taskId")),
+    ("DeleteTaskPushNotificationConfig",   Version::V10, Scope::Task("taskId")),
+    ("tasks/pushNotificationConfig/set",    Version::V03, Scope::Task("taskId")),
+    ("tasks/pushNotificationConfig/get",    Version::V03, Scope::Task("id")),
+    ("tasks/pushNotificationConfig/list",   Version::V03, Scope::Task("id")),
+    ("tasks/pushNotificationConfig/delete", Version::V03, Scope::Task("id")),
+];
+
+fn scoped_method(method: &str) -> Option<(Version, Scope)> {
+    SCOPED_METHODS
+        .iter()
+        .find(|(name, _, _)| *name == method)
+        .map(|&(_, version, scope)| (version, scope))
+}
+
+/// `request` to the agent, scoped: a listing is filtered to the caller's tasks; a task's
+/// push configs are asked for only when the task is the caller's, and otherwise the task
+/// is not found, as `GetTask` says it.
+fn scoped_forward(client: &Client, scope: Scope, params: &Value, request: AgentRequest) -> Route {
+    match scope {
+        Scope::Listing => Route::ForwardListing(request),
+        Scope::Task(field) => match params.get(field).and_then(Value::as_str) {
+            Some(task_id) if !task_id.is_empty() => Route::ForwardOwned {
+                agent_ref: task_id.to_owned(),
+                request,
+                not_found: task_not_found(client),
+            },
+            _ => ParamError::new(field, "Field is required.").reply(client),
+        },
+    }
+}
+
+/// An HTTP+JSON request Tether forwards scoped: `GET …/tasks` (a listing), or a task's
+/// `…/tasks/{id}/pushNotificationConfigs[/{config}]`, with the task's id.
+fn rest_scoped(method: &str, path: &str) -> Option<Option<String>> {
+    if method == "GET" && path.trim_end_matches('/').ends_with("/tasks") {
+        return Some(None);
+    }
+    if !matches!(method, "GET" | "POST" | "DELETE") {
+        return None;
+    }
+    let i = path.rfind("/tasks/")?;
+    let rest = &path[i + "/tasks/".len()..];
+    let (task_id, configs) = rest.split_once('/')?;
+    let config_path = configs.strip_prefix("pushNotificationConfigs")?;
+    let ok = match config_path {
+        "" | "/" => matches!(method, "GET" | "POST"),
+        named => {
+            let named = named.strip_prefix('/')?;
+            !named.is_empty() && !named.contains('/') && matches!(method, "GET" | "DELETE")
+        }
+    };
+    (ok && !task_id.is_empty()).then(|| Some(decode_segment(task_id)))
+}
+
+/// A scoped HTTP+JSON request: forwarded as it came (method, path and query, body).
+fn route_rest_scoped(
+    req: &ClientRequest,
+    task_id: Option<String>,
+    headers: &[(String, String)],
+) -> Route {
+    let version = match version_header(req).map(header_major) {
+        Some(Some(1)) => Version::V10,
+        _ if req.path.contains("/v1/") => Version::V03,
+        _ => Version::V10,
+    };
+    let client = Client::new(Transport::Rest, version, Op::Get, Value::Null);
+    let body = match req.body.trim_ascii() {
+        [] => None,
+        bytes => match serde_json::from_slice::<Value>(bytes) {
+            Ok(body) => Some(body),
+            Err(e) => {
+                let message = format!("Invalid JSON body: {e}");
+                return reply(rest_error(PARSE_ERROR, &message, None));
+            }
+        },
+    };
+    let method = match req.method {
+        "POST" => "POST",
+        "DELETE" => "DELETE",
+        _ => "GET",
+    };
+    let request = with_headers(
+        AgentRequest {
+            method,
+            path: path_and_query(req),
+            headers: Vec::new(),
+            body,
+            grpc: None,
+        },
+        headers,
+    );
+    match task_id {
+        None => Route::ForwardListing(request),
+        Some(agent_ref) => Route::ForwardOwned {
+            agent_ref,
+            request,
+            not_found: task_not_found(&client),
+        },
+    }
+}
+
+/// The surface's own "task not found", in the client's transport and version.
+fn task_not_found(client: &Client) -> (u16, Value) {
+    let data =
+        (client.version == Version::V10).then(|| json!([error_info("TASK_NOT_FOUND", json!({}))]));
+    client.error(TASK_NOT_FOUND, "Task not found", data)
+}
+
 /// A get, cancel or resubscribe, answered from the log; a task the caller's account has
 /// no run for is not found, as the agent says it.
 fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -> Route {
-    let data =
-        (client.version == Version::V10).then(|| json!([error_info("TASK_NOT_FOUND", json!({}))]));
-    let not_found = client.error(TASK_NOT_FOUND, "Task not found", data);
+    let not_found = task_not_found(client);
     let client = client.to_value();
     match op {
         Op::Get => Route::Get {

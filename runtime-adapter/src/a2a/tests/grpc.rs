@@ -97,7 +97,8 @@ fn task_calls_go_to_the_log_and_others_to_the_agent_as_v10_json_rpc() {
         call_route("SubscribeToTask", &json!({ "id": "t1" }), GRPC),
         Route::Subscribe { .. }
     ));
-    let Route::Forward(forward) = call_route("ListTasks", &json!({ "pageSize": 5 }), GRPC) else {
+    let Route::ForwardListing(forward) = call_route("ListTasks", &json!({ "pageSize": 5 }), GRPC)
+    else {
         panic!()
     };
     assert_eq!(

@@ -275,17 +275,98 @@ fn resubscribe_resumes_after_the_last_event_id() {
 }
 
 #[test]
-fn other_methods_go_to_the_agent_as_they_are() {
+fn task_lists_and_push_configs_go_to_the_agent_scoped_to_the_account() {
     let body = rpc("ListTasks", json!({ "contextId": "c" }));
+    assert_eq!(
+        route("POST", "/", V1, &body),
+        Route::ForwardListing(
+            AgentRequest::post("/", body.clone()).with_header("A2A-Version", "1.0")
+        )
+    );
+    // v0.3 names the task `id` (get, list, delete) or `taskId` (set); v1.0 `taskId`.
+    for (method, params, headers) in [
+        (
+            "tasks/pushNotificationConfig/get",
+            json!({ "id": "t" }),
+            &[][..],
+        ),
+        (
+            "tasks/pushNotificationConfig/set",
+            json!({ "taskId": "t", "pushNotificationConfig": { "url": "http://x" } }),
+            &[][..],
+        ),
+        (
+            "GetTaskPushNotificationConfig",
+            json!({ "taskId": "t", "id": "c1" }),
+            V1,
+        ),
+        (
+            "DeleteTaskPushNotificationConfig",
+            json!({ "taskId": "t", "id": "c1" }),
+            V1,
+        ),
+    ] {
+        let body = rpc(method, params);
+        let Route::ForwardOwned {
+            agent_ref,
+            request,
+            not_found,
+        } = route("POST", "/", headers, &body)
+        else {
+            panic!("{method}")
+        };
+        assert_eq!(agent_ref, "t", "{method}");
+        assert_eq!(request.body, Some(body), "{method}");
+        assert_eq!(
+            (not_found.0, not_found.1["error"]["code"].clone()),
+            (200, json!(-32001)),
+            "{method}"
+        );
+    }
+    // Without the task's id nothing is forwarded.
+    let body = rpc("ListTaskPushNotificationConfigs", json!({}));
+    let Route::Reply { body, .. } = route("POST", "/", V1, &body) else {
+        panic!()
+    };
+    assert_eq!(body["error"]["code"], -32602);
+    // Methods Tether has no part in go as they are.
+    let body = rpc("GetExtendedAgentCard", json!({}));
     assert_eq!(
         route("POST", "/", V1, &body),
         Route::Forward(AgentRequest::post("/", body.clone()).with_header("A2A-Version", "1.0"))
     );
-    let body = rpc("tasks/pushNotificationConfig/get", json!({ "id": "t" }));
-    assert_eq!(
-        route("POST", "/", &[], &body),
-        Route::Forward(AgentRequest::post("/", body.clone()))
-    );
+}
+
+#[test]
+fn http_json_task_lists_and_push_configs_are_scoped_too() {
+    let rest = |method: &str, path: &str, body: &[u8]| {
+        A2aSurface.route(&request(method, path, None, V1, body))
+    };
+    let Route::ForwardListing(list) = rest("GET", "/rest/tasks", b"") else {
+        panic!()
+    };
+    assert_eq!((list.method, list.path.as_str()), ("GET", "/rest/tasks"));
+    let Route::ForwardOwned {
+        agent_ref,
+        request,
+        not_found,
+    } = rest(
+        "POST",
+        "/rest/tasks/t%201/pushNotificationConfigs",
+        br#"{"url": "http://x"}"#,
+    )
+    else {
+        panic!()
+    };
+    assert_eq!(agent_ref, "t 1");
+    assert_eq!(request.body, Some(json!({ "url": "http://x" })));
+    assert_eq!(not_found.0, 404);
+    let Route::ForwardOwned { request, .. } =
+        rest("DELETE", "/rest/tasks/t/pushNotificationConfigs/c1", b"")
+    else {
+        panic!()
+    };
+    assert_eq!(request.method, "DELETE");
 }
 
 #[test]
@@ -305,6 +386,12 @@ fn claims_the_a2a_paths_only() {
         ("POST", "/rest/tasks/abc:cancel"),
         ("GET", "/rest/tasks/abc:subscribe"),
         ("POST", "/rest/v1/tasks/abc:subscribe"),
+        ("GET", "/rest/tasks"),
+        ("GET", "/rest/tasks?contextId=x"),
+        ("GET", "/rest/tasks/abc/pushNotificationConfigs"),
+        ("POST", "/rest/tasks/abc/pushNotificationConfigs"),
+        ("GET", "/rest/v1/tasks/abc/pushNotificationConfigs/c1"),
+        ("DELETE", "/rest/tasks/abc/pushNotificationConfigs/c1"),
     ] {
         assert!(A2aSurface.claims(method, path), "{method} {path}");
     }
@@ -312,9 +399,9 @@ fn claims_the_a2a_paths_only() {
         ("GET", "/"),
         ("GET", "/health"),
         ("POST", "/upload"),
-        ("GET", "/rest/tasks"),
-        ("GET", "/rest/tasks?contextId=x"),
-        ("GET", "/rest/tasks/abc/pushNotificationConfigs"),
+        ("POST", "/rest/tasks"),
+        ("DELETE", "/rest/tasks/abc/pushNotificationConfigs"),
+        ("GET", "/rest/tasks/abc/pushNotificationConfigs/c1/x"),
         ("POST", "/rest/tasks/abc"),
         ("GET", "/rest/tasks/abc:cancel"),
         ("POST", "/rest/tasks/:cancel"),
