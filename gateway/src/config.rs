@@ -30,9 +30,15 @@ pub struct Settings {
     #[arg(long, env = "TETHER_CONF", value_delimiter = ',')]
     #[serde(skip)]
     pub conf: Vec<PathBuf>,
-    /// Address to listen on. [default: 127.0.0.1:8080]
+    /// Address to listen on; port 0 takes any free port (the log's "tether starting" line
+    /// and `ready_file` say which). [default: 127.0.0.1:8080]
     #[arg(long, env = "TETHER_LISTEN")]
     pub listen: Option<String>,
+    /// File Tether writes its listening address to (e.g. `127.0.0.1:43817`) once it
+    /// accepts connections: for scripts and tests that start it on port 0.
+    /// [default: none]
+    #[arg(long, env = "TETHER_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
     /// Base URL of the agent, e.g. http://127.0.0.1:9000. Required: this flag,
     /// TETHER_UPSTREAM or `upstream` in the file.
     #[arg(long, env = "TETHER_UPSTREAM")]
@@ -317,6 +323,7 @@ pub struct Telemetry {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
+    pub ready_file: Option<PathBuf>,
     pub upstream: Upstream,
     pub protocol: Protocol,
     /// How the agent is called (gRPC only for A2A agents).
@@ -466,34 +473,55 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
     span.map(|s| line_at(text, s.start))
 }
 
-/// The store as an error message may name it: the SQLite path, or PostgreSQL's host, port
-/// and database — never the password (nor the user, which an error does not need).
-pub fn describe_store(store: &str) -> String {
-    let Some(rest) = store
-        .strip_prefix("postgres://")
-        .or_else(|| store.strip_prefix("postgresql://"))
-    else {
-        let path = store
-            .strip_prefix("sqlite://")
-            .or_else(|| store.strip_prefix("sqlite:"))
-            .unwrap_or(store);
-        return format!("SQLite store {path}");
-    };
-    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host_port = match host_port {
-        "" => "localhost:5432".to_owned(),
-        h if h.contains(':') && !h.ends_with(']') => h.to_owned(),
-        h => format!("{h}:5432"),
-    };
-    let database = tail
-        .strip_prefix('/')
-        .and_then(|t| t.split('?').next())
-        .filter(|d| !d.is_empty());
-    match database {
-        Some(db) => format!("PostgreSQL store at {host_port} (database {db})"),
-        None => format!("PostgreSQL store at {host_port}"),
+/// A value clap refused for `serve` that came from a `TETHER_*` variable and not a flag:
+/// clap's own message names the flag (`--threads <THREADS>`), which the user never typed.
+/// Named here by its key and variable instead, in the one line of every other
+/// configuration error. `args` are the command line's arguments; `None`: leave the error
+/// to clap (a flag, or not a refused value).
+pub fn refused_variable(e: &clap::Error, args: &[String]) -> Option<ConfigError> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    use std::error::Error as _;
+
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
     }
+    let ContextValue::String(arg) = e.get(ContextKind::InvalidArg)? else {
+        return None;
+    };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    let flag = format!("--{long}");
+    if args
+        .iter()
+        .any(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+    {
+        return None;
+    }
+    let command = Settings::command();
+    let variable = command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))?
+        .get_env()?
+        .to_str()?
+        .to_owned();
+    let value = std::env::var(&variable).ok()?;
+    let why = match (e.source(), e.get(ContextKind::ValidValue)) {
+        (Some(source), _) => format!(": {source}"),
+        (None, Some(ContextValue::Strings(valid))) => format!("; use {}", valid.join(" or ")),
+        _ => String::new(),
+    };
+    // `compaction-summarizer-url` is the key `compaction.summarizer_url`.
+    let key = match long.strip_prefix("compaction-") {
+        Some(rest) => format!("compaction.{}", rest.replace('-', "_")),
+        None => long.replace('-', "_"),
+    };
+    Some(bad(
+        &key,
+        format!("{variable}={value:?} is not a valid value{why}"),
+    ))
 }
 
 impl Settings {
@@ -537,6 +565,7 @@ impl Settings {
         }
         pick!(
             listen,
+            ready_file,
             upstream,
             protocol,
             public_url,
@@ -725,6 +754,7 @@ impl Settings {
             replica_id,
             run_lease,
             listen,
+            ready_file: self.ready_file,
             upstream,
             protocol,
             store,
@@ -1239,31 +1269,6 @@ mod errors_say_where {
         let (path, e) = load_file("upstream = \"http://x\nthreads = 2\n", &[]);
         assert_eq!(e.key, FILE_KEY);
         assert!(e.to_string().starts_with(&format!("{path}:1: ")), "{e}");
-    }
-
-    #[test]
-    fn stores_are_named_without_their_password() {
-        assert_eq!(
-            describe_store("postgres://tether:s3cret@db.internal:6543/log?sslmode=require"),
-            "PostgreSQL store at db.internal:6543 (database log)"
-        );
-        assert_eq!(
-            describe_store("postgresql://u:p@db/log"),
-            "PostgreSQL store at db:5432 (database log)"
-        );
-        assert_eq!(
-            describe_store("postgres://[::1]/x"),
-            "PostgreSQL store at [::1]:5432 (database x)"
-        );
-        assert_eq!(
-            describe_store("postgres:///x"),
-            "PostgreSQL store at localhost:5432 (database x)"
-        );
-        assert_eq!(describe_store("sqlite:/var/t.db"), "SQLite store /var/t.db");
-        assert_eq!(
-            describe_store(".tether/s.sqlite"),
-            "SQLite store .tether/s.sqlite"
-        );
     }
 
     #[test]

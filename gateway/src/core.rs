@@ -50,6 +50,10 @@ impl Store for CoreStore {
         self.inner.backend()
     }
 
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         delegate!(self, |s| s.ping())
     }
@@ -246,6 +250,16 @@ impl Store for CoreStore {
     ) -> Result<Option<session_log::Attachment>, StoreError> {
         let (a, id) = (account_id.to_owned(), file_id.to_owned());
         delegate!(self, |s| s.attachment(&a, &id))
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        record: &session_log::IdempotentRun,
+        since: chrono::DateTime<chrono::Utc>,
+        replacing: Option<&str>,
+    ) -> Result<Option<session_log::IdempotentRun>, StoreError> {
+        let (r, rep) = (record.clone(), replacing.map(str::to_owned));
+        delegate!(self, |s| s.claim_idempotency_key(&r, since, rep.as_deref()))
     }
 
     async fn put_feedback(&self, feedback: &session_log::Feedback) -> Result<(), StoreError> {

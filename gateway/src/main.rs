@@ -37,7 +37,7 @@ use session_log::{Hub, Writer, WriterConfig};
 use crate::client::body::InputLimits;
 use crate::config::{Config, Settings};
 use crate::runs::{agent, Runs};
-use crate::serve::{deadline, Gateway};
+use crate::serve::{deadline, listener, Gateway};
 use crate::state::State;
 
 /// jemalloc rather than glibc's malloc: buffers and events are allocated on Pingora's
@@ -66,9 +66,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let settings = match Cli::parse().command {
-        Command::Serve(settings) => *settings,
-        Command::Operate(command) => return cli::run(command),
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let parsed = Cli::try_parse().map_err(|e| match config::refused_variable(&e, &args) {
+        // Only `serve` reads TETHER_* configuration variables.
+        Some(refused) if args.get(1).map(String::as_str) == Some("serve") => {
+            eprintln!("tether: {refused}");
+            ExitCode::from(2)
+        }
+        _ => e.exit(),
+    });
+    let settings = match parsed {
+        Ok(cli) => match cli.command {
+            Command::Serve(settings) => *settings,
+            Command::Operate(command) => return cli::run(command),
+        },
+        Err(code) => return code,
     };
     let config = match settings.load() {
         Ok(c) => c,
@@ -134,15 +148,15 @@ fn init_tracing(config: &Config, traces: Option<&telemetry::Traces>) {
         .init();
 }
 
-fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn std::error::Error>> {
-    // Pingora binds inside its server, retrying a port in use for 30 s and then panicking
-    // on a service thread, which leaves the process alive and serving nothing; and 0.9
-    // takes no listener bound beforehand. So the address is bound here first, and held
-    // until just before Pingora binds it: a port in use is an error before anything else
+fn serve(
+    mut config: Config,
+    auth: policies::Authenticator,
+) -> Result<(), Box<dyn std::error::Error>> {
+    // Bound first (see serve::listener): a port in use is an error before anything else
     // happens — in particular before a second gateway on the same store closes the first
     // one's runs as abandoned.
-    let reserved = std::net::TcpListener::bind(config.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let bound = listener::bind(config.listen)?;
+    config.listen = bound.addr;
     let core = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("tether-core")
@@ -151,7 +165,7 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
     let handle = core.handle().clone();
 
     // Store errors say which store (never its password): sqlx's alone name nothing.
-    let store_name = config::describe_store(&config.store);
+    let store_name = session_log::describe(&config.store);
     let in_store = |e: session_log::StoreError| format!("{store_name}: {e}");
     let (raw_store, writer, hub) = core.block_on(async {
         let store: Arc<dyn session_log::Store> = if config.store.starts_with("postgres://")
@@ -256,6 +270,7 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
     let mut server = Server::new_with_opt_and_conf(None, server_conf);
     server.bootstrap();
     let listen = config.listen.to_string();
+    let ready_file = config.ready_file.clone();
     let protocol_surface =
         (!config.protocol.sends_history()).then(|| runtime_adapter::surface(config.protocol));
     let drain_on_term = DrainOnTerm {
@@ -308,14 +323,13 @@ fn serve(config: Config, auth: policies::Authenticator) -> Result<(), Box<dyn st
         ListenerConfig::tcp(listen.as_str())
             .l4_buffer(L4BufferSettings::default().read(CLIENT_READ_BUFFER)),
     );
-    server.add_service(proxy);
+    server.add_service(listener::Prebound::new(proxy, bound, ready_file));
     server.add_service(background_service(
         "policies",
         PolicyUpkeep {
             state: state.clone(),
         },
     ));
-    drop(reserved);
     server.run(RunArgs {
         shutdown_signal: Box::new(drain_on_term),
     });
@@ -374,7 +388,8 @@ struct DrainOnTerm {
     grace: std::time::Duration,
 }
 
-/// After the runs, how much longer client streams get to write what they ended with.
+/// After the runs, how much longer client streams get to write what they ended with (a
+/// stream that follows a session and not a run does not end: this bounds it).
 const STREAMS_TAIL: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[async_trait]
@@ -390,13 +405,16 @@ impl ShutdownSignalWatch for DrainOnTerm {
             grace_seconds = self.grace.as_secs(),
             "SIGTERM: draining runs"
         );
-        let deadline = tokio::time::Instant::now() + self.grace;
+        // With no run going, no stream has an end still to come: a session followed
+        // without a run (a console left open) never ends by itself, and must not hold the
+        // exit for the whole grace period.
+        let busy = self.runs.active_count() > 0;
         let (runs, hub, grace) = (self.runs.clone(), self.hub.clone(), self.grace);
         let drained = core::on_core(&self.core, async move {
             // Refuses new runs from here on, and closes as interrupted what outlives grace.
             runs.drain(grace).await;
-            let streams_until = deadline.max(tokio::time::Instant::now()) + STREAMS_TAIL;
-            while hub.subscribers() > 0 && tokio::time::Instant::now() < streams_until {
+            let streams_until = tokio::time::Instant::now() + STREAMS_TAIL;
+            while busy && hub.subscribers() > 0 && tokio::time::Instant::now() < streams_until {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         });

@@ -7,12 +7,15 @@ use std::time::Duration;
 
 use pingora::proxy::Session;
 use pingora::Result;
-use runtime_adapter::{RunInfo, SessionRef, Surface, TurnRequest};
+use runtime_adapter::reconcile::{carries_history, reconcile, split_instructions, Reconciled};
+use runtime_adapter::{Item, RunInfo, SessionRef, Surface, TurnRequest};
 use serde_json::Value;
+use session_log::branch::INPUT_SUPERSEDED;
 use session_log::checkpoints::Phase;
 use session_log::history::ForkError;
 use session_log::{
-    Event, EventQuery, EventType, ForkPoint, Invocation, RunStatus, StoreError, Subscription,
+    Event, EventQuery, EventType, ForkPoint, Invocation, Lineage, RunStatus, Seq, StoreError,
+    Subscription,
 };
 use tokio::time::Instant;
 
@@ -41,7 +44,28 @@ pub async fn run_turn(
     let stream = turn.stream;
     let client = turn.extra.get("client").cloned().unwrap_or(Value::Null);
     let client_trace = spans::client_context(&session.req_header().headers);
-    let prepared = prepare_run(state, account_id, surface, turn, client_trace);
+    let asked = match &turn.session {
+        SessionRef::Named(id) => Some(id.clone()),
+        _ => None,
+    };
+    let key = match idempotency_key(session) {
+        Ok(key) => key,
+        Err(e) => return reply.error(session, &e, surface, &[]).await,
+    };
+    let run_id = new_id("run");
+    if let Some(key) = &key {
+        match Box::pin(claim_key(state, account_id, key, &run_id, asked.as_deref())).await {
+            Ok(None) => {}
+            Ok(Some(first)) => {
+                let repeat = answer_repeat(
+                    state, session, reply, surface, account_id, &first, stream, client,
+                );
+                return Box::pin(repeat).await;
+            }
+            Err(e) => return reply.error(session, &e, surface, &[]).await,
+        }
+    }
+    let prepared = prepare_run(state, account_id, surface, run_id, turn, client_trace);
     let (started, mut events) = match Box::pin(prepared).await {
         Ok(started) => started,
         Err((e, session_id)) => {
@@ -55,12 +79,17 @@ pub async fn run_turn(
     };
     let info = started.info(client);
     let response_id = surface.response_id(&started.run_id);
-    let headers = [
+    let mut headers = vec![
         ("x-session-id", started.session_id.as_str()),
         ("x-run-id", started.run_id.as_str()),
         ("x-response-id", response_id.as_str()),
         ("x-invocation-id", started.invocation_id.as_str()),
     ];
+    // The turn went to another session than the one named (its history diverged): say
+    // which, beside the new one in x-session-id.
+    if let Some(asked) = asked.as_deref().filter(|s| *s != started.session_id) {
+        headers.push(("x-previous-session-id", asked));
+    }
     if stream {
         stream_run(session, reply, surface, &info, &mut events, &headers).await;
         Ok(())
@@ -85,17 +114,27 @@ async fn prepare_run(
     state: &State,
     account_id: &str,
     surface: &'static dyn Surface,
+    run_id: String,
     turn: TurnRequest,
     client_trace: Option<opentelemetry::Context>,
 ) -> std::result::Result<(StartedRun, Subscription), (ApiError, Option<String>)> {
-    let target = resolve_session(state, account_id, surface, &turn.session)
+    let mut turn = turn;
+    turn.system = split_instructions(&mut turn.input);
+    let mut target = resolve_session(state, account_id, surface, &turn.session)
         .await
         .map_err(|e| (e, None))?;
-    // Upload references first (they must be this account's), then every inline
-    // attachment is checked before any is stored: a refused one writes nothing.
+    // Upload references first (they must be this account's), before reconciliation can
+    // fork: a refused turn changes nothing.
     attachments::check_refs(&*state.store, account_id, &turn)
         .await
         .map_err(|e| (e, None))?;
+    let resent = carries_history(&turn.input);
+    if let (Target::Session(id), SessionRef::Named(_), true) = (&target, &turn.session, resent) {
+        target = reconcile_history(state, account_id, id.clone(), &mut turn)
+            .await
+            .map_err(|e| (e, None))?;
+    }
+    // Every inline attachment is checked before any is stored: a refused one writes nothing.
     let (turn, uploads) = attachments::extract(&state.attachments, turn).map_err(|e| (e, None))?;
     let session_id = match target {
         Target::Session(id) => id,
@@ -118,7 +157,7 @@ async fn prepare_run(
     let runs = state.runs.clone();
     let (account, sid) = (account_id.to_owned(), session_id.clone());
     let follow = Subscription::before_append(state.store.clone(), &state.hub, account_id, &sid);
-    let start = async move { runs.start(&account, &sid, turn, follow).await };
+    let start = async move { runs.start(&account, &sid, run_id, turn, follow).await };
     on_core(&state.core, spans::in_client_trace(client_trace, start))
         .await
         .map_err(|e| {
@@ -142,6 +181,137 @@ async fn prepare_run(
             };
             (err, Some(session_id))
         })
+}
+
+/// How long a repeat of an `Idempotency-Key` answers with the first request's run.
+pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Longest `Idempotency-Key` Tether takes.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The request's `Idempotency-Key`, if it has one.
+fn idempotency_key(session: &Session) -> std::result::Result<Option<String>, ApiError> {
+    let Some(value) = session.req_header().headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        ApiError::new(
+            400,
+            "invalid_request_error",
+            "invalid_idempotency_key",
+            format!("Idempotency-Key {why}"),
+        )
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| bad("must be printable ASCII"))?
+        .trim();
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(bad("must be 1 to 255 characters long"));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// Makes `key` (of the account) name the run `run_id` about to start, unless a request
+/// with the same key started a run within [`IDEMPOTENCY_WINDOW`]: then that run's latest
+/// invocation, which answers this repeat. A first run that failed before the agent
+/// produced anything (its input superseded), or that never started, is what a retry is
+/// for: the key moves on to this run. With the store unavailable the request runs as a
+/// new one (a run never waits for the database).
+async fn claim_key(
+    state: &State,
+    account_id: &str,
+    key: &str,
+    run_id: &str,
+    session_id: Option<&str>,
+) -> std::result::Result<Option<Invocation>, ApiError> {
+    let store = &*state.store;
+    let now = chrono::Utc::now();
+    let since = now - chrono::Duration::from_std(IDEMPOTENCY_WINDOW).unwrap_or_default();
+    let record = session_log::IdempotentRun {
+        account_id: account_id.to_owned(),
+        key: key.to_owned(),
+        session_id: session_id.unwrap_or_default().to_owned(),
+        run_id: run_id.to_owned(),
+        created_at: now,
+    };
+    let mut replacing: Option<String> = None;
+    for _ in 0..3 {
+        let first = match store
+            .claim_idempotency_key(&record, since, replacing.as_deref())
+            .await
+        {
+            Ok(None) => return Ok(None),
+            Ok(Some(first)) => first,
+            Err(error) => {
+                tracing::warn!(%error, account_id, "cannot check an Idempotency-Key; the request runs as a new one");
+                return Ok(None);
+            }
+        };
+        let unavailable = |e: StoreError| ApiError::store_unavailable(&e, "cannot read a run");
+        let inv = store
+            .run(account_id, &first.run_id)
+            .await
+            .map_err(unavailable)?;
+        let retry = match &inv {
+            None => true,
+            Some(inv) if inv.status == RunStatus::Failed => {
+                let statuses = EventQuery {
+                    event_types: Some(vec![EventType::RunStatus]),
+                    ..run_query(account_id, inv)
+                };
+                let statuses = store.events(&statuses).await.map_err(unavailable)?;
+                statuses.last().is_some_and(|e| {
+                    e.metadata.get(INPUT_SUPERSEDED).and_then(Value::as_bool) == Some(true)
+                })
+            }
+            Some(_) => false,
+        };
+        if !retry {
+            tracing::info!(account_id, run_id = %first.run_id, "a repeat of an Idempotency-Key answers with its first run");
+            return Ok(inv);
+        }
+        replacing = Some(first.run_id);
+    }
+    Ok(None)
+}
+
+#[allow(clippy::too_many_arguments)] // run_turn's own, and the run it repeats
+/// Answers a repeat of an `Idempotency-Key` with the first request's run: its stream from
+/// the start (the same frames and ids), or its whole response once it ends; the run is
+/// followed live while it goes on.
+async fn answer_repeat(
+    state: &State,
+    session: &mut Session,
+    reply: &mut Reply,
+    surface: &'static dyn Surface,
+    account_id: &str,
+    inv: &Invocation,
+    stream: bool,
+    client: Value,
+) -> Result<()> {
+    let so_far = match run_events(state, account_id, inv).await {
+        Ok(events) => events,
+        Err(e) => return reply.error(session, &e, surface, &[]).await,
+    };
+    let info = run_info(inv, &so_far, client);
+    drop(so_far);
+    let response_id = surface.response_id(&inv.run_id);
+    let headers = [
+        ("x-session-id", inv.session_id.as_str()),
+        ("x-run-id", inv.run_id.as_str()),
+        ("x-response-id", response_id.as_str()),
+        ("x-invocation-id", inv.invocation_id.as_str()),
+        ("x-idempotent-replay", "true"),
+    ];
+    let query = run_query(account_id, inv);
+    let mut events = Subscription::open(state.store.clone(), &state.hub, query);
+    if stream {
+        stream_run(session, reply, surface, &info, &mut events, &headers).await;
+        Ok(())
+    } else {
+        respond_when_done(session, reply, surface, &info, &mut events, &headers).await
+    }
 }
 
 /// Where a turn goes.
@@ -239,7 +409,98 @@ async fn continue_after(
     })
 }
 
-/// Makes the fork a turn after an older response goes to; returns its session id.
+/// Applies the history reconciliation rule (`runtime_adapter::reconcile`) to a turn in a
+/// session that may exist: the turn keeps only its new input and goes on in the session
+/// when its earlier turns match the end of the session's history; when they disagree, it
+/// goes to a fork at the latest checkpoint of the session's active branch before the
+/// first history item they disagree on, with the request's items from that checkpoint
+/// on as its input. With no such checkpoint (they disagree within the session's first
+/// turn), it starts a new session holding the request's items as sent.
+async fn reconcile_history(
+    state: &State,
+    account_id: &str,
+    session_id: String,
+    turn: &mut TurnRequest,
+) -> std::result::Result<Target, ApiError> {
+    // A turn while another runs in the session is refused as busy when it starts; its
+    // history, without the running turn's answer, is no divergence.
+    if state.runs.running_in_session(account_id, &session_id) {
+        return Ok(Target::Session(session_id));
+    }
+    let store = &*state.store;
+    let unavailable = |e: StoreError| ApiError::store_unavailable(&e, "cannot read the history");
+    let Some(lineage) = Lineage::resolve(store, account_id, &session_id)
+        .await
+        .map_err(unavailable)?
+    else {
+        return Ok(Target::Session(session_id));
+    };
+    let history = lineage.history(store, None).await.map_err(unavailable)?;
+    let logged: Vec<(&Event, Item)> = history
+        .events
+        .iter()
+        .filter(|e| e.event_type.is_transcript())
+        .filter_map(|e| Item::from_event(e).map(|item| (e, item)))
+        .collect();
+    let items: Vec<Item> = logged.iter().map(|(_, item)| item.clone()).collect();
+    let diverged = match reconcile(&items, history.summary.is_some(), &turn.input) {
+        Reconciled::Append(new) => {
+            turn.input = new;
+            return Ok(Target::Session(session_id));
+        }
+        Reconciled::Diverged(d) => d,
+    };
+    // The first history item they disagree on; the fork point comes before it.
+    let limit = logged
+        .get(diverged.agreed)
+        .map_or(Seq::MAX, |(e, _)| lineage.position(e));
+    let checkpoints = lineage
+        .events(store, 0, None, Some(&[EventType::RunCheckpoint]), i64::MAX)
+        .await
+        .map_err(unavailable)?;
+    let (branch, _) = lineage.branch(store, None).await.map_err(unavailable)?;
+    let point = checkpoints.iter().rev().find(|e| {
+        let position = lineage.position(e);
+        position < limit && branch.is_active(position, e)
+    });
+    let checkpoint = point.and_then(|e| {
+        let id = e.content.get("checkpoint_id")?.as_str()?;
+        Some((e, id.to_owned()))
+    });
+    let Some((event, checkpoint_id)) = checkpoint else {
+        tracing::info!(
+            account_id,
+            session_id,
+            agreed = diverged.agreed,
+            "the request's history disagrees with the session's first turn; a new session takes it"
+        );
+        turn.input = diverged.input_after(0);
+        turn.session = SessionRef::New;
+        return Ok(Target::Session(new_id("sess")));
+    };
+    let position = lineage.position(event);
+    let kept = logged
+        .iter()
+        .take_while(|(e, _)| lineage.position(e) < position)
+        .count();
+    turn.input = diverged.input_after(kept);
+    tracing::info!(
+        account_id,
+        session_id,
+        agreed = diverged.agreed,
+        kept,
+        checkpoint_id,
+        "the request's history disagrees with the session's; the turn goes to a fork"
+    );
+    Ok(Target::Fork(ForkPoint {
+        session_id,
+        seq: event.seq,
+        checkpoint_id,
+    }))
+}
+
+/// Makes the fork a turn goes to (after an older response, or with a history that
+/// diverged from the session's); returns its session id.
 async fn fork_after(
     state: &State,
     account_id: &str,
@@ -256,11 +517,11 @@ async fn fork_after(
     match forked {
         Ok(forked) => Ok(forked.session_id),
         Err(ForkError::Store(e)) => Err(ApiError::store_unavailable(&e, "cannot fork a session")),
-        Err(ForkError::RunInProgress { .. }) => Err(ApiError::new(
+        Err(ForkError::RunInProgress { run_id, .. }) => Err(ApiError::new(
             409,
             "invalid_request_error",
             "conversation_busy",
-            "the previous response's run is still in progress",
+            format!("the run the fork point belongs to ({run_id}) is still in progress"),
         )),
         Err(e) => Err(ApiError::new(
             404,

@@ -16,6 +16,7 @@ mod params;
 mod percent;
 pub mod projection;
 pub mod protocol;
+pub mod reconcile;
 pub mod responses;
 pub mod sse;
 pub mod surface;

@@ -106,9 +106,12 @@ pub enum Route {
     Reply { status: u16, body: Value },
 }
 
-/// Renders a run's committed events as SSE frames. Every frame carries `id: <seq>` of the
-/// event it came from. Stateful: feed events in seq order (a reconnecting client's
-/// renderer is fed the earlier events and their frames discarded).
+/// Renders a run's committed events as SSE frames. Every frame carries an `id:`: on the
+/// OpenAI surfaces its number in the run's stream (from 0, so distinct and increasing
+/// even when one event renders as several frames, and the cursor a reconnect resumes
+/// after); on the stateful protocols' surfaces the seq of the event it came from.
+/// Stateful: feed events in seq order (a reconnecting client's renderer is fed the
+/// earlier events and their frames discarded).
 pub trait StreamRenderer: Send {
     fn render(&mut self, event: &Event) -> Vec<SseFrame>;
     /// Frames that end the stream after the terminal event (e.g. `data: [DONE]`).

@@ -76,6 +76,10 @@ pub struct TurnRequest {
     pub input: Vec<Item>,
     /// Per-turn instructions (Responses `instructions`); sent upstream, not recorded as history.
     pub instructions: Option<String>,
+    /// The request's system and developer messages, taken out of `input` by
+    /// `reconcile::split_instructions`: this turn's instructions too, sent to the agent
+    /// before the history and never recorded as history.
+    pub system: Vec<Item>,
     pub stream: bool,
     pub tools: Vec<Tool>,
     /// `"auto"`, `"none"`, `"required"`, or a function name to force.
@@ -99,6 +103,7 @@ impl TurnRequest {
             session: SessionRef::New,
             input: Vec::new(),
             instructions: None,
+            system: Vec::new(),
             stream: false,
             tools: Vec::new(),
             tool_choice: None,

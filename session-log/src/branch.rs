@@ -11,6 +11,11 @@
 //! holding it, back to its start, then the branch at that segment's cut, and so on back
 //! to the first segment. A resume's own input (a replayed tool result, an instruction)
 //! is committed just before its `in_progress` and belongs to its segment.
+//!
+//! An invocation that failed before the agent produced anything says so on its terminal
+//! `run_status` ([`INPUT_SUPERSEDED`]): its input (the user's message of a turn that got
+//! no answer) stays in the log but is superseded too, so that a client retrying after an
+//! outage does not find copies of its message stacked in the history.
 
 use std::collections::HashMap;
 
@@ -18,6 +23,10 @@ use serde_json::Value;
 
 use crate::checkpoints::RESUMED_FROM;
 use crate::event::{Event, EventType, RunStatus, Seq};
+
+/// Metadata key on a terminal `run_status`: the invocation failed before the agent
+/// produced anything, and its transcript (its input) is superseded.
+pub const INPUT_SUPERSEDED: &str = "input_superseded";
 
 /// A resume: where its segment starts and the checkpoint position it continues after.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +42,8 @@ pub struct Branch {
     active: Vec<(Seq, Seq)>,
     /// Where each resumed invocation's segment starts.
     resumed: HashMap<String, Seq>,
+    /// Invocations whose transcript is superseded because they failed with no answer.
+    unanswered: std::collections::HashSet<String>,
 }
 
 impl Branch {
@@ -52,8 +63,16 @@ impl Branch {
             .collect();
         let mut segments: Vec<Segment> = Vec::new();
         let mut resumed = HashMap::new();
+        let mut unanswered = std::collections::HashSet::new();
         for (position, e) in markers {
             match e.event_type {
+                EventType::RunStatus
+                    if e.metadata.get(INPUT_SUPERSEDED).and_then(Value::as_bool) == Some(true) =>
+                {
+                    if let Some(inv) = &e.invocation_id {
+                        unanswered.insert(inv.clone());
+                    }
+                }
                 EventType::RunCheckpoint => {
                     if let Some(id) = e.content.get("checkpoint_id").and_then(Value::as_str) {
                         checkpoints.insert(id, position);
@@ -92,11 +111,23 @@ impl Branch {
                 }
             }
         }
-        Branch { active, resumed }
+        Branch {
+            active,
+            resumed,
+            unanswered,
+        }
     }
 
     /// Whether the event at `position` is on the branch.
     pub fn is_active(&self, position: Seq, event: &Event) -> bool {
+        if event.event_type.is_transcript()
+            && event
+                .invocation_id
+                .as_ref()
+                .is_some_and(|inv| self.unanswered.contains(inv))
+        {
+            return false;
+        }
         // A resume's input comes just before its `in_progress`, inside its segment.
         let position = event
             .invocation_id
@@ -224,6 +255,26 @@ mod tests {
             .map(|e| e.seq)
             .collect();
         assert_eq!(active, [1, 3]);
+    }
+
+    #[test]
+    fn the_input_of_a_run_that_failed_unanswered_is_superseded() {
+        let mut failed = event(
+            3,
+            "i1",
+            EventType::RunStatus,
+            run_status_content(RunStatus::Failed, Some("agent_unreachable")),
+        );
+        failed.metadata = json!({ INPUT_SUPERSEDED: true });
+        let events = [
+            message(1, "i1"),
+            started(2, "i1", None),
+            failed,
+            message(4, "i2"),
+            started(5, "i2", None),
+        ];
+        // The markers stay (a run happened and failed); the unanswered message does not.
+        assert_eq!(active(&events, None), [2, 3, 4, 5]);
     }
 
     #[test]

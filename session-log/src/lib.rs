@@ -15,13 +15,13 @@ pub mod tail;
 pub mod writer;
 
 // The backends live in `backend/`; their modules keep the paths they had at the crate root.
-pub use backend::factory::{open, open_journaled};
+pub use backend::factory::{describe, open, open_journaled};
 pub use backend::{journal, postgres, sqlite};
 pub use event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
-    Rating, Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
+    Invocation, Lease, Rating, Renewed, Store, StoreError,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

@@ -197,6 +197,17 @@ pub struct Feedback {
     pub created_at: DateTime<Utc>,
 }
 
+/// The run a client's first request with an `Idempotency-Key` started (see
+/// [`Store::claim_idempotency_key`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IdempotentRun {
+    pub account_id: String,
+    pub key: String,
+    pub session_id: String,
+    pub run_id: String,
+    pub created_at: DateTime<Utc>,
+}
+
 /// Where `Store::append_seqs` put each event of a batch.
 #[derive(Debug, Default)]
 pub struct Appended {
@@ -242,6 +253,10 @@ pub enum Imported {
 pub trait Store: Send + Sync + 'static {
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
+
+    /// The store as errors and logs name it: the SQLite file, or PostgreSQL's host, port
+    /// and database (never credentials).
+    fn describe(&self) -> String;
 
     /// Succeeds when the database answers a trivial query.
     async fn ping(&self) -> Result<(), StoreError>;
@@ -410,6 +425,17 @@ pub trait Store: Send + Sync + 'static {
         account_id: &str,
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError>;
+
+    /// Makes `record` the run of its account's idempotency key, unless the key already
+    /// names a run recorded at or after `since` (other than `replacing`, a run being
+    /// retried): then that record is returned and nothing changes. `None`: the key is
+    /// `record`'s now. One statement, so two requests with the same key cannot both win.
+    async fn claim_idempotency_key(
+        &self,
+        record: &IdempotentRun,
+        since: DateTime<Utc>,
+        replacing: Option<&str>,
+    ) -> Result<Option<IdempotentRun>, StoreError>;
 
     /// Stores one feedback record.
     async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError>;

@@ -120,7 +120,7 @@ fn append_with_retry<'a>(
                 Err(error) => {
                     stats.failing.store(true, Ordering::Relaxed);
                     let failures = stats.commit_failures.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::error!(%error, events = events.len(), failures, "session log commit failed; retrying");
+                    tracing::error!(%error, store = %store.describe(), events = events.len(), failures, "session log commit failed; retrying");
                     if !error.is_transient() {
                         refusals += 1;
                         if refusals >= REFUSALS_BEFORE_SPLIT {

@@ -37,6 +37,10 @@ const SQLITE: &[(i64, &str)] = &[
         8,
         "78ab6387edc4dcd0225cc790927025e1131d4850ee7d151dd853b1e0c341f48fe540923dde4648102bad8b858a7f7cfe",
     ),
+    (
+        9,
+        "c72443ce002d3617dab141423a5dde24fb5519756a6b1860e0eb0e1ccca986f1f785711b622fb16a01a22f0c8f07426d",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -77,6 +81,10 @@ const POSTGRES: &[(i64, &str)] = &[
     ),    (
         14,
         "9444a378eb247ac4752d46229b0acf69d63c52d0ebeea8aac6b47e6d0b5d08262c37fdd330876cd2f8b3e6662594f6d1",
+    ),
+    (
+        10,
+        "9583d3de2b1814b21d33fcb2822a88e3d9821e09696aba9a3576e70b1dc622b2b30723be1fd6d9f3a6aa659bee856be8",
     ),
 ];
 

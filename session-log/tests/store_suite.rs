@@ -200,6 +200,7 @@ store_suite!(
     fresh_claims_are_written_by_the_append_that_opens_them,
     agent_refs_find_the_latest_invocation_of_the_account,
     feedback_is_listed_newest_first_per_account_and_session_and_readable,
+    an_idempotency_key_names_one_run_per_account_within_its_window,
     an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten,
 );
 
@@ -256,6 +257,15 @@ async fn all_events(store: &dyn Store, account: &str, session: &str) -> Vec<sess
 async fn ping_and_empty_batch(b: Backend) {
     b.store.ping().await.expect("ping");
     assert!(["sqlite", "postgres"].contains(&b.store.backend()));
+    // An opened store names itself as its URL does before it is opened (for errors that
+    // come before it exists), and never with the password.
+    assert_eq!(b.store.describe(), session_log::describe(&b.url));
+    if let Some((_, password)) = b.url.split_once("://").and_then(|(_, r)| {
+        let userinfo = r.split_once('@')?.0;
+        userinfo.split_once(':')
+    }) {
+        assert!(!b.store.describe().contains(password));
+    }
     assert!(b.store.append(&[]).await.expect("empty append").is_empty());
     let account = unique("acct");
     assert_eq!(b.store.session(&account, "nope").await.unwrap(), None);
@@ -2048,6 +2058,73 @@ async fn agent_refs_find_the_latest_invocation_of_the_account(b: Backend) {
         (found.session_id, found.invocation_id),
         (claimed_session, claimed)
     );
+}
+
+async fn an_idempotency_key_names_one_run_per_account_within_its_window(b: Backend) {
+    use chrono::{Duration, Utc};
+    use session_log::IdempotentRun;
+    let (account, other, key) = (unique("acct"), unique("acct"), unique("key"));
+    let now = Utc::now();
+    let record = |account: &str, run: &str, at| IdempotentRun {
+        account_id: account.to_owned(),
+        key: key.clone(),
+        session_id: "s".to_owned(),
+        run_id: run.to_owned(),
+        created_at: at,
+    };
+    let window = now - Duration::hours(24);
+    let first = record(&account, "run_1", now);
+    assert_eq!(
+        b.store
+            .claim_idempotency_key(&first, window, None)
+            .await
+            .unwrap(),
+        None,
+        "a new key is claimed"
+    );
+    // A repeat finds the first run, and changes nothing.
+    let found = b
+        .store
+        .claim_idempotency_key(&record(&account, "run_2", now), window, None)
+        .await
+        .unwrap()
+        .expect("the first record");
+    assert_eq!(found.run_id, "run_1");
+    assert_eq!(found.created_at.timestamp_millis(), now.timestamp_millis());
+    // Another account's key of the same name is its own.
+    assert_eq!(
+        b.store
+            .claim_idempotency_key(&record(&other, "run_x", now), window, None)
+            .await
+            .unwrap(),
+        None
+    );
+    // A retry of a failed first run takes the key over; a stale one is replaced too.
+    let retry = record(&account, "run_3", now);
+    assert_eq!(
+        b.store
+            .claim_idempotency_key(&retry, window, Some("run_1"))
+            .await
+            .unwrap(),
+        None
+    );
+    let later = now + Duration::hours(25);
+    let fresh = record(&account, "run_4", later);
+    assert_eq!(
+        b.store
+            .claim_idempotency_key(&fresh, later - Duration::hours(24), None)
+            .await
+            .unwrap(),
+        None,
+        "past its window a key starts over"
+    );
+    let found = b
+        .store
+        .claim_idempotency_key(&record(&account, "run_5", later), later, Some("run_3"))
+        .await
+        .unwrap()
+        .expect("run_4 holds the key");
+    assert_eq!(found.run_id, "run_4");
 }
 
 async fn feedback_is_listed_newest_first_per_account_and_session_and_readable(b: Backend) {

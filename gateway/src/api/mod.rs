@@ -323,3 +323,73 @@ mod tests {
         assert_eq!(query_value("%ff"), None);
     }
 }
+
+/// The README documents every action this API answers with a request a reader can paste.
+#[cfg(test)]
+mod documented {
+    use super::ACTIONS;
+
+    /// The README's "Control API" section.
+    fn control_api_section() -> String {
+        // At run time, not build time: a shared target directory may hold a binary built
+        // in another checkout.
+        let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test");
+        let readme = std::fs::read_to_string(format!("{crate_dir}/../README.md")).unwrap();
+        let start = readme
+            .find("\n## Control API\n")
+            .expect("README has the control API");
+        let section = &readme[start + 1..];
+        let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+        section[..end].to_owned()
+    }
+
+    /// The shell command (its continuation lines joined) that holds `at`.
+    fn command_at(text: &str, at: usize) -> String {
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let mut end = at;
+        loop {
+            end = text[end..].find('\n').map_or(text.len(), |i| end + i);
+            if !text[..end].ends_with('\\') || end == text.len() {
+                return text[start..end].to_owned();
+            }
+            end += 1;
+        }
+    }
+
+    #[test]
+    fn every_action_has_a_row_and_a_curl_example_with_its_request() {
+        let section = control_api_section();
+        let mut missing = Vec::new();
+        for action in ACTIONS {
+            if !section.contains(&format!("| `{action}`")) {
+                missing.push(format!("{action}: no row in the table"));
+            }
+            let call = format!("curl -s $A/{action}");
+            let call_n = format!("curl -sN $A/{action}");
+            let quoted = format!("\"$A/{action}?");
+            let examples: Vec<String> = section
+                .match_indices(&call)
+                .chain(section.match_indices(&call_n))
+                .chain(section.match_indices(&quoted))
+                .map(|(at, _)| command_at(&section, at))
+                .collect();
+            // A POST with its JSON body inline, or a GET with its query string.
+            let with_request = examples.iter().any(|c| {
+                c.contains(&format!("$A/{action} -d '{{"))
+                    || c.contains(&format!("$A/{action}?"))
+                        && c[c.find(&format!("$A/{action}?")).unwrap()..].contains('=')
+            });
+            if !with_request {
+                missing.push(format!(
+                    "{action}: no curl example with its request body ({} examples)",
+                    examples.len()
+                ));
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "README, Control API:\n{}",
+            missing.join("\n")
+        );
+    }
+}

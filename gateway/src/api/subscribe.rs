@@ -113,7 +113,7 @@ pub async fn handle(
         if finished {
             // An inherited run: its events are all there is.
             let last = events.last().map_or(params.after_seq, |e| e.seq);
-            let _ = write!(out, "id: {last}\ndata: [DONE]\n\n");
+            let _ = write!(out, "id: {}\ndata: [DONE]\n\n", done_id(last));
         }
         session
             .write_response_body(Some(out.into()), finished)
@@ -124,7 +124,8 @@ pub async fn handle(
     }
     if finished {
         // A finished run with nothing after the cursor: nothing to wait for.
-        return stream::write_frames(session, &[SseFrame::data("[DONE]")], true).await;
+        let done = SseFrame::data("[DONE]").with_id(done_id(params.after_seq));
+        return stream::write_frames(session, &[done], true).await;
     }
     let mut events = Subscription::open(state.store.clone(), &state.hub, query);
     let deadline = Instant::now() + state.config.subscribe_timeout;
@@ -133,7 +134,7 @@ pub async fn handle(
         encode_event(event, out);
         let last = follows_one_run && event.is_terminal();
         if last {
-            let _ = write!(out, "id: {}\ndata: [DONE]\n\n", event.seq);
+            let _ = write!(out, "id: {}\ndata: [DONE]\n\n", done_id(event.seq));
         }
         last
     })
@@ -143,6 +144,15 @@ pub async fn handle(
         let _ = session.write_response_body(None, true).await;
     }
     Ok(())
+}
+
+/// The `id:` of the `[DONE]` that follows the event at `seq`: one past it, so that every
+/// frame's id is distinct and increasing. Only a stream that follows one invocation ends
+/// with `[DONE]`, and nothing of that invocation comes after its terminal event, so
+/// resuming after this id (`AfterSeqId`, `Last-Event-ID`) finds the stream finished and
+/// skips nothing.
+fn done_id(seq: i64) -> i64 {
+    seq + 1
 }
 
 /// Appends the frame of one event: `id: <seq>` and its JSON as one `data:` line (compact

@@ -1,8 +1,9 @@
 //! The OpenAI routes Tether answers itself: `POST /v1/responses` and
 //! `POST /v1/chat/completions` start a run, and the stored-response routes under
-//! `/v1/responses/{id}` (in `responses`) read one back from the log.
+//! `/v1/responses/{id}` and `/v1/chat/completions/{id}` (in `stored`) read one back from
+//! the log.
 
-pub mod responses;
+pub mod stored;
 
 use pingora::proxy::Session;
 use pingora::Result;

@@ -61,6 +61,7 @@ pub(super) async fn drive(
         agent_ref: None,
         done: None,
         error: None,
+        produced: false,
         trace: tracing::Span::current(),
     };
     let mut response = match answer {
@@ -236,6 +237,8 @@ struct Recorder<'a> {
     agent_ref: Option<String>,
     done: Option<Option<Value>>,
     error: Option<(String, String)>,
+    /// Whether the agent produced any text, reasoning or item.
+    produced: bool,
     /// The run's span (see `telemetry::spans::run`).
     trace: tracing::Span,
 }
@@ -269,7 +272,8 @@ impl Recorder<'_> {
     /// How the agent's answer ended, from what was recorded, its HTTP status and whether
     /// the connection broke.
     fn outcome(self, status: u16, broken: Option<AgentError>) -> Outcome {
-        match (self.error, self.done, broken) {
+        let produced = self.produced;
+        let mut outcome = match (self.error, self.done, broken) {
             (Some((code, message)), _, _) => Outcome::failed(&code, message),
             (None, _, _) if !(200..300).contains(&status) => {
                 Outcome::failed("agent_error", format!("the agent answered HTTP {status}"))
@@ -280,7 +284,9 @@ impl Recorder<'_> {
                 "agent_closed_early",
                 "the agent ended its response before the turn was complete",
             ),
-        }
+        };
+        outcome.produced |= produced;
+        outcome
     }
 
     async fn record(&mut self, outputs: Vec<Output>) {
@@ -305,6 +311,13 @@ impl Recorder<'_> {
             }
         };
         for output in outputs {
+            self.produced |= matches!(
+                output,
+                Output::TextDelta(_)
+                    | Output::ReasoningDelta(_)
+                    | Output::Item(_)
+                    | Output::ItemWith(..)
+            );
             let step = match &output {
                 Output::Item(Item::ToolCall { call_id, .. }) => {
                     Some((Phase::AfterToolCall, call_id.clone()))

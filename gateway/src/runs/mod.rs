@@ -18,6 +18,7 @@ use std::time::Duration;
 use runtime_adapter::compaction::estimate_tokens;
 use runtime_adapter::{project, Cancel, Item, RunInfo, SessionRef, TurnRequest, Upstream};
 use serde_json::{json, Value};
+use session_log::branch::INPUT_SUPERSEDED;
 use session_log::checkpoints::{CheckpointPolicy, Phase, RESUMED_FROM};
 use session_log::event::run_status_content;
 use session_log::{
@@ -152,6 +153,8 @@ struct Outcome {
     status: RunStatus,
     error: Option<(String, String)>,
     usage: Option<Value>,
+    /// Whether the agent produced anything (text, reasoning, an item) before the end.
+    produced: bool,
 }
 
 /// A run's driver task ended without an outcome: it panicked (logged and counted in
@@ -179,6 +182,7 @@ impl Outcome {
             status: RunStatus::Completed,
             error: None,
             usage,
+            produced: true,
         }
     }
 
@@ -187,6 +191,7 @@ impl Outcome {
             status: RunStatus::Failed,
             error: Some((code.to_owned(), message.into())),
             usage: None,
+            produced: false,
         }
     }
 
@@ -196,6 +201,7 @@ impl Outcome {
                 status: RunStatus::Cancelled,
                 error: None,
                 usage: None,
+                produced: true,
             },
             Stop::Shutdown => Outcome {
                 status: RunStatus::Interrupted,
@@ -204,6 +210,7 @@ impl Outcome {
                     "the gateway shut down during the run".into(),
                 )),
                 usage: None,
+                produced: true,
             },
             Stop::LeaseLost => Outcome {
                 status: RunStatus::Interrupted,
@@ -212,6 +219,7 @@ impl Outcome {
                     "the gateway lost its lease on the run".into(),
                 )),
                 usage: None,
+                produced: true,
             },
         }
     }
@@ -300,6 +308,15 @@ impl Runs {
             .map(|(inv, r)| (r.run_id.clone(), inv.clone()))
     }
 
+    /// Whether a run of the session is running on this gateway, not counting one whose
+    /// end is being written (its client may have its answer already).
+    pub fn running_in_session(&self, account_id: &str, session_id: &str) -> bool {
+        self.active()
+            .by_invocation
+            .values()
+            .any(|r| !r.finishing && r.session_key.0 == account_id && r.session_key.1 == session_id)
+    }
+
     /// A `run_checkpoint` event of `run` recorded by Tether.
     fn checkpoint_event(
         &self,
@@ -324,8 +341,9 @@ impl Runs {
         self.active().by_invocation.len()
     }
 
-    /// Starts a run: records the turn's input and `in_progress`, then drives the agent
-    /// from a task of its own. Must be called on the core runtime.
+    /// Starts the run `run_id` (chosen by the caller, so that an idempotency key can name
+    /// it before it exists): records the turn's input and `in_progress`, then drives the
+    /// agent from a task of its own. Must be called on the core runtime.
     ///
     /// `follow` is the client's view of the session, opened before the start: it comes
     /// back as the subscription of the run's events from its first one, which reads
@@ -334,10 +352,11 @@ impl Runs {
         self: &Arc<Self>,
         account_id: &str,
         session_id: &str,
+        run_id: String,
         turn: TurnRequest,
         follow: BeforeAppend,
     ) -> Result<(StartedRun, Subscription), StartError> {
-        self.launch(account_id, session_id, turn, None, follow)
+        self.launch(account_id, session_id, Some(run_id), turn, None, follow)
             .await
     }
 
@@ -352,7 +371,7 @@ impl Runs {
         from: ResumeFrom,
         follow: BeforeAppend,
     ) -> Result<(StartedRun, Subscription), StartError> {
-        self.launch(account_id, session_id, turn, Some(from), follow)
+        self.launch(account_id, session_id, None, turn, Some(from), follow)
             .await
     }
 
@@ -360,6 +379,7 @@ impl Runs {
         self: &Arc<Self>,
         account_id: &str,
         session_id: &str,
+        run_id: Option<String>,
         turn: TurnRequest,
         resume: Option<ResumeFrom>,
         follow: BeforeAppend,
@@ -367,6 +387,7 @@ impl Runs {
         let run_id = resume
             .as_ref()
             .map(|r| r.run_id.clone())
+            .or(run_id)
             .unwrap_or_else(|| new_id("run"));
         // Taken before anything is written, and held by the supervisor until the run's end
         // is committed: a client that leaves does not free the slot, the run ending does.
@@ -817,6 +838,12 @@ impl Runs {
         let mut metadata = serde_json::Map::new();
         if let Some(usage) = outcome.usage {
             metadata.insert("usage".into(), usage);
+        }
+        // A run that failed before the agent produced anything leaves its input in the
+        // log but out of later histories (see `session_log::branch`): a client's retry
+        // after an outage does not stack copies of it.
+        if outcome.status == RunStatus::Failed && !outcome.produced {
+            metadata.insert(INPUT_SUPERSEDED.into(), json!(true));
         }
         // Where the next turn's adapter finds the agent's handle for this run.
         if let Some(agent_ref) = self.agent_ref(&run.invocation_id) {

@@ -6,6 +6,7 @@
 
 pub mod deadline;
 mod health;
+pub mod listener;
 mod route;
 
 use std::sync::Arc;

@@ -49,6 +49,7 @@ impl Area {
         } else if path == "/v1/responses"
             || path == "/v1/chat/completions"
             || path.starts_with("/v1/responses/")
+            || path.starts_with("/v1/chat/completions/")
         {
             Area::OpenAi
         } else {
@@ -129,8 +130,20 @@ pub async fn route(
         }
         (method, path) if path.starts_with("/v1/responses/") => {
             let rest = &path["/v1/responses/".len()..];
-            Box::pin(openai::responses::handle(
-                state, session, account_id, method, rest,
+            let protocol = Protocol::OpenAiResponses;
+            Box::pin(openai::stored::handle(
+                state, session, account_id, method, protocol, rest,
+            ))
+            .await?;
+            Ok(true)
+        }
+        (method, path)
+            if path.starts_with("/v1/chat/completions/") && state.protocol_surface.is_none() =>
+        {
+            let rest = &path["/v1/chat/completions/".len()..];
+            let protocol = Protocol::OpenAiChat;
+            Box::pin(openai::stored::handle(
+                state, session, account_id, method, protocol, rest,
             ))
             .await?;
             Ok(true)

@@ -13,23 +13,31 @@ pub fn control(tether: &Tether, action: &str, body: Value) -> Reply {
     )
 }
 
-/// Starts a slow streamed run and reads it until `k` text deltas have arrived.
-/// Returns (stream, session, invocation, text so far, last id seen).
+/// Starts a slow streamed run, subscribes to it with SubscribeRunEvents and reads that
+/// until `k` text deltas have arrived. Returns (the run's own stream, session, invocation,
+/// text so far, last id seen on the subscription).
 fn read_some(tether: &Tether, k: usize) -> (SseStream, String, String, String, i64) {
-    let mut sse = SseStream::post(
+    let sse = SseStream::post(
         &format!("{}/v1/chat/completions", tether.url()),
         &Surface::Chat.body("slow:12:60", None, true),
     );
     let session = sse.session_id.clone().unwrap();
     let invocation = sse.invocation_id.clone().expect("x-invocation-id header");
+    let mut sub = SseStream::get(
+        &format!(
+            "{}/agentengine/api/v1/SubscribeRunEvents?SessionId={session}&InvocationId={invocation}",
+            tether.url()
+        ),
+        &[],
+    );
     let (mut text, mut deltas, mut last_id) = (String::new(), 0, 0);
     while deltas < k {
-        let event = sse.next_event().unwrap();
+        let event = sub.next_event().unwrap();
         last_id = event.id.as_deref().unwrap().parse().unwrap();
-        let delta = Surface::Chat.delta(&event);
-        if !delta.is_empty() {
+        let v = event.json();
+        if v["EventType"] == "text_delta" {
             deltas += 1;
-            text.push_str(&delta);
+            text.push_str(v["Content"]["delta"].as_str().unwrap());
         }
     }
     (sse, session, invocation, text, last_id)
@@ -102,6 +110,17 @@ fn reconnect_after_a_cursor_loses_and_repeats_nothing() {
         let (rest, _, done) =
             read_subscription(SseStream::get(&format!("{base}&AfterSeqId={last}"), &[]));
         assert!(done && rest.is_empty());
+        // [DONE] has an id of its own, one past the terminal event's: resuming after it
+        // finds the run finished.
+        let frames = SseStream::get(&base, &[]).collect();
+        let done = frames.last().unwrap();
+        assert_eq!(done.data, "[DONE]");
+        let done_id: i64 = done.id.as_deref().unwrap().parse().unwrap();
+        assert_eq!(done_id, last + 1);
+        let after_done =
+            SseStream::get(&base, &[("last-event-id", &done_id.to_string())]).collect();
+        assert_eq!(after_done.len(), 1);
+        assert_eq!(after_done[0].data, "[DONE]");
     }
 }
 

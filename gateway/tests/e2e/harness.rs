@@ -283,13 +283,16 @@ impl Tether {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Tether {
-        let port = free_port();
         let log = tempfile::NamedTempFile::new().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        // Port 0: Tether binds whatever port is free and writes which to the ready file,
+        // so no other process can take the port between a choice and Tether's bind.
+        let ready = tempfile::tempdir().unwrap();
+        let ready_file = ready.path().join("ready");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
             .arg("serve")
             .args([
                 "--listen",
-                &format!("127.0.0.1:{port}"),
+                "127.0.0.1:0",
                 "--upstream",
                 upstream,
                 "--protocol",
@@ -297,6 +300,8 @@ impl Tether {
                 "--store",
                 store,
             ])
+            .arg("--ready-file")
+            .arg(&ready_file)
             .args(extra)
             .env("TETHER_SHUTDOWN_GRACE_SECONDS", "1")
             .env_remove("TETHER_CONF")
@@ -305,6 +310,21 @@ impl Tether {
             .stderr(log.reopen().unwrap())
             .spawn()
             .expect("start tether");
+        let mut addr = String::new();
+        wait_until("tether's ready file", Duration::from_secs(30), || {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(log.path()).unwrap_or_default();
+                panic!("tether exited with {status}: {log}");
+            }
+            addr = std::fs::read_to_string(&ready_file).unwrap_or_default();
+            !addr.is_empty()
+        });
+        let port = addr
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the ready file holds {addr:?}"));
         let mut tether = Tether { port, child, log };
         let url = tether.url();
         wait_until("tether to answer /healthz", Duration::from_secs(30), || {

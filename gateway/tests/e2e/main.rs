@@ -11,6 +11,7 @@ mod browser;
 mod chaos;
 mod checkpoints;
 mod cli;
+mod clients;
 mod console;
 mod control;
 mod deploy;

@@ -1,6 +1,7 @@
 //! The gateway as a process: how it fails to start (one line naming what and where, a
-//! non-zero exit, at once), how it stops on SIGTERM (as soon as its runs are done), and
-//! its command line (bare boolean flags, defaults in `--help`).
+//! non-zero exit, at once), how it stops on SIGTERM (as soon as its runs are done, the
+//! grace period being the most it waits), and its command line (bare boolean flags,
+//! defaults in `--help`).
 
 use std::net::TcpListener;
 use std::process::{Command, ExitStatus, Stdio};
@@ -87,6 +88,28 @@ fn a_port_in_use_is_one_line_and_a_failed_exit_at_once() {
 }
 
 #[test]
+fn a_second_gateway_on_the_first_ones_port_fails_and_the_first_serves_on() {
+    // The first took port 0 and said which in its ready file (see the harness).
+    let (store, _agent, first) = chat_gateway(&[]);
+    let listen = format!("127.0.0.1:{}", first.port);
+    let (status, stderr, elapsed) =
+        run_tether(&serve_args(&listen, &store.url), Duration::from_secs(10));
+    let status = status.expect("the second tether exits by itself");
+    assert!(!status.success(), "{status}: {stderr}");
+    assert!(elapsed < Duration::from_secs(1), "exited after {elapsed:?}");
+    let line = one_line(&stderr);
+    assert_eq!(
+        line,
+        format!("tether: cannot listen on {listen}: Address already in use (os error 98)")
+    );
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", first.url()),
+        &Surface::Chat.body("hello", None, false),
+    );
+    assert_eq!(reply.status, 200, "the first still serves: {}", reply.body);
+}
+
+#[test]
 fn sigterm_on_an_idle_gateway_exits_within_a_second() {
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
     let agent = FakeAgent::start();
@@ -113,6 +136,35 @@ fn sigterm_on_an_idle_gateway_exits_within_a_second() {
     assert!(
         elapsed < Duration::from_secs(1),
         "idle SIGTERM took {elapsed:?}: {}",
+        tether.log_text()
+    );
+}
+
+#[test]
+fn sigterm_with_no_run_exits_within_a_second_though_a_session_is_followed() {
+    // A console left open follows its session (SubscribeRunEvents without an invocation),
+    // a stream that never ends by itself: with no run going there is nothing to wait for.
+    let (_store, _agent, mut tether) = chat_gateway(&["--shutdown-grace-seconds", "30"]);
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("hello", None, false),
+    );
+    let session = reply.session_id.clone().unwrap();
+    let mut follower = SseStream::get(
+        &format!(
+            "{}/agentengine/api/v1/SubscribeRunEvents?SessionId={session}",
+            tether.url()
+        ),
+        &[],
+    );
+    // The session's events so far (the message, its run's statuses): the stream is live.
+    assert!(follower.next_event().is_some());
+    let start = Instant::now();
+    assert!(tether.signal("TERM", Duration::from_secs(30)));
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "SIGTERM with a follower took {elapsed:?}: {}",
         tether.log_text()
     );
 }
@@ -174,32 +226,127 @@ fn sigterm_waits_for_a_running_run_which_completes() {
 }
 
 #[test]
-fn a_config_error_names_file_line_and_key() {
-    let conf = Conf::write("upstream = \"http://127.0.0.1:9\"\n\nthreads = \"two\"\n");
-    let (status, stderr, _) =
-        run_tether(&["serve", "--conf", &conf.arg()], Duration::from_secs(10));
-    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
-    let line = one_line(&stderr);
-    assert_eq!(
-        line,
-        format!(
-            "tether: {}:3: threads: invalid type: string \"two\", expected usize",
-            conf.arg()
-        )
-    );
-
-    let conf = Conf::write("upstream = \"http://127.0.0.1:9\"\n[limits]\nmax_json_depth = 0\n");
-    let (status, stderr, _) =
-        run_tether(&["serve", "--conf", &conf.arg()], Duration::from_secs(10));
-    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
-    let line = one_line(&stderr);
+fn sigterm_waits_no_longer_than_the_grace_for_a_run_that_outlives_it() {
+    let (store, _agent, mut tether) = chat_gateway(&["--shutdown-grace-seconds", "2"]);
+    // 200 deltas 50 ms apart: 10 s of run, far more than the grace.
+    let (_sse, session, _) = slow_chat_run(&tether, 3);
+    let start = Instant::now();
     assert!(
-        line.starts_with(&format!(
-            "tether: {}:3: limits.max_json_depth: ",
-            conf.arg()
-        )),
-        "{line}"
+        tether.signal("TERM", Duration::from_secs(30)),
+        "tether exits after SIGTERM"
     );
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(2),
+        "exited after {elapsed:?}, before the grace was spent on the run"
+    );
+    // The grace, then a moment for the client stream to write its end (1 s at most).
+    assert!(
+        elapsed < Duration::from_millis(4500),
+        "exited after {elapsed:?}: longer than the grace"
+    );
+    let statuses: Vec<RunStatus> = store
+        .events("local", &session)
+        .iter()
+        .filter(|e| e.is_terminal())
+        .filter_map(|e| e.run_status())
+        .collect();
+    assert_eq!(statuses, [RunStatus::Interrupted]);
+}
+
+#[test]
+fn config_errors_name_file_line_and_key() {
+    const UP: &str = "upstream = \"http://127.0.0.1:9\"\n";
+    // (the file, the line the error names, what follows `file:line: `)
+    let table: &[(String, usize, &str)] = &[
+        (
+            format!("{UP}\nthreads = \"two\"\n"),
+            3,
+            "threads: invalid type: string \"two\", expected usize",
+        ),
+        (
+            format!("{UP}[limits]\nmax_json_depth = 0\n"),
+            3,
+            "limits.max_json_depth: ",
+        ),
+        (format!("{UP}listen_adress = \"x\"\n"), 2, "listen_adress: "),
+        (
+            format!("{UP}tee = \"yes\"\n"),
+            2,
+            "tee: invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            "upstream = \"ftp://agent\"\n".to_owned(),
+            1,
+            "upstream: scheme \"ftp\" is not supported",
+        ),
+        (
+            format!("{UP}[[auth.api_keys]]\nid = 3\n"),
+            3,
+            "auth.api_keys[0].id: ",
+        ),
+        (
+            format!("{UP}[compaction]\n\ntrigger_tokens = 0\n"),
+            4,
+            "compaction.trigger_tokens: must be greater than 0",
+        ),
+    ];
+    for (toml, line, expected) in table {
+        let conf = Conf::write(toml);
+        let (status, stderr, _) =
+            run_tether(&["serve", "--conf", &conf.arg()], Duration::from_secs(10));
+        assert_eq!(status.and_then(|s| s.code()), Some(2), "{toml}: {stderr}");
+        let got = one_line(&stderr);
+        let want = format!("tether: {}:{line}: {expected}", conf.arg());
+        assert!(got.starts_with(&want), "{toml}\nwant: {want}\ngot:  {got}");
+    }
+}
+
+#[test]
+fn a_refused_variable_is_named_with_its_key() {
+    // clap alone would name a flag the user never typed (`--threads <THREADS>`).
+    let table = [
+        (
+            "TETHER_THREADS",
+            "two",
+            "tether: configuration key `threads`: TETHER_THREADS=\"two\" is not a valid value: \
+             invalid digit found in string",
+        ),
+        (
+            "TETHER_TEE",
+            "yes",
+            "tether: configuration key `tee`: TETHER_TEE=\"yes\" is not a valid value; \
+             use true or false",
+        ),
+    ];
+    for (variable, value, expected) in table {
+        let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["serve", "--upstream", "http://127.0.0.1:9"])
+            .env(variable, value)
+            .env_remove("TETHER_CONF")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("{expected}\n")
+        );
+    }
+    // The same value as a flag is clap's error about that flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "serve",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--threads",
+            "two",
+        ])
+        .env_remove("TETHER_CONF")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .starts_with("error: invalid value 'two' for '--threads <THREADS>'"));
 }
 
 #[test]
@@ -208,7 +355,7 @@ fn an_unusable_sqlite_store_is_named_by_its_path() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let store = file.path().join("sub/sessions.sqlite");
     let store = store.to_str().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = "127.0.0.1:0".to_owned();
     let (status, stderr, _) = run_tether(&serve_args(&listen, store), Duration::from_secs(10));
     let status = status.expect("tether exits by itself");
     assert!(!status.success(), "{stderr}");
@@ -218,7 +365,7 @@ fn an_unusable_sqlite_store_is_named_by_its_path() {
 
 #[test]
 fn an_unreachable_postgres_is_named_by_host_and_port_without_the_password() {
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = "127.0.0.1:0".to_owned();
     // Nothing listens there: the pool times out (after its 10 s acquire timeout).
     let port = free_port();
     let url = format!("postgres://tether:s3cret-pw@127.0.0.1:{port}/log");
@@ -237,7 +384,7 @@ fn an_unusable_journal_is_named_by_its_path() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let journal = file.path().join("sub/journal.sqlite");
     let journal = journal.to_str().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = "127.0.0.1:0".to_owned();
     let mut args = serve_args(&listen, &url);
     args.extend(["--journal-path", journal]);
     let (status, stderr, _) = run_tether(&args, Duration::from_secs(30));

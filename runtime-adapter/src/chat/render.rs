@@ -89,7 +89,8 @@ pub(super) struct ChatRenderer {
     /// The message of the last `error` event, for the terminal error frame.
     error: Option<String>,
     failed: bool,
-    last_seq: Option<i64>,
+    /// The next frame's id.
+    next_id: i64,
 }
 
 impl ChatRenderer {
@@ -105,7 +106,7 @@ impl ChatRenderer {
             streamed: [false; 2],
             error: None,
             failed: false,
-            last_seq: None,
+            next_id: 0,
         }
     }
 
@@ -128,8 +129,9 @@ impl ChatRenderer {
         chunk
     }
 
-    fn delta(&self, delta: Value, seq: i64) -> Vec<SseFrame> {
-        vec![frame(self.chunk(delta, None, None), seq)]
+    fn delta(&mut self, delta: Value) -> Vec<SseFrame> {
+        let chunk = self.chunk(delta, None, None);
+        vec![self.frame(chunk)]
     }
 
     fn status(&mut self, event: &Event, status: RunStatus) -> Vec<SseFrame> {
@@ -146,7 +148,8 @@ impl ChatRenderer {
                 }
                 self.started = true;
                 let delta = json!({ "role": "assistant", "content": "" });
-                vec![frame(self.chunk(delta, None, None), event.seq)]
+                let chunk = self.chunk(delta, None, None);
+                vec![self.frame(chunk)]
             }
             RunStatus::Completed => {
                 self.open = false;
@@ -156,7 +159,8 @@ impl ChatRenderer {
                     "stop"
                 };
                 let usage = event.metadata.get("usage").and_then(chat_usage);
-                vec![frame(self.chunk(json!({}), Some(finish), usage), event.seq)]
+                let chunk = self.chunk(json!({}), Some(finish), usage);
+                vec![self.frame(chunk)]
             }
             RunStatus::Failed | RunStatus::Cancelled | RunStatus::Interrupted => {
                 self.open = false;
@@ -183,7 +187,7 @@ impl ChatRenderer {
                     "param": null,
                     "code": status.as_str(),
                 }});
-                vec![frame(body, event.seq)]
+                vec![self.frame(body)]
             }
         }
     }
@@ -221,12 +225,19 @@ impl ChatRenderer {
         }
         let mut delta = serde_json::Map::new();
         delta.insert(channel.key().into(), text.into());
-        self.delta(Value::Object(delta), event.seq)
+        self.delta(Value::Object(delta))
     }
 }
 
-fn frame(body: Value, seq: i64) -> SseFrame {
-    SseFrame::json(&body).with_id(seq)
+impl ChatRenderer {
+    /// A frame with the stream's next id: frames are numbered from 0 in the order the
+    /// run's events render them, so a replay of the run numbers them alike and a
+    /// reconnecting client's cursor (`starting_after`, `Last-Event-ID`) is a frame number.
+    fn frame(&mut self, body: Value) -> SseFrame {
+        let id = self.next_id;
+        self.next_id += 1;
+        SseFrame::json(&body).with_id(id)
+    }
 }
 
 impl StreamRenderer for ChatRenderer {
@@ -234,7 +245,6 @@ impl StreamRenderer for ChatRenderer {
         if event.run_id.as_deref().is_some_and(|r| r != self.run_id) {
             return Vec::new();
         }
-        self.last_seq = Some(event.seq);
         if event.event_type == EventType::RunStatus {
             return match event.run_status() {
                 Some(status) => self.status(event, status),
@@ -258,7 +268,7 @@ impl StreamRenderer for ChatRenderer {
                 let mut call = tool_call_json(s("call_id"), s("name"), s("arguments"));
                 call["index"] = json!(self.tool_calls);
                 self.tool_calls += 1;
-                self.delta(json!({ "tool_calls": [call] }), event.seq)
+                self.delta(json!({ "tool_calls": [call] }))
             }
             EventType::Error => {
                 self.error = event
@@ -277,11 +287,9 @@ impl StreamRenderer for ChatRenderer {
         if self.failed {
             return Vec::new();
         }
-        let done = SseFrame::data("[DONE]");
-        vec![match self.last_seq {
-            Some(seq) => done.with_id(seq),
-            None => done,
-        }]
+        let id = self.next_id;
+        self.next_id += 1;
+        vec![SseFrame::data("[DONE]").with_id(id)]
     }
 }
 

@@ -43,6 +43,7 @@ impl Stateless for ChatUpstream {
         if let Some(instructions) = &turn.instructions {
             messages.push(json!({ "role": "system", "content": instructions }));
         }
+        messages.extend(chat_messages(turn.system.iter()));
         messages.extend(chat_messages(history.iter().chain(&turn.input)));
         body.insert("model".into(), json!(model));
         body.insert("messages".into(), Value::Array(messages));

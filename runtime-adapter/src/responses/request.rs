@@ -94,8 +94,10 @@ impl Stateless for ResponsesUpstream {
     const PATH: &'static str = "/v1/responses";
 
     fn build_request(&self, history: &[Item], turn: &TurnRequest, default_model: &str) -> Value {
-        let input: Vec<Value> = history
+        let input: Vec<Value> = turn
+            .system
             .iter()
+            .chain(history)
             .chain(&turn.input)
             .filter_map(item_json)
             .collect();

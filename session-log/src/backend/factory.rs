@@ -30,6 +30,28 @@ impl<'a> Location<'a> {
     }
 }
 
+/// The store `url` names as errors and logs may name it: the SQLite path, or PostgreSQL's
+/// host, port and database — never the password (nor the user, which an error does not
+/// need).
+pub fn describe(url: &str) -> String {
+    let rest = match Location::of(url) {
+        Location::Sqlite(path) => return super::sqlite::name(path),
+        Location::Postgres(url) => url.split_once("://").map_or(url, |(_, rest)| rest),
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host_port = match host_port {
+        "" => "localhost:5432".to_owned(),
+        h if h.contains(':') && !h.ends_with(']') => h.to_owned(),
+        h => format!("{h}:5432"),
+    };
+    let database = tail
+        .strip_prefix('/')
+        .and_then(|t| t.split('?').next())
+        .filter(|d| !d.is_empty());
+    super::postgres::name(&host_port, database)
+}
+
 /// Opens (creating if needed) and migrates the store that `url` names: `postgres://…` or
 /// `postgresql://…` for PostgreSQL, `sqlite:…` or a plain file path for SQLite.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
@@ -53,4 +75,34 @@ pub async fn open_journaled(
         Location::Sqlite(path) => Arc::new(SqliteStore::open(path).await?),
     };
     Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    #[test]
+    fn stores_are_named_without_their_password() {
+        assert_eq!(
+            describe("postgres://tether:s3cret@db.internal:6543/log?sslmode=require"),
+            "PostgreSQL store at db.internal:6543 (database log)"
+        );
+        assert_eq!(
+            describe("postgresql://u:p@db/log"),
+            "PostgreSQL store at db:5432 (database log)"
+        );
+        assert_eq!(
+            describe("postgres://[::1]/x"),
+            "PostgreSQL store at [::1]:5432 (database x)"
+        );
+        assert_eq!(
+            describe("postgres:///x"),
+            "PostgreSQL store at localhost:5432 (database x)"
+        );
+        assert_eq!(describe("sqlite:/var/t.db"), "SQLite store /var/t.db");
+        assert_eq!(
+            describe(".tether/s.sqlite"),
+            "SQLite store .tether/s.sqlite"
+        );
+    }
 }

@@ -2,13 +2,14 @@
 //! PostgreSQL behind the outage journal), what they share, and the factory that builds
 //! one from its configuration.
 //!
-//! `plan`, `sql` and `feedback` are shared by both dialects and import no store; `sqlite` and
+//! `plan`, `sql`, `feedback` and `idempotency` are shared by both dialects and import no store; `sqlite` and
 //! `postgres` import only those (and `claims`); `journal` builds on both stores, and
 //! `factory` on all three. Nothing here imports `factory` or `journal` back.
 
 mod claims;
 pub mod factory;
 mod feedback;
+mod idempotency;
 pub mod journal;
 mod plan;
 pub mod postgres;

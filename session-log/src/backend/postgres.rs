@@ -15,12 +15,12 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{feedback, sql};
+use super::{feedback, idempotency, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
-    Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
+    Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -475,10 +475,31 @@ impl PgStore {
     }
 }
 
+/// A PostgreSQL store as errors and logs name it: host, port and database, never the
+/// credentials.
+pub(crate) fn name(host_port: &str, database: Option<&str>) -> String {
+    match database {
+        Some(db) => format!("PostgreSQL store at {host_port} (database {db})"),
+        None => format!("PostgreSQL store at {host_port}"),
+    }
+}
+
 #[async_trait]
 impl Store for PgStore {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn describe(&self) -> String {
+        let options = self.pool.connect_options();
+        let host = match options.get_host() {
+            h if h.contains(':') => format!("[{h}]"),
+            h => h.to_owned(),
+        };
+        name(
+            &format!("{host}:{}", options.get_port()),
+            options.get_database(),
+        )
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -863,6 +884,24 @@ impl Store for PgStore {
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
             .transpose()
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        record: &IdempotentRun,
+        since: DateTime<Utc>,
+        replacing: Option<&str>,
+    ) -> Result<Option<IdempotentRun>, StoreError> {
+        let claimed = idempotency::claim(record, since, replacing)
+            .execute(&self.pool)
+            .await?;
+        if claimed.rows_affected() == 1 {
+            return Ok(None);
+        }
+        let row = idempotency::get(&record.account_id, &record.key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| idempotency::from_row(&r)).transpose()
     }
 
     async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {

@@ -21,12 +21,12 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{feedback, sql};
+use super::{feedback, idempotency, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
-    Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
+    Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -519,10 +519,19 @@ impl SqliteStore {
     }
 }
 
+/// A SQLite store as errors and logs name it.
+pub(crate) fn name(path: &str) -> String {
+    format!("SQLite store {path}")
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn describe(&self) -> String {
+        name(&self.pool.connect_options().get_filename().to_string_lossy())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -875,6 +884,25 @@ impl Store for SqliteStore {
             .await?;
         row.map(|r| sql::attachment_from_row(account_id, file_id, &r))
             .transpose()
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        record: &IdempotentRun,
+        since: DateTime<Utc>,
+        replacing: Option<&str>,
+    ) -> Result<Option<IdempotentRun>, StoreError> {
+        let mut turn = self.write_turn().await?;
+        let claimed = idempotency::claim(record, since, replacing)
+            .execute(&mut *turn)
+            .await?;
+        if claimed.rows_affected() == 1 {
+            return Ok(None);
+        }
+        let row = idempotency::get(&record.account_id, &record.key)
+            .fetch_optional(&mut *turn)
+            .await?;
+        row.map(|r| idempotency::from_row(&r)).transpose()
     }
 
     async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {

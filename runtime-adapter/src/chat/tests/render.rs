@@ -83,8 +83,10 @@ fn chunk(delta: Value, finish_reason: Value) -> Value {
     })
 }
 
-fn id(seq: i64) -> Option<String> {
-    Some(seq.to_string())
+/// The id of a stream's `n`-th frame (frames are numbered from 0, whatever their events'
+/// seqs: every frame's id is distinct, and a replay numbers them alike).
+fn id(n: i64) -> Option<String> {
+    Some(n.to_string())
 }
 
 #[test]
@@ -115,17 +117,17 @@ fn streams_text_as_the_sdk_expects() {
         log.render(),
         vec![
             (
-                id(12),
+                id(0),
                 chunk(json!({"role": "assistant", "content": ""}), Value::Null)
             ),
             (
-                id(13),
+                id(1),
                 chunk(json!({"reasoning_content": "think"}), Value::Null)
             ),
-            (id(15), chunk(json!({"content": "Hel"}), Value::Null)),
-            (id(16), chunk(json!({"content": "lo"}), Value::Null)),
-            (id(19), finish),
-            (id(19), json!("[DONE]")),
+            (id(2), chunk(json!({"content": "Hel"}), Value::Null)),
+            (id(3), chunk(json!({"content": "lo"}), Value::Null)),
+            (id(4), finish),
+            (id(5), json!("[DONE]")),
         ]
     );
 }
@@ -139,7 +141,7 @@ fn wire_form_is_data_and_id_lines_only() {
     for f in r.render(&log.events[0]) {
         f.encode(&mut out);
     }
-    assert!(out.starts_with("id: 11\ndata: {"), "{out}");
+    assert!(out.starts_with("id: 0\ndata: {"), "{out}");
     assert!(out.ends_with("}\n\n"));
     assert_eq!(out.lines().count(), 3);
 }
@@ -171,15 +173,15 @@ fn a_non_streamed_answer_is_sent_whole_and_tool_calls_are_indexed() {
         log.render(),
         vec![
             (
-                id(11),
+                id(0),
                 chunk(json!({"role": "assistant", "content": ""}), Value::Null)
             ),
             (
-                id(12),
+                id(1),
                 chunk(json!({"content": "Let me check."}), Value::Null)
             ),
             (
-                id(13),
+                id(2),
                 chunk(
                     json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
                                             "function": {"name": "f", "arguments": "{\"x\":1}"}}]}),
@@ -187,15 +189,15 @@ fn a_non_streamed_answer_is_sent_whole_and_tool_calls_are_indexed() {
                 )
             ),
             (
-                id(14),
+                id(3),
                 chunk(
                     json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
                                             "function": {"name": "g", "arguments": "{}"}}]}),
                     Value::Null
                 )
             ),
-            (id(15), finish),
-            (id(15), json!("[DONE]")),
+            (id(4), finish),
+            (id(5), json!("[DONE]")),
         ]
     );
 }
@@ -216,7 +218,7 @@ fn a_failed_run_ends_with_an_error_frame_and_no_done() {
     assert_eq!(
         frames[2],
         (
-            id(14),
+            id(2),
             json!({"error": {"message": "the agent closed the stream", "type": "server_error",
                              "param": null, "code": "failed"}})
         )
@@ -235,7 +237,7 @@ fn a_failed_run_ends_with_an_error_frame_and_no_done() {
     assert_eq!(
         frames.last().unwrap(),
         &(
-            id(12),
+            id(1),
             json!({"error": {"message": "cancelled by the client", "type": "cancelled",
                              "param": null, "code": "cancelled"}})
         )
@@ -267,12 +269,12 @@ fn the_turns_own_input_is_not_rendered() {
         log.render(),
         vec![
             (
-                id(15),
+                id(0),
                 chunk(json!({"role": "assistant", "content": ""}), Value::Null)
             ),
-            (id(16), chunk(json!({"content": "42."}), Value::Null)),
-            (id(18), chunk(json!({}), json!("stop"))),
-            (id(18), json!("[DONE]")),
+            (id(1), chunk(json!({"content": "42."}), Value::Null)),
+            (id(2), chunk(json!({}), json!("stop"))),
+            (id(3), json!("[DONE]")),
         ]
     );
     let body = ChatSurface.final_body(&run_info(), &log.events);
@@ -295,7 +297,7 @@ fn a_resumed_run_opens_once_and_keeps_counting_tool_calls() {
         .status(RunStatus::Completed); // 17
     let frames = log.render();
     let ids: Vec<_> = frames.iter().map(|(id, _)| id.clone()).collect();
-    assert_eq!(ids, vec![id(11), id(12), id(13), id(16), id(17), id(17)]);
+    assert_eq!(ids, vec![id(0), id(1), id(2), id(3), id(4), id(5)]);
     assert_eq!(
         frames[3].1["choices"][0]["delta"]["tool_calls"][0]["index"],
         1

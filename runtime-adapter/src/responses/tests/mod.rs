@@ -61,7 +61,8 @@ fn render_all(events: &[Event]) -> Vec<SseFrame> {
 }
 
 /// Frames as `(id, event, data)`, checking the invariants every frame must hold:
-/// `event:` equals the data's `type` and `sequence_number` counts from 0 without gaps.
+/// `event:` equals the data's `type`, and `sequence_number` and `id:` both count from 0
+/// without gaps.
 fn decode(frames: &[SseFrame]) -> Vec<(i64, String, Value)> {
     frames
         .iter()
@@ -75,6 +76,7 @@ fn decode(frames: &[SseFrame]) -> Vec<(i64, String, Value)> {
                     .expect("every frame has an id")
                     .parse()
                     .unwrap();
+            assert_eq!(id, n as i64, "frame {n}: the id is the sequence number");
             (id, f.event.clone().unwrap(), data)
         })
         .collect()

@@ -15,17 +15,17 @@ fn a_streamed_run_renders_the_official_event_sequence() {
     });
     let expected = vec![
         (
-            2,
+            0,
             json!({"type": "response.created", "sequence_number": 0,
             "response": response_obj("in_progress", json!([]), Value::Null)}),
         ),
         (
-            2,
+            1,
             json!({"type": "response.in_progress", "sequence_number": 1,
             "response": response_obj("in_progress", json!([]), Value::Null)}),
         ),
         (
-            3,
+            2,
             json!({"type": "response.output_item.added", "sequence_number": 2, "output_index": 0,
             "item": message_item(0, "in_progress", None)}),
         ),
@@ -35,32 +35,32 @@ fn a_streamed_run_renders_the_official_event_sequence() {
             "output_index": 0, "content_index": 0, "part": text_part("")}),
         ),
         (
-            3,
+            4,
             json!({"type": "response.output_text.delta", "sequence_number": 4, "item_id": msg,
             "output_index": 0, "content_index": 0, "delta": "Hel", "logprobs": []}),
         ),
         (
-            4,
+            5,
             json!({"type": "response.output_text.delta", "sequence_number": 5, "item_id": msg,
             "output_index": 0, "content_index": 0, "delta": "lo!", "logprobs": []}),
         ),
         (
-            5,
+            6,
             json!({"type": "response.output_text.done", "sequence_number": 6, "item_id": msg,
             "output_index": 0, "content_index": 0, "text": "Hello!", "logprobs": []}),
         ),
         (
-            5,
+            7,
             json!({"type": "response.content_part.done", "sequence_number": 7, "item_id": msg,
             "output_index": 0, "content_index": 0, "part": text_part("Hello!")}),
         ),
         (
-            5,
+            8,
             json!({"type": "response.output_item.done", "sequence_number": 8, "output_index": 0,
             "item": message_item(0, "completed", Some("Hello!"))}),
         ),
         (
-            6,
+            9,
             json!({"type": "response.completed", "sequence_number": 9,
             "response": response_obj("completed", json!([message_item(0, "completed", Some("Hello!"))]), usage)}),
         ),
@@ -83,8 +83,9 @@ fn the_final_body_is_the_completed_response_of_the_stream() {
 fn a_reconnecting_renderer_continues_the_same_stream() {
     let events = streamed_run();
     let all = render_all(&events);
-    // A client that saw events up to seq 3 gets the frames of seq 4.. from a renderer
-    // that was fed everything: same ids, same sequence numbers.
+    // A client that saw the frames of events up to seq 3 gets the frames of seq 4.. from a
+    // renderer that was fed everything: same ids, same sequence numbers; the frames it saw
+    // are exactly those up to its last id.
     let mut r = ResponsesSurface.stream_renderer(&run());
     let resumed: Vec<SseFrame> = events
         .iter()
@@ -97,9 +98,10 @@ fn a_reconnecting_renderer_continues_the_same_stream() {
             }
         })
         .collect();
+    let seen = render_all(&events[..3]).len() as i64;
     let tail: Vec<SseFrame> = all
         .into_iter()
-        .filter(|f| f.id.as_deref().unwrap().parse::<i64>().unwrap() > 3)
+        .filter(|f| f.id.as_deref().unwrap().parse::<i64>().unwrap() >= seen)
         .collect();
     assert_eq!(resumed, tail);
 }
@@ -116,15 +118,15 @@ fn a_non_streamed_answer_still_gets_a_delta() {
         .map(|(id, kind, _)| (id, kind))
         .collect();
     let expected = [
-        (1, "response.created"),
+        (0, "response.created"),
         (1, "response.in_progress"),
         (2, "response.output_item.added"),
-        (2, "response.content_part.added"),
-        (2, "response.output_text.delta"),
-        (2, "response.output_text.done"),
-        (2, "response.content_part.done"),
-        (2, "response.output_item.done"),
-        (3, "response.completed"),
+        (3, "response.content_part.added"),
+        (4, "response.output_text.delta"),
+        (5, "response.output_text.done"),
+        (6, "response.content_part.done"),
+        (7, "response.output_item.done"),
+        (8, "response.completed"),
     ];
     assert_eq!(kinds, expected.map(|(i, k)| (i, k.to_owned())).to_vec());
     let body = ResponsesSurface.final_body(&run(), &events);
@@ -166,17 +168,17 @@ fn a_tool_call_run_renders_reasoning_and_function_call_items() {
         "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"});
     let expected = vec![
         (
-            2,
+            0,
             json!({"type": "response.created", "sequence_number": 0,
             "response": response_obj("in_progress", json!([]), Value::Null)}),
         ),
         (
-            2,
+            1,
             json!({"type": "response.in_progress", "sequence_number": 1,
             "response": response_obj("in_progress", json!([]), Value::Null)}),
         ),
         (
-            3,
+            2,
             json!({"type": "response.output_item.added", "sequence_number": 2, "output_index": 0,
             "item": {"id": rs, "type": "reasoning", "status": "in_progress", "summary": [], "content": []}}),
         ),
@@ -186,53 +188,53 @@ fn a_tool_call_run_renders_reasoning_and_function_call_items() {
             "output_index": 0, "content_index": 0, "part": {"type": "reasoning_text", "text": ""}}),
         ),
         (
-            3,
+            4,
             json!({"type": "response.reasoning_text.delta", "sequence_number": 4, "item_id": rs,
             "output_index": 0, "content_index": 0, "delta": "Need "}),
         ),
         (
-            4,
+            5,
             json!({"type": "response.reasoning_text.delta", "sequence_number": 5, "item_id": rs,
             "output_index": 0, "content_index": 0, "delta": "weather."}),
         ),
         (
-            5,
+            6,
             json!({"type": "response.reasoning_text.done", "sequence_number": 6, "item_id": rs,
             "output_index": 0, "content_index": 0, "text": "Need weather."}),
         ),
         (
-            5,
+            7,
             json!({"type": "response.content_part.done", "sequence_number": 7, "item_id": rs,
             "output_index": 0, "content_index": 0, "part": {"type": "reasoning_text", "text": "Need weather."}}),
         ),
         (
-            5,
+            8,
             json!({"type": "response.output_item.done", "sequence_number": 8, "output_index": 0,
             "item": reasoning_done}),
         ),
         (
-            6,
+            9,
             json!({"type": "response.output_item.added", "sequence_number": 9, "output_index": 1,
             "item": {"id": fc, "type": "function_call", "status": "in_progress", "call_id": "call_1",
                 "name": "get_weather", "arguments": ""}}),
         ),
         (
-            6,
+            10,
             json!({"type": "response.function_call_arguments.delta", "sequence_number": 10, "item_id": fc,
             "output_index": 1, "delta": "{\"city\":\"Paris\"}"}),
         ),
         (
-            6,
+            11,
             json!({"type": "response.function_call_arguments.done", "sequence_number": 11, "item_id": fc,
             "output_index": 1, "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}),
         ),
         (
-            6,
+            12,
             json!({"type": "response.output_item.done", "sequence_number": 12, "output_index": 1,
             "item": call_done}),
         ),
         (
-            7,
+            13,
             json!({"type": "response.completed", "sequence_number": 13,
             "response": response_obj("completed", json!([reasoning_done, call_done]), json!({
                 "input_tokens": 20,
@@ -287,14 +289,14 @@ fn a_failed_run_renders_response_failed_with_the_agents_error() {
     assert_eq!(
         frames[7],
         (
-            5,
+            7,
             "response.output_item.done".into(),
             json!({"type": "response.output_item.done", "sequence_number": 7, "output_index": 0,
                 "item": message_item(0, "incomplete", Some("Partial"))})
         )
     );
     let (id, _, last) = frames.last().unwrap();
-    assert_eq!(*id, 5);
+    assert_eq!(*id, 8);
     assert_eq!(
         last,
         &json!({"type": "response.failed", "sequence_number": 8, "response": failed})

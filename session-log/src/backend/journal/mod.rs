@@ -56,8 +56,8 @@ use super::sql;
 use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, Imported, Invocation, Lease,
-    Renewed, Store, StoreError,
+    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
+    Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Rows backfilled per PostgreSQL transaction.
@@ -434,6 +434,7 @@ impl Inner {
                 tracing::error!(
                     session_backend_state = "degraded",
                     %error,
+                    store = %self.pg.describe(),
                     "PostgreSQL is unreachable; committing session events to the local journal"
                 );
             }
@@ -1257,6 +1258,10 @@ impl Store for JournaledStore {
         "postgres"
     }
 
+    fn describe(&self) -> String {
+        self.inner.pg.describe()
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.pg.ping().await
     }
@@ -1707,6 +1712,20 @@ impl Store for JournaledStore {
         file_id: &str,
     ) -> Result<Option<Attachment>, StoreError> {
         self.inner.pg.attachment(account_id, file_id).await
+    }
+
+    // Idempotency keys are not journalled: during an outage a repeat cannot be recognised,
+    // and the gateway runs the request as a new one (runs never wait for the database).
+    async fn claim_idempotency_key(
+        &self,
+        record: &IdempotentRun,
+        since: DateTime<Utc>,
+        replacing: Option<&str>,
+    ) -> Result<Option<IdempotentRun>, StoreError> {
+        self.inner
+            .pg
+            .claim_idempotency_key(record, since, replacing)
+            .await
     }
 
     // Feedback is not journalled: a person can send it again, and during an outage the

@@ -1,11 +1,17 @@
-//! The Responses API's stored-response routes, served from the log for any agent:
-//! `GET /v1/responses/{id}` (retrieve), `GET /v1/responses/{id}?stream=true&starting_after=N`
-//! (resume a stream after the event whose `sequence_number` is N) and
-//! `POST /v1/responses/{id}/cancel`.
+//! The OpenAI surfaces' stored-response routes, served from the log for any agent:
+//! `GET /v1/responses/{id}` and `GET /v1/chat/completions/{id}` (retrieve),
+//! `GET …/{id}?stream=true&starting_after=N` (the run's stream again, after the frame whose
+//! `id:` is N; a `Last-Event-ID` header is the same cursor, so an `EventSource` reconnect
+//! resumes where it stopped) and `POST …/{id}/cancel`.
+//!
+//! Frame ids: each surface numbers a run's frames from 0 in the order its events render
+//! them (for Responses, the `id:` is the frame's `sequence_number`), and a replay renders
+//! the run from its first event, so the ids match the original stream's.
 
 use http::Method;
 use pingora::proxy::Session;
 use pingora::Result;
+use runtime_adapter::sse::SseFrame;
 use runtime_adapter::{surface, Protocol, Surface};
 use serde_json::Value;
 use session_log::{Invocation, Subscription};
@@ -16,38 +22,42 @@ use crate::error::ApiError;
 use crate::state::State;
 use crate::turn::{cancel_and_wait, run_events, run_info, run_query};
 
-fn responses() -> &'static dyn Surface {
-    surface(Protocol::OpenAiResponses)
-}
-
-/// Dispatches `rest` = the path after `/v1/responses/`.
+/// Dispatches `rest` = the path after `/v1/responses/` or `/v1/chat/completions/`.
 pub async fn handle(
     state: &State,
     session: &mut Session,
     account_id: &str,
     method: Method,
+    protocol: Protocol,
     rest: &str,
 ) -> Result<()> {
+    let surface = surface(protocol);
+    let base = match protocol {
+        Protocol::OpenAiChat => "/v1/chat/completions",
+        _ => "/v1/responses",
+    };
     let (id, action) = match rest.split_once('/') {
         Some((id, action)) => (id, Some(action)),
         None => (rest, None),
     };
-    let answer = match find(state, account_id, id).await {
+    let answer = match find(state, account_id, surface, id).await {
         Ok(invocation) => match (method, action) {
-            (Method::GET, None) => retrieve(state, session, account_id, &invocation).await,
-            (Method::POST, Some("cancel")) => cancel(state, session, account_id, &invocation).await,
+            (Method::GET, None) => retrieve(state, session, account_id, surface, &invocation).await,
+            (Method::POST, Some("cancel")) => {
+                cancel(state, session, account_id, surface, &invocation).await
+            }
             _ => Err(ApiError::new(
                 405,
                 "invalid_request_error",
                 "method_not_allowed",
-                "use GET /v1/responses/{id} or POST /v1/responses/{id}/cancel",
+                format!("use GET {base}/{{id}} or POST {base}/{{id}}/cancel"),
             )),
         },
         Err(e) => Err(e),
     };
     match answer {
         Ok(result) => result,
-        Err(e) => e.send(session, responses(), &[]).await,
+        Err(e) => e.send(session, surface, &[]).await,
     }
 }
 
@@ -55,6 +65,7 @@ pub async fn handle(
 async fn find(
     state: &State,
     account_id: &str,
+    surface: &dyn Surface,
     id: &str,
 ) -> std::result::Result<Invocation, ApiError> {
     let not_found = || {
@@ -65,7 +76,7 @@ async fn find(
             format!("No response found with id '{id}'."),
         )
     };
-    let run_id = responses().run_id(id).ok_or_else(not_found)?;
+    let run_id = surface.run_id(id).ok_or_else(not_found)?;
     match state.store.run(account_id, &run_id).await {
         Ok(Some(invocation)) => Ok(invocation),
         Ok(None) => Err(not_found()),
@@ -84,55 +95,67 @@ fn query_param(session: &Session, name: &str) -> Option<String> {
 /// `Ok(Err(_))` is an error to send; `Ok(Ok(()))` means the answer went out.
 type Answer = std::result::Result<Result<()>, ApiError>;
 
+/// The stream cursor: `starting_after`, else the `Last-Event-ID` header; -1 without
+/// either (the whole stream).
+fn cursor(session: &Session) -> std::result::Result<i64, ApiError> {
+    let header = || {
+        session
+            .req_header()
+            .headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .map(|v| ("Last-Event-ID", v))
+    };
+    let given = query_param(session, "starting_after")
+        .map(|v| ("starting_after", v))
+        .or_else(header);
+    match given {
+        None => Ok(-1),
+        Some((name, v)) => match v.parse::<i64>() {
+            Ok(n) if n >= -1 => Ok(n),
+            _ => Err(ApiError::new(
+                400,
+                "invalid_request_error",
+                "invalid_value",
+                format!("{name} must be an integer of at least -1 (a frame id), got {v:?}"),
+            )
+            .with_param("starting_after")),
+        },
+    }
+}
+
 async fn retrieve(
     state: &State,
     session: &mut Session,
     account_id: &str,
+    surface: &'static dyn Surface,
     inv: &Invocation,
 ) -> Answer {
     let stream = query_param(session, "stream").as_deref() == Some("true");
-    let starting_after = match query_param(session, "starting_after").map(|v| v.parse::<i64>()) {
-        None => -1,
-        Some(Ok(n)) if n >= -1 => n,
-        Some(_) => {
-            let e = ApiError::new(
-                400,
-                "invalid_request_error",
-                "invalid_value",
-                "starting_after must be an integer",
-            );
-            return Err(e.with_param("starting_after"));
-        }
-    };
+    let starting_after = cursor(session)?;
     let events = run_events(state, account_id, inv).await?;
     let info = run_info(inv, &events, Value::Null);
     let headers = [("x-session-id", inv.session_id.as_str())];
     if !stream {
-        return Ok(respond::json(
-            session,
-            200,
-            &responses().final_body(&info, &events),
-            &headers,
-        )
-        .await);
+        return Ok(
+            respond::json(session, 200, &surface.final_body(&info, &events), &headers).await,
+        );
     }
-    // Replay renders every event of the run from its start, so sequence numbers match the
-    // original stream; frames up to `starting_after` are not sent again.
+    // Replay renders every event of the run from its start, so frame ids match the
+    // original stream's; frames up to the cursor are not sent again.
     if let Err(e) = respond::sse_start(session, &headers).await {
         return Ok(Err(e));
     }
     let mut subscription =
         Subscription::open(state.store.clone(), &state.hub, run_query(account_id, inv));
-    let mut renderer = responses().stream_renderer(&info);
+    let mut renderer = surface.stream_renderer(&info);
     stream::pump(session, &mut subscription, None, |event| {
         let mut step = render_step(&mut *renderer, event);
-        let sequence_number = |data: &str| {
-            serde_json::from_str::<Value>(data)
-                .ok()
-                .and_then(|v| v["sequence_number"].as_i64())
-        };
+        let id = |f: &SseFrame| f.id.as_deref().and_then(|id| id.parse::<i64>().ok());
         step.frames
-            .retain(|f| sequence_number(&f.data).is_none_or(|n| n > starting_after));
+            .retain(|f| id(f).is_none_or(|n| n > starting_after));
         // Only the latest invocation's end ends the stream (a resumed run goes on).
         step.last = step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
         step
@@ -145,6 +168,7 @@ async fn cancel(
     state: &State,
     session: &mut Session,
     account_id: &str,
+    surface: &dyn Surface,
     inv: &Invocation,
 ) -> Answer {
     // Answer with the response as it ended (the supervisor records the end promptly).
@@ -153,7 +177,7 @@ async fn cancel(
     Ok(respond::json(
         session,
         200,
-        &responses().final_body(&info, &events),
+        &surface.final_body(&info, &events),
         &[("x-session-id", &inv.session_id)],
     )
     .await)

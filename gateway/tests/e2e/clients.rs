@@ -1,0 +1,413 @@
+//! Real clients as they are written, on SQLite and PostgreSQL: stream ids that are
+//! distinct and increasing on every surface, with an `EventSource`-style reconnect
+//! (`Last-Event-ID`, or the surface's query cursor) that loses and repeats nothing; a
+//! Responses client resending its input items (tool calls included) recorded once; and
+//! tests/interop/test_clients_openai.py, the official `openai` SDK resending history,
+//! editing it, retrying through an outage and repeating an `Idempotency-Key`.
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+use session_log::EventType;
+
+use crate::harness::*;
+use crate::interop::{interop_python, run_pytest_with};
+
+const SLOW: &str = "slow:12:60";
+
+fn expected_text() -> String {
+    (1..=12).map(|i| format!("w{i} ")).collect()
+}
+
+fn id_of(frame: &SseEvent) -> i64 {
+    frame
+        .id
+        .as_deref()
+        .unwrap_or_else(|| panic!("a frame without id: {frame:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// Every id distinct and increasing, across the frames of a stream and its resumption.
+fn assert_increasing(ids: &[i64]) {
+    assert!(
+        ids.windows(2).all(|w| w[1] > w[0]),
+        "ids are distinct and increasing: {ids:?}"
+    );
+}
+
+/// Reads a run's stream until `k` text deltas came; returns (frames read, text so far).
+fn read_deltas(sse: &mut SseStream, surface: Surface, k: usize) -> (Vec<SseEvent>, String) {
+    let (mut frames, mut text, mut deltas) = (Vec::new(), String::new(), 0);
+    while deltas < k {
+        let frame = sse.next_event().expect("the stream ended early");
+        let delta = surface.delta(&frame);
+        if !delta.is_empty() {
+            deltas += 1;
+            text.push_str(&delta);
+        }
+        frames.push(frame);
+    }
+    (frames, text)
+}
+
+/// The run's response id as the surface's frames name it.
+fn response_id(surface: Surface, frames: &[SseEvent]) -> String {
+    frames
+        .iter()
+        .find_map(|f| {
+            let v = f.json();
+            match surface {
+                Surface::Chat => v["id"].as_str().map(str::to_owned),
+                Surface::Responses => v["response"]["id"].as_str().map(str::to_owned),
+            }
+        })
+        .expect("a frame names the response")
+}
+
+/// A slow streamed run on `surface`, read for 3 deltas and dropped; then resumed from
+/// the last id seen, by `Last-Event-ID` (what `EventSource` sends) and by the query
+/// cursor. Nothing is lost, nothing repeated, every id distinct and increasing.
+fn resume_a_stream(tether: &Tether, surface: Surface) {
+    let mut sse = SseStream::post(
+        &format!("{}{}", tether.url(), surface.path()),
+        &surface.body(SLOW, None, true),
+    );
+    assert_eq!(sse.status, 200);
+    let (seen, before) = read_deltas(&mut sse, surface, 3);
+    drop(sse);
+    let ids: Vec<i64> = seen.iter().map(id_of).collect();
+    assert_eq!(ids.first(), Some(&0), "ids count frames from 0");
+    assert_increasing(&ids);
+    let last = *ids.last().unwrap();
+    let id = response_id(surface, &seen);
+    let stream_url = format!("{}{}/{id}?stream=true", tether.url(), surface.path());
+
+    let by_header = SseStream::get(&stream_url, &[("last-event-id", &last.to_string())]).collect();
+    let by_query = SseStream::get(&format!("{stream_url}&starting_after={last}"), &[]).collect();
+    for (how, resumed) in [("Last-Event-ID", &by_header), ("starting_after", &by_query)] {
+        let resumed_ids: Vec<i64> = resumed.iter().map(id_of).collect();
+        assert_eq!(resumed_ids.first(), Some(&(last + 1)), "{how}");
+        let all: Vec<i64> = ids.iter().chain(&resumed_ids).copied().collect();
+        assert_increasing(&all);
+        let after: String = resumed.iter().map(|f| surface.delta(f)).collect();
+        assert_eq!(format!("{before}{after}"), expected_text(), "{how}");
+    }
+    assert_eq!(
+        by_header.iter().map(|f| &f.data).collect::<Vec<_>>(),
+        by_query.iter().map(|f| &f.data).collect::<Vec<_>>(),
+        "one cursor, two ways to send it"
+    );
+    if surface == Surface::Chat {
+        assert_eq!(by_header.last().unwrap().data, "[DONE]");
+        // The finished run, retrieved whole.
+        let (status, body) = get_json(&format!("{}{}/{id}", tether.url(), surface.path()));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["object"], "chat.completion");
+        assert_eq!(surface.text(&body), expected_text());
+    } else {
+        for f in &by_header {
+            assert_eq!(f.json()["sequence_number"].as_i64(), Some(id_of(f)));
+        }
+    }
+    // The whole stream again from the start: the ids of the original.
+    let whole = SseStream::get(&stream_url, &[]).collect();
+    let whole_ids: Vec<i64> = whole.iter().map(id_of).collect();
+    assert_eq!(whole_ids, (0..whole.len() as i64).collect::<Vec<_>>());
+    assert_eq!(
+        whole[..seen.len()]
+            .iter()
+            .map(|f| surface.delta(f))
+            .collect::<String>(),
+        before
+    );
+    // A cursor that is not a frame id is refused in the surface's format.
+    let bad = get(&stream_url, &[("last-event-id", "soon")]);
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(bad.json()["error"]["param"], "starting_after");
+}
+
+fn stream_ids_on(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    resume_a_stream(&tether, Surface::Chat);
+    resume_a_stream(&tether, Surface::Responses);
+
+    // SubscribeRunEvents: its cursor is the event's seq; [DONE] has an id of its own.
+    let sse = SseStream::post(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body(SLOW, None, true),
+    );
+    let (session, invocation) = (
+        sse.session_id.clone().unwrap(),
+        sse.invocation_id.clone().unwrap(),
+    );
+    let base = format!(
+        "{}/agentengine/api/v1/SubscribeRunEvents?SessionId={session}&InvocationId={invocation}",
+        tether.url()
+    );
+    let mut sub = SseStream::get(&base, &[]);
+    let mut seen = Vec::new();
+    let mut before = String::new();
+    while before.matches(' ').count() < 3 {
+        let frame = sub.next_event().unwrap();
+        let v = frame.json();
+        if v["EventType"] == "text_delta" {
+            before.push_str(v["Content"]["delta"].as_str().unwrap());
+        }
+        seen.push(id_of(&frame));
+    }
+    drop(sub);
+    drop(sse);
+    let last = *seen.last().unwrap();
+    let resumed = SseStream::get(&base, &[("last-event-id", &last.to_string())]).collect();
+    let ids: Vec<i64> = seen
+        .iter()
+        .copied()
+        .chain(resumed.iter().map(id_of))
+        .collect();
+    assert_increasing(&ids);
+    assert_eq!(resumed.last().unwrap().data, "[DONE]");
+    let after: String = resumed
+        .iter()
+        .filter(|f| f.data != "[DONE]")
+        .map(SseEvent::json)
+        .filter(|v| v["EventType"] == "text_delta")
+        .map(|v| v["Content"]["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(format!("{before}{after}"), expected_text());
+}
+
+#[test]
+fn every_stream_has_distinct_increasing_ids_and_resumes_from_last_event_id_sqlite() {
+    stream_ids_on(StoreKind::Sqlite);
+}
+
+#[test]
+fn every_stream_has_distinct_increasing_ids_and_resumes_from_last_event_id_postgres() {
+    stream_ids_on(StoreKind::Postgres);
+}
+
+/// A Responses client that keeps its own list of input items (its messages, the model's
+/// function calls and its outputs) and sends all of them every turn.
+fn responses_client_resending_items(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/v1/responses", tether.url());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let session = format!("items-{}-{nanos}", std::process::id());
+    let mut items: Vec<Value> = vec![
+        json!({ "role": "developer", "content": "Answer briefly." }),
+        json!({ "role": "user", "content": "tool:lookup" }),
+    ];
+    let turn = |items: &[Value]| {
+        let body = json!({ "model": "fake", "conversation": session, "input": items });
+        let reply = post_json(&url, &body);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.header("x-session-id"), Some(session.as_str()));
+        reply.json()
+    };
+    let first = turn(&items);
+    let call = first["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .cloned()
+        .expect("the agent called the tool");
+    // The client echoes the call as the SDK gives it (its own id and status fields), then
+    // its output.
+    items.push(call.clone());
+    items.push(
+        json!({ "type": "function_call_output", "call_id": call["call_id"], "output": "42" }),
+    );
+    let second = turn(&items);
+    assert_eq!(Surface::Responses.text(&second), "tool said: 42");
+    items.push(json!({ "role": "assistant", "content": "tool said: 42" }));
+    items.push(json!({ "role": "user", "content": "Reply with OK" }));
+    let third = turn(&items);
+    assert_eq!(Surface::Responses.text(&third), "OK.");
+
+    // The agent's last request (it speaks Chat Completions): the developer message, then
+    // each item once.
+    let last = agent.requests().pop().unwrap();
+    let messages = last["body"]["messages"].as_array().unwrap().clone();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user"
+        ],
+        "{messages:?}"
+    );
+    assert_eq!(messages[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(messages[3]["tool_call_id"], "call_1");
+    // The log: each item once, and no developer message.
+    let events = store.events("local", &session);
+    let count = |t: EventType, role: &str| {
+        events
+            .iter()
+            .filter(|e| e.event_type == t && e.role.as_deref() == Some(role))
+            .filter(|e| t != EventType::Message || !e.text().is_empty())
+            .count()
+    };
+    assert_eq!(count(EventType::Message, "user"), 2);
+    assert_eq!(count(EventType::Message, "developer"), 0);
+    assert_eq!(count(EventType::ToolCall, "assistant"), 1);
+    assert_eq!(count(EventType::ToolResult, "tool"), 1);
+    assert_eq!(count(EventType::Message, "assistant"), 2);
+}
+
+#[test]
+fn a_responses_client_resending_its_items_is_recorded_once_sqlite() {
+    responses_client_resending_items(StoreKind::Sqlite);
+}
+
+#[test]
+fn a_responses_client_resending_its_items_is_recorded_once_postgres() {
+    responses_client_resending_items(StoreKind::Postgres);
+}
+
+/// tests/interop/test_clients_openai.py against a gateway on `kind`'s store, in front of
+/// the fake agent the file starts (and kills) on AGENT_PORT.
+fn sdk_clients_on(kind: StoreKind) {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent_port = free_port();
+    let tether = Tether::start(
+        &format!("http://127.0.0.1:{agent_port}"),
+        "openai-chat",
+        &store.url,
+        &[],
+    );
+    let mut pytest = Command::new(python);
+    pytest
+        .env("TETHER_URL", tether.url())
+        .env("AGENT_PORT", agent_port.to_string());
+    run_pytest_with(
+        pytest,
+        &["tests/interop/test_clients_openai.py"],
+        &[&tether],
+    );
+}
+
+#[test]
+fn openai_sdk_clients_resend_edit_retry_and_repeat_sqlite() {
+    sdk_clients_on(StoreKind::Sqlite);
+}
+
+#[test]
+fn openai_sdk_clients_resend_edit_retry_and_repeat_postgres() {
+    sdk_clients_on(StoreKind::Postgres);
+}
+
+/// A chat client that starts without a session, opts in with the `x-session-id` its first
+/// answer named, and resends everything: appended once. Then it edits the first answer,
+/// before any checkpoint of the session: a new session (not a fork) takes the request as
+/// sent, and the session is left as it was.
+fn opting_in_and_diverging_in_the_first_turn(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/v1/chat/completions", tether.url());
+    let system = json!({ "role": "system", "content": "Be brief." });
+    let u1 = json!({ "role": "user", "content": "My project is named zebra42. Reply with OK." });
+    let send = |messages: Vec<Value>, session: Option<&str>| {
+        let body = json!({ "model": "fake", "messages": messages });
+        let headers: Vec<(&str, &str)> = session.map(|s| ("x-session-id", s)).into_iter().collect();
+        let reply = post(&url, &body.to_string(), &headers);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply
+    };
+    let first = send(vec![system.clone(), u1.clone()], None);
+    let s = first.session_id.clone().unwrap();
+    let a1 = json!({ "role": "assistant", "content": Surface::Chat.text(&first.json()) });
+    let q = json!({ "role": "user", "content": "What is my project named?" });
+    let second = send(
+        vec![system.clone(), u1.clone(), a1.clone(), q.clone()],
+        Some(&s),
+    );
+    assert_eq!(second.session_id.as_deref(), Some(s.as_str()));
+    assert_eq!(Surface::Chat.text(&second.json()), "zebra42");
+    let sent = history_sent(&agent.requests().pop().unwrap());
+    let texts: Vec<&str> = sent.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "Be brief.",
+            u1["content"].as_str().unwrap(),
+            "OK.",
+            "What is my project named?"
+        ]
+    );
+    let messages = |session: &str| -> Vec<(String, String)> {
+        store
+            .events("local", session)
+            .iter()
+            .filter(|e| e.event_type == EventType::Message)
+            .map(|e| (e.role.clone().unwrap_or_default(), e.text().to_owned()))
+            .collect()
+    };
+    let logged = messages(&s);
+    assert_eq!(
+        logged.len(),
+        4,
+        "each message once, no system message: {logged:?}"
+    );
+    let before = store.events("local", &s).len();
+
+    let edited = json!({ "role": "assistant", "content": "Noted: the project is koala7." });
+    let third = send(vec![system, u1, edited, q], Some(&s));
+    let n = third.session_id.clone().unwrap();
+    assert_ne!(n, s);
+    assert_eq!(third.header("x-previous-session-id"), Some(s.as_str()));
+    assert_eq!(
+        messages(&n)
+            .iter()
+            .map(|(r, _)| r.as_str())
+            .collect::<Vec<_>>(),
+        ["user", "assistant", "user", "assistant"],
+        "the new session holds the request as sent, then the answer"
+    );
+    assert_eq!(messages(&n)[1].1, "Noted: the project is koala7.");
+    let first_event = &store.events("local", &n)[0];
+    assert_ne!(first_event.event_type, EventType::SessionFork, "not a fork");
+    assert_eq!(
+        store.events("local", &s).len(),
+        before,
+        "the session is untouched"
+    );
+}
+
+#[test]
+fn opting_in_and_diverging_in_the_first_turn_sqlite() {
+    opting_in_and_diverging_in_the_first_turn(StoreKind::Sqlite);
+}
+
+#[test]
+fn opting_in_and_diverging_in_the_first_turn_postgres() {
+    opting_in_and_diverging_in_the_first_turn(StoreKind::Postgres);
+}
