@@ -247,6 +247,26 @@ fn soak(seconds: u64, clients: usize, kill_replicas: bool, restart_postgres: boo
     // Let leases expire and journals drain, then read the log.
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     let violations = check(&store_url, &seen, &counts);
+    // What the replicas logged about the runs that broke a rule (their invocation ids).
+    for (r, replica) in replicas.iter().enumerate() {
+        let log = replica
+            .lock()
+            .unwrap()
+            .tether
+            .as_ref()
+            .map(Tether::log_text)
+            .unwrap_or_default();
+        for line in log.lines() {
+            let named = violations.iter().any(|v| {
+                v.split_whitespace().nth(1).is_some_and(|id| {
+                    id.starts_with("inv_") && line.contains(id.trim_end_matches(':'))
+                })
+            });
+            if named {
+                eprintln!("replica {r}: {line}");
+            }
+        }
+    }
     drop(replicas);
     if !violations.is_empty() {
         panic!(
