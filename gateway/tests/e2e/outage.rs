@@ -286,9 +286,9 @@ fn a_restart_longer_than_a_lease_interrupts_no_live_run() {
             break;
         }
         let text = surface.delta(&event);
-        if let Some(seq) = event.id.as_deref().and_then(|s| s.parse().ok()) {
+        if let Some(id) = event.id.as_deref().and_then(|s| s.parse().ok()) {
             if !text.is_empty() {
-                received.push((seq, text));
+                received.push((id, text));
             }
         }
         if !restarted && received.len() == 3 {
@@ -332,12 +332,24 @@ fn a_restart_longer_than_a_lease_interrupts_no_live_run() {
         (1..=events.len() as i64).collect::<Vec<_>>(),
         "no gap"
     );
-    for (seq, text) in &received {
-        let logged = events.iter().find(|e| e.seq == *seq).map(|e| e.text());
+    // A chat stream numbers its frames from 0 in the order the run's events render them:
+    // the role chunk (the `in_progress` status), then a chunk per delta.
+    let rendered: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            e.event_type == session_log::EventType::TextDelta
+                || e.run_status() == Some(session_log::RunStatus::InProgress)
+        })
+        .collect();
+    for (id, text) in &received {
+        let logged = usize::try_from(*id)
+            .ok()
+            .and_then(|n| rendered.get(n))
+            .map(|e| e.text());
         assert_eq!(
             logged,
             Some(text.as_str()),
-            "seq {seq} as the client got it"
+            "frame {id} as the client got it"
         );
     }
 }
