@@ -8,10 +8,9 @@
 //! by a lease takeover; what was written while PostgreSQL was down is there (the
 //! journal's backfill). It prints the counts and fails on any violation.
 //!
-//! `chaos_short` (agent kills and dropped clients) and `chaos_short_with_postgres_restarts`
-//! run in the normal suite (about 30 s each); replica kills find a terminal-status race
-//! today, so their short variant is ignored and names it; `chaos_soak` is the long one,
-//! run by `tests/chaos/soak.sh`.
+//! `chaos_short` (agent kills and dropped clients), `chaos_short_with_replica_kills` and
+//! `chaos_short_with_postgres_restarts` run in the normal suite (about 30 s each);
+//! `chaos_soak` is the long one, run by `tests/chaos/soak.sh`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
@@ -430,11 +429,10 @@ fn chaos_short() {
     soak(25, 6, false, false);
 }
 
-/// With replica kills too. It finds, now and then, a run with two terminal statuses: its
-/// replica wrote `failed` while the other replica's sweep closed it as `interrupted`
-/// (`run_owner_lost`): the store's "already closed" check and the append race.
+/// With replica kills too: a killed replica's runs are closed by the other's sweep, once
+/// (a run's terminal status and its row's close commit together, and the sweep closes
+/// only open rows).
 #[test]
-#[ignore = "finds the terminal-status race of a lease takeover (see README)"]
 fn chaos_short_with_replica_kills() {
     soak(25, 6, true, false);
 }
