@@ -78,13 +78,14 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         9,
         "06b3776cd0a2d19537d29bff9437b8fc76ba0cf8e2dcb4b1325907c15e3cae90ff58e53ce155316f691ff43f0e428ab5",
-    ),    (
-        14,
-        "9444a378eb247ac4752d46229b0acf69d63c52d0ebeea8aac6b47e6d0b5d08262c37fdd330876cd2f8b3e6662594f6d1",
     ),
     (
         10,
         "9583d3de2b1814b21d33fcb2822a88e3d9821e09696aba9a3576e70b1dc622b2b30723be1fd6d9f3a6aa659bee856be8",
+    ),
+    (
+        14,
+        "9444a378eb247ac4752d46229b0acf69d63c52d0ebeea8aac6b47e6d0b5d08262c37fdd330876cd2f8b3e6662594f6d1",
     ),
 ];
 
