@@ -130,6 +130,11 @@ pub struct Settings {
     /// Seconds after which a recorded checkpoint expires. [default: never]
     #[arg(long, env = "TETHER_CHECKPOINT_TTL_SECONDS")]
     pub checkpoint_ttl_seconds: Option<u64>,
+    /// With PostgreSQL: whether a run in an existing session may start while PostgreSQL is
+    /// unreachable (claimed in the local journal). Only for a single replica; a new
+    /// session's run starts either way. [default: false]
+    #[arg(long, env = "TETHER_JOURNAL_LOCAL_CLAIMS", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
+    pub journal_local_claims: Option<bool>,
     /// Whether a checkpoint may be resumed more than once. [default: true]
     #[arg(long, env = "TETHER_CHECKPOINT_REPLAY_ALLOWED", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub checkpoint_replay_allowed: Option<bool>,
@@ -329,6 +334,8 @@ pub struct Config {
     pub public_url: Option<String>,
     pub store: String,
     pub journal_path: String,
+    /// Runs in existing sessions may start while PostgreSQL is unreachable (one replica).
+    pub journal_local_claims: bool,
     pub model: String,
     pub upstream_headers: Vec<(String, String)>,
     pub forward_authorization: bool,
@@ -582,6 +589,7 @@ impl Settings {
             log_format,
             checkpoint_ttl_seconds,
             checkpoint_replay_allowed,
+            journal_local_claims,
             side_effect_free_tools,
             workspace_dir,
             a2a_upstream_transport,
@@ -751,6 +759,7 @@ impl Settings {
             protocol,
             store,
             journal_path,
+            journal_local_claims: self.journal_local_claims.unwrap_or(false),
             model: self.model.unwrap_or_else(|| "agent".to_owned()),
             upstream_headers,
             forward_authorization: self.forward_authorization.unwrap_or(false),

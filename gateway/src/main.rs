@@ -192,7 +192,10 @@ fn serve(
             session_log::journal::JournaledStore::new(
                 pg,
                 &config.journal_path,
-                session_log::journal::JournalConfig::default(),
+                session_log::journal::JournalConfig {
+                    local_claims: config.journal_local_claims,
+                    ..Default::default()
+                },
             )
             .await
             .map_err(|e| format!("journal {}: {e}", config.journal_path))?

@@ -245,6 +245,13 @@ impl Event {
         self.run_status().is_some_and(RunStatus::is_terminal)
     }
 
+    /// Whether this event was written by a replica after another took its run over (the
+    /// outage journal's backfill flags it, with its original seq, under the metadata key
+    /// `late`): kept in the log, left out of every projection.
+    pub fn is_late(&self) -> bool {
+        self.metadata.get("late").is_some_and(|v| !v.is_null())
+    }
+
     /// The `text` (or `delta`) string of the content, or "".
     pub fn text(&self) -> &str {
         text_of(&self.content)

@@ -232,7 +232,7 @@ impl Lineage {
     /// adapters find the agent's handles and a deleted session's cut).
     pub async fn history(&self, store: &dyn Store, at: Option<Seq>) -> Result<History, StoreError> {
         let (branch, markers) = self.branch(store, at).await?;
-        let active = |e: &Event| branch.is_active(self.position(e), e);
+        let active = |e: &Event| !e.is_late() && branch.is_active(self.position(e), e);
         let compaction = markers
             .iter()
             .rev()

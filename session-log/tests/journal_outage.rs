@@ -18,6 +18,7 @@ fn config() -> JournalConfig {
         append_timeout: Duration::from_secs(1),
         probe_every: Duration::from_millis(200),
         backfill_timeout: Duration::from_secs(5),
+        local_claims: true,
     }
 }
 
@@ -454,6 +455,7 @@ async fn agent_refs_survive_an_outage() {
         append_timeout: Duration::from_secs(1),
         probe_every: Duration::from_secs(600), // recovery only by recover_now
         backfill_timeout: Duration::from_secs(5),
+        local_claims: true,
     };
     let store = journal::open(&cluster.url(), &journal_path, config.clone())
         .await
@@ -647,4 +649,181 @@ async fn a_fork_created_during_an_outage_reads_its_parent_once_backfilled() {
         ]
     );
     assert_dense_in_postgres(&cluster.url(), "s_fork", 2).await;
+}
+
+fn claim_of<'a>(session: &'a str, owner: &'a str, lease: Duration) -> Claim<'a> {
+    Claim {
+        account_id: "acct",
+        session_id: session,
+        run_id: "run_1",
+        invocation_id: "inv_1",
+        owner,
+        lease,
+        fresh: false,
+    }
+}
+
+/// A replica regaining PostgreSQL renews the leases of the runs it drives before anything
+/// else: a lease that ran out while PostgreSQL was down is live again once the journal
+/// recovers, so no sweeper finds the run abandoned, and the run's journaled events land
+/// at the seqs they were given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_renews_the_leases_of_live_runs_before_the_backfill() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let config = JournalConfig {
+        probe_every: Duration::from_secs(3600), // recovery only by recover_now
+        ..config()
+    };
+    let store = journal::open(&cluster.url(), &journal_path, config)
+        .await
+        .unwrap();
+    let session = "s_renew_first";
+    let lease = Duration::from_secs(2);
+    assert_eq!(
+        store
+            .claim(&claim_of(session, "replica-a", lease))
+            .await
+            .unwrap(),
+        Claimed::Granted
+    );
+    let mut batch = vec![status(session, RunStatus::InProgress)];
+    batch.extend((0..3).map(|i| delta(session, i)));
+    store.append(&batch).await.unwrap();
+
+    cluster.down();
+    for i in 3..6 {
+        store.append(&[delta(session, i)]).await.unwrap();
+    }
+    // The owner's heartbeat goes on; PostgreSQL cannot take it.
+    assert!(store
+        .renew_leases("replica-a", &["inv_1".to_owned()], lease)
+        .await
+        .is_err());
+    tokio::time::sleep(lease + Duration::from_millis(500)).await;
+    // Still beating, every third of the lease in a gateway.
+    assert!(store
+        .renew_leases("replica-a", &["inv_1".to_owned()], lease)
+        .await
+        .is_err());
+    cluster.up();
+
+    let pg = PgStore::connect(&cluster.url()).await.unwrap();
+    let before = pg.lease("acct", "inv_1").await.unwrap().unwrap();
+    assert!(!before.live, "the lease ran out while PostgreSQL was down");
+    store.recover_now().await;
+    let after = pg.lease("acct", "inv_1").await.unwrap().unwrap();
+    assert!(after.live, "the recovery renewed the run's lease");
+    assert_eq!(after.owner.as_deref(), Some("replica-a"));
+    assert!(
+        pg.abandoned_invocations(None).await.unwrap().is_empty(),
+        "no sweeper finds the live run abandoned"
+    );
+    wait_recovered(&store).await;
+    let events = assert_dense_in_postgres(&cluster.url(), session, 7).await;
+    assert!(events.iter().all(|e| !e.is_terminal() && !e.is_late()));
+}
+
+/// The true partition case: another replica closed the run (a legitimate takeover) while
+/// this one journaled its later events. The backfill writes no second terminal status and
+/// renumbers nothing silently: the late events are kept after the takeover's status,
+/// flagged `late` with the seqs the owner gave them, and left out of the history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_backfill_after_a_takeover_keeps_one_terminal_status_and_flags_late_events() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let config = JournalConfig {
+        probe_every: Duration::from_secs(3600), // recovery only by recover_now
+        ..config()
+    };
+    let store = journal::open(&cluster.url(), &journal_path, config)
+        .await
+        .unwrap();
+    let session = "s_fenced";
+    let lease = Duration::from_secs(30);
+    assert_eq!(
+        store
+            .claim(&claim_of(session, "replica-a", lease))
+            .await
+            .unwrap(),
+        Claimed::Granted
+    );
+    let mut batch = vec![status(session, RunStatus::InProgress)];
+    batch.extend((0..2).map(|i| delta(session, i)));
+    store.append(&batch).await.unwrap(); // seqs 1..=3
+
+    cluster.down();
+    let mut journaled = Vec::new();
+    for i in 2..5 {
+        journaled.extend(store.append(&[delta(session, i)]).await.unwrap());
+    }
+    journaled.extend(
+        store
+            .append(&[status(session, RunStatus::Completed)])
+            .await
+            .unwrap(),
+    );
+    let journaled: Vec<i64> = journaled.into_iter().map(|e| e.unwrap().seq).collect();
+    assert_eq!(journaled, vec![4, 5, 6, 7], "the owner's seqs");
+    cluster.up();
+    // Another replica, which saw PostgreSQL all along, took the run over.
+    let pg = PgStore::connect(&cluster.url()).await.unwrap();
+    let closed = pg
+        .append(&[NewEvent::new(
+            "acct",
+            session,
+            EventType::RunStatus,
+            run_status_content(RunStatus::Interrupted, Some("run_owner_lost")),
+        )
+        .in_run("run_1", "inv_1")])
+        .await
+        .unwrap();
+    assert_eq!(closed[0].as_ref().unwrap().seq, 4);
+
+    store.recover_now().await;
+    wait_recovered(&store).await;
+    let events = assert_dense_in_postgres(&cluster.url(), session, 7).await;
+    let terminals: Vec<_> = events.iter().filter(|e| e.is_terminal()).collect();
+    assert_eq!(terminals.len(), 1, "one terminal status: {terminals:?}");
+    assert_eq!(terminals[0].seq, 4);
+    assert_eq!(terminals[0].run_status(), Some(RunStatus::Interrupted));
+    let late: Vec<(i64, String, i64)> = events
+        .iter()
+        .filter(|e| e.is_late())
+        .map(|e| {
+            (
+                e.seq,
+                e.text().to_owned(),
+                e.metadata["late"]["original_seq"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        late,
+        vec![
+            (5, "w2 ".to_owned(), 4),
+            (6, "w3 ".to_owned(), 5),
+            (7, "w4 ".to_owned(), 6)
+        ],
+        "the late events, after the takeover, with the seqs the owner gave them"
+    );
+    assert!(events[..3].iter().all(|e| !e.is_late()));
+    // Projections leave them out.
+    let lineage = session_log::Lineage::resolve(&pg, "acct", session)
+        .await
+        .unwrap()
+        .unwrap();
+    let history = lineage.history(&pg, None).await.unwrap();
+    let seqs: Vec<i64> = history.events.iter().map(|e| e.seq).collect();
+    assert!(
+        !seqs.iter().any(|s| [5, 6, 7].contains(s)),
+        "late events in the history: {seqs:?}"
+    );
+    assert!(seqs.contains(&4), "the takeover's status is: {seqs:?}");
 }

@@ -1364,6 +1364,90 @@ async fn postgres_a_commit_cut_off_midway_leaves_the_next_right() {
     }
 }
 
+/// Closing a run is one decision: a terminal status that waited for another update of
+/// its invocation's row (a lease renewal in flight, here held open in a transaction)
+/// commits together with the row's close, so the lease sweeper, which closes only open
+/// rows, finds nothing to close and the run ends with exactly one terminal status. (The
+/// one-statement append once locked the row's newest version and then looked for it by
+/// `ctid` with the statement's older snapshot: the event was inserted, the row stayed
+/// open and the other replica's sweep added an `interrupted`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_terminal_status_racing_a_lease_renewal_closes_its_run_once() {
+    let Some(url) = database_url() else { return };
+    let store = Arc::new(PgStore::connect(&url).await.unwrap());
+    let account = unique("acct");
+    let claimed = store
+        .claim(&session_log::Claim {
+            account_id: &account,
+            session_id: "s",
+            run_id: "run",
+            invocation_id: "inv",
+            owner: "replica-a",
+            lease: Duration::from_secs(60),
+            fresh: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed, session_log::Claimed::Granted);
+    store
+        .append(&[status(&account, "s", "run", "inv", RunStatus::InProgress)])
+        .await
+        .unwrap();
+
+    // A renewal of the lease, not committed yet.
+    let mut renewal = store.pool().begin().await.unwrap();
+    sqlx::query(
+        "UPDATE invocations SET lease_expires_at = now() + interval '60 seconds' \
+         WHERE account_id = $1 AND invocation_id = 'inv'",
+    )
+    .bind(&account)
+    .execute(&mut *renewal)
+    .await
+    .unwrap();
+    let completing = tokio::spawn({
+        let (store, account) = (store.clone(), account.clone());
+        async move {
+            store
+                .append(&[status(&account, "s", "run", "inv", RunStatus::Completed)])
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!completing.is_finished(), "the close waits for the row");
+    renewal.commit().await.unwrap();
+    let completed = completing.await.unwrap().unwrap();
+    assert_eq!(
+        seqs(&completed),
+        vec![Some(2)],
+        "the owner's completed is kept"
+    );
+    let row = store.invocation(&account, "inv").await.unwrap().unwrap();
+    assert_eq!(row.status, RunStatus::Completed, "the row closed with it");
+
+    // The other replica's sweep finds the run closed: no second terminal status.
+    let swept = store
+        .abandoned_invocations(Some("replica-a"))
+        .await
+        .unwrap();
+    assert!(!swept.iter().any(|i| i.account_id == account));
+    let interrupted = store
+        .append(&[status(&account, "s", "run", "inv", RunStatus::Interrupted)])
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs(&interrupted),
+        vec![None],
+        "a closed run is not closed again"
+    );
+    let terminals: Vec<(i64, Option<RunStatus>)> = all_events(&*store, &account, "s")
+        .await
+        .iter()
+        .filter(|e| e.is_terminal())
+        .map(|e| (e.seq, e.run_status()))
+        .collect();
+    assert_eq!(terminals, vec![(2, Some(RunStatus::Completed))]);
+}
+
 /// Reopening a SQLite file keeps its log and does not re-run migrations.
 /// A log written before invocations recorded their stretch of seqs: the migration keeps
 /// every event, the old run still reads whole (its bounds are unknown), and runs started
@@ -1622,13 +1706,15 @@ async fn leases_claim_renew_expire_and_carry_cancels(b: Backend) {
     assert_eq!(renewed.len(), 1);
     assert!(renewed[0].cancel_requested);
 
-    // Once the lease runs out the run is abandoned and the session free again.
+    // Once the lease runs out the run is abandoned and the session free again (on
+    // PostgreSQL, once it is out by more than the claimer's lease: its owner may be
+    // renewing it after an outage).
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(
         mine(store.abandoned_invocations(None).await.expect("abandoned")),
         ["inv-1"]
     );
-    assert_eq!(claim("inv-3", &owner_b, 60_000).await, Claimed::Granted);
+    assert_eq!(claim("inv-3", &owner_b, 100).await, Claimed::Granted);
     // Closed invocations are neither renewed nor cancellable.
     store
         .append(&[status(

@@ -1,9 +1,16 @@
 //! Who drives a run, and the end of runs nobody drives: the leases this replica renews on
 //! its runs, abandoned runs (their replica died) closed as `interrupted`, and the drain
 //! at shutdown.
+//!
+//! The sweeper's rule: a replica takes over no run whose lease expired while it could not
+//! reach the store itself. After it regains the store (and after it starts) it waits one
+//! lease period before it sweeps: an outage of the store is an outage for every replica,
+//! and each needs that long to renew the leases of the runs it drove through it (the
+//! journal renews them first thing when PostgreSQL answers again, before its backfill).
+//! Only leases still expired after that wait are abandoned runs.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use session_log::event::run_status_content;
 use session_log::{EventType, NewEvent, RunStatus, WriteError, Writer};
@@ -37,8 +44,14 @@ impl Runs {
             return;
         }
         let renewed = match self.store.renew_leases(&self.owner, &ids, self.lease).await {
-            Ok(r) => r,
+            Ok(r) => {
+                self.contact().reached();
+                r
+            }
             Err(error) => {
+                if error.is_transient() {
+                    self.contact().lost();
+                }
                 // The runs go on: their events are queued for the writer, and the lease
                 // is renewed at the next beat if the database is back by then.
                 tracing::warn!(%error, runs = ids.len(), "could not renew run leases");
@@ -69,9 +82,38 @@ impl Runs {
         }
     }
 
+    fn contact(&self) -> std::sync::MutexGuard<'_, StoreContact> {
+        self.contact.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     async fn close_abandoned(&self) {
-        match self.store.abandoned_invocations(None).await {
+        // Bounded, so a store that hangs counts as lost like one that refuses.
+        let Ok(found) =
+            tokio::time::timeout(self.lease / 3, self.store.abandoned_invocations(None)).await
+        else {
+            self.contact().lost();
+            tracing::warn!("could not look for abandoned runs: no answer in time");
+            return;
+        };
+        if found.as_ref().is_err_and(|e| e.is_transient()) {
+            self.contact().lost();
+        }
+        match found {
             Ok(open) => {
+                let may_sweep = {
+                    let mut contact = self.contact();
+                    contact.reached();
+                    contact.may_sweep(self.lease)
+                };
+                if !may_sweep {
+                    if !open.is_empty() {
+                        tracing::info!(
+                            runs = open.len(),
+                            "expired run leases found within a lease period of regaining the store; their owners may still renew them"
+                        );
+                    }
+                    return;
+                }
                 // Ours are renewed by the heartbeat; one found here is being claimed or
                 // finishing, never abandoned.
                 let open: Vec<_> = {
@@ -159,4 +201,37 @@ pub async fn close_as_interrupted(
         );
     }
     Ok(())
+}
+
+/// What the lease sweeper knows of its own contact with the store.
+pub(super) struct StoreContact {
+    /// The last look at the store failed (or hung).
+    lost: bool,
+    /// When the store answered again after a failure, or the process started.
+    regained: Instant,
+}
+
+impl StoreContact {
+    pub(super) fn new() -> StoreContact {
+        StoreContact {
+            lost: false,
+            regained: Instant::now(),
+        }
+    }
+
+    fn lost(&mut self) {
+        self.lost = true;
+    }
+
+    fn reached(&mut self) {
+        if self.lost {
+            self.lost = false;
+            self.regained = Instant::now();
+        }
+    }
+
+    /// Whether a whole lease period has passed since the store was regained.
+    fn may_sweep(&self, lease: Duration) -> bool {
+        !self.lost && self.regained.elapsed() >= lease
+    }
 }

@@ -125,6 +125,9 @@ pub struct Runs {
     /// This replica's name as owner of run leases.
     owner: String,
     lease: Duration,
+    /// When this replica last regained the store, for the lease sweeper's wait (see
+    /// [`leases`]).
+    contact: Mutex<leases::StoreContact>,
     /// Compacts histories: when a turn's would exceed its threshold, and on request.
     compactor: Compactor,
 }
@@ -270,6 +273,7 @@ impl Runs {
             limits,
             owner: ownership.owner,
             lease: ownership.lease,
+            contact: Mutex::new(leases::StoreContact::new()),
             compactor,
         })
     }

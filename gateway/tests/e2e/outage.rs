@@ -242,3 +242,114 @@ fn assert_run_landed_once(events: &[session_log::Event], expected: &str) {
         "one terminal status"
     );
 }
+
+/// Two replicas share PostgreSQL and it is down for longer than a run lease: when it is
+/// back, the idle replica's lease sweeper does not close the other's live run as
+/// `interrupted` (it waits a lease period after regaining the store; the owner renews its
+/// leases first), so the run completes and every event its client received is in the log
+/// at the seq the client was sent.
+#[test]
+fn a_restart_longer_than_a_lease_interrupts_no_live_run() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let start = |name: &str| {
+        let journal = cluster.path().join(format!("journal-{name}.sqlite"));
+        Tether::start(
+            &agent.url(),
+            "openai-chat",
+            &cluster.url(),
+            &[
+                "--journal-path",
+                &journal.display().to_string(),
+                "--run-lease-seconds",
+                "3",
+            ],
+        )
+    };
+    let owner = start("a");
+    let _sweeper = start("b");
+    let surface = Surface::Chat;
+    let mut sse = SseStream::post(
+        &format!("{}{}", owner.url(), surface.path()),
+        &surface.body("slow:40:200", None, true),
+    );
+    assert_eq!(sse.status, 200);
+    let session = sse.session_id.clone().expect("x-session-id");
+    let mut received: Vec<(i64, String)> = Vec::new();
+    let mut done = false;
+    let mut restarted = false;
+    while let Some(event) = sse.next_event() {
+        if event.data == "[DONE]" {
+            done = true;
+            break;
+        }
+        let text = surface.delta(&event);
+        if let Some(id) = event.id.as_deref().and_then(|s| s.parse().ok()) {
+            if !text.is_empty() {
+                received.push((id, text));
+            }
+        }
+        if !restarted && received.len() == 3 {
+            restarted = true;
+            cluster.down();
+            // Longer than the lease: every lease of the run has run out in PostgreSQL.
+            std::thread::sleep(Duration::from_secs(4));
+            cluster.up();
+        }
+    }
+    assert!(done, "the run went on to its end");
+    let text: String = received.iter().map(|(_, t)| t.as_str()).collect();
+    let expected: String = (1..=40).map(|i| format!("w{i} ")).collect();
+    assert_eq!(text, expected, "the client received the whole run");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pg = rt.block_on(session_log::postgres::PgStore::connect(&cluster.url()));
+    let pg = pg.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let events = loop {
+        let events = rt
+            .block_on(pg.events(&EventQuery::session("local", &session)))
+            .unwrap();
+        let closed = events.iter().any(|e| e.is_terminal());
+        let dense = events
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.seq == i as i64 + 1);
+        if (closed && dense && events.len() > 40) || Instant::now() > deadline {
+            break events;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_run_landed_once(&events, &expected);
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=events.len() as i64).collect::<Vec<_>>(),
+        "no gap"
+    );
+    // A chat stream numbers its frames from 0 in the order the run's events render them:
+    // the role chunk (the `in_progress` status), then a chunk per delta.
+    let rendered: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            e.event_type == session_log::EventType::TextDelta
+                || e.run_status() == Some(session_log::RunStatus::InProgress)
+        })
+        .collect();
+    for (id, text) in &received {
+        let logged = usize::try_from(*id)
+            .ok()
+            .and_then(|n| rendered.get(n))
+            .map(|e| e.text());
+        assert_eq!(
+            logged,
+            Some(text.as_str()),
+            "frame {id} as the client got it"
+        );
+    }
+}

@@ -235,12 +235,15 @@ impl PgStore {
     /// for a racing closer, and its terminal event is kept only if it closed the row
     /// (locked and still open, the row is closed by this statement for sure); the events
     /// kept take each session's top seqs, in batch order, and a closed invocation's
-    /// `end_seq` is its session's upserted `last_seq`. The close finds its row by the
-    /// `ctid` it locked: joined on the key, a generic plan made while the table was small
-    /// walked all of an account's invocations for each close (40-60 ms per statement
-    /// after a few thousand runs, in a database without statistics). Locks are taken in one
-    /// order, invocations then sessions (each in key order), because the sessions' counts
-    /// need the closes' outcome first.
+    /// `end_seq` is its session's upserted `last_seq`. The close's UPDATE finds its row by
+    /// key, never by the `ctid` that `closing` locked: when the lock waited for another
+    /// update of the row (a lease renewal, a cancel request), the version it locked was
+    /// committed after this statement's snapshot, and a lookup by its `ctid` finds
+    /// nothing (a row lookup by key reaches the newest version, which this statement
+    /// holds). That once inserted a terminal status and left its row open, for another
+    /// replica's lease sweep to close a second time. Locks are taken in one order,
+    /// invocations then sessions (each in key order), because the sessions' counts need
+    /// the closes' outcome first.
     async fn append_in_one(
         &self,
         conn: &mut PgConnection,
@@ -275,9 +278,9 @@ impl PgStore {
              $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
              $11::text[], $12::text[], $13::float8[], $14::text[]) \
              AS u(a, s, ord, r, i, t, ro, c, m, op, owner, lease, agent_ref)), \
-             closing AS (SELECT v.row_id, v.account_id, v.invocation_id, v.session_id, c.op \
+             closing AS (SELECT v.account_id, v.invocation_id, v.session_id, c.op \
              FROM (SELECT a, i, s, op FROM u WHERE op <> 'open' ORDER BY a, i) AS c \
-             CROSS JOIN LATERAL (SELECT ctid AS row_id, account_id, invocation_id, session_id \
+             CROSS JOIN LATERAL (SELECT account_id, invocation_id, session_id \
              FROM invocations \
              WHERE account_id = c.a AND invocation_id = c.i AND session_id = c.s \
              AND status = 'in_progress' FOR UPDATE) AS v), \
@@ -300,7 +303,8 @@ impl PgStore {
             "), closed AS (UPDATE invocations AS v SET status = closing.op, ended_at = $1, \
              end_seq = n.last_seq FROM closing JOIN upserted AS n \
              ON n.account_id = closing.account_id AND n.session_id = closing.session_id \
-             WHERE v.ctid = closing.row_id RETURNING v.account_id, v.invocation_id), \
+             WHERE v.account_id = closing.account_id AND v.invocation_id = closing.invocation_id \
+             RETURNING v.account_id, v.invocation_id), \
              e AS (INSERT INTO events (",
             sql::event_columns!(),
             ") SELECT k.a, k.s, n.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY k.ord), \

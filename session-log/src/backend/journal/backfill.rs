@@ -29,6 +29,10 @@ pub(super) enum Backfilled {
     Committed { dropped: Vec<Seq> },
     /// PostgreSQL holds other events at `seqs`; nothing was written.
     Collides { last_seq: Seq, seqs: Vec<Seq> },
+    /// The events at `seqs` belong to invocations someone else closed in PostgreSQL
+    /// meanwhile (a lease takeover while this replica was cut off) and are not there yet;
+    /// nothing was written.
+    Late { last_seq: Seq, seqs: Vec<Seq> },
 }
 
 /// One backfill transaction: the session's journaled `events` (in seq order) into
@@ -77,6 +81,58 @@ pub(super) async fn backfill(
         .iter()
         .map(|e| plan::json_text(&e.metadata))
         .collect();
+
+    // Fencing: events of an invocation another replica closed while this one was cut off
+    // are late. Rows already there identically (a retried step after our own terminal
+    // status committed) are not; rows the journal already flagged late are written as is.
+    let mut invocations: Vec<String> = events
+        .iter()
+        .filter(|e| !e.is_late())
+        .filter_map(|e| e.invocation_id.clone())
+        .collect();
+    invocations.sort();
+    invocations.dedup();
+    let taken: Vec<String> = sqlx::query_scalar(
+        "SELECT invocation_id FROM invocations WHERE account_id = $1 AND session_id = $2 \
+         AND invocation_id = ANY($3) AND status <> 'in_progress'",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(&invocations)
+    .fetch_all(&mut *tx)
+    .await?;
+    if !taken.is_empty() {
+        let present: Vec<i64> = sqlx::query_scalar(
+            "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
+             JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
+             WHERE e.event_type = u.t AND e.content_json = u.c::jsonb \
+             AND e.metadata_json = u.m::jsonb",
+        )
+        .bind(account_id)
+        .bind(session_id)
+        .bind(&seqs)
+        .bind(&types)
+        .bind(&contents)
+        .bind(&metadata)
+        .fetch_all(&mut *tx)
+        .await?;
+        let late: Vec<Seq> = events
+            .iter()
+            .filter(|e| {
+                !e.is_late()
+                    && e.invocation_id.as_ref().is_some_and(|i| taken.contains(i))
+                    && !present.contains(&e.seq)
+            })
+            .map(|e| e.seq)
+            .collect();
+        if !late.is_empty() {
+            tx.rollback().await?;
+            return Ok(Backfilled::Late {
+                last_seq,
+                seqs: late,
+            });
+        }
+    }
     let collides: Vec<i64> = sqlx::query_scalar(
         "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
          JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \

@@ -16,14 +16,21 @@
 //!   idempotent — instead of letting `ON CONFLICT DO NOTHING` drop them.
 //!
 //! Claims while PostgreSQL is down: a claim that PostgreSQL does not answer in time (or
-//! any claim while degraded) is granted locally when the session has no live run known
-//! to this replica — the invocations it claimed and has not seen end, and the journal's
+//! any claim while degraded) of a new session, or of any session with
+//! [`JournalConfig::local_claims`] (a single replica), is granted locally when it has no
+//! live run known to this replica — the invocations it claimed and has not seen end, and the journal's
 //! open claims. The claim (owner, lease) is recorded in the journal and makes its
 //! session pending, so the run's events commit to the journal too. The backfill inserts
 //! the invocation row (owner, the lease's remainder) before the session's events. If
 //! another replica opened a run in the session meanwhile, both runs stand: nothing is
 //! dropped, the journal's events are renumbered after the other run's (see above), and
 //! a warning names the other invocation.
+//!
+//! Leases: renewals are tried in PostgreSQL even while degraded, and a recovery renews
+//! the leases of every run this replica drives or has yet to close (its live claims, the
+//! invocations whose terminal status is only journaled) before it backfills anything, so
+//! no other replica finds them expired (its sweeper waits a lease period after regaining
+//! PostgreSQL itself).
 //!
 //! Agent handles (`set_agent_ref`) while PostgreSQL is down, or while any session is
 //! pending (the invocation may exist only in the journal): the handle is recorded in the
@@ -103,6 +110,13 @@ pub struct JournalConfig {
     pub probe_every: Duration,
     /// Bound of one backfill transaction.
     pub backfill_timeout: Duration,
+    /// Whether a claim in an existing session is granted locally while PostgreSQL is
+    /// unreachable. Safe only for a single replica: another replica may drive a live run
+    /// in the session that this one cannot see, and both would number events from the
+    /// same seq (clients would have been sent seqs the backfill must then change). Off,
+    /// such a claim fails as unreachable; a new session's claim is granted locally
+    /// either way (no other replica knows the session).
+    pub local_claims: bool,
 }
 
 impl Default for JournalConfig {
@@ -111,6 +125,7 @@ impl Default for JournalConfig {
             append_timeout: Duration::from_secs(2),
             probe_every: Duration::from_secs(2),
             backfill_timeout: Duration::from_secs(10),
+            local_claims: false,
         }
     }
 }
@@ -145,6 +160,9 @@ struct Inner {
     /// Serialises recording agent handles in the journal with applying them to
     /// PostgreSQL, so a handle recorded while a session is pending is never missed.
     refs: tokio::sync::Mutex<()>,
+    /// The owner and lease length this replica claims and renews with (the last seen), so
+    /// a recovery can renew its leases before anything else.
+    renewer: Mutex<Option<(String, Duration)>>,
 }
 
 #[derive(Clone, Debug)]
@@ -277,6 +295,7 @@ impl JournaledStore {
             outage_logged: AtomicBool::new(left_over),
             live: Mutex::new(HashMap::new()),
             refs: tokio::sync::Mutex::new(()),
+            renewer: Mutex::new(None),
         });
         if left_over {
             tracing::warn!(
@@ -428,6 +447,16 @@ impl Inner {
             Ok(Ok(())) => {}
             _ => return,
         }
+        // Leases first: while PostgreSQL was down this replica could not renew them, and
+        // other replicas regaining it would otherwise find them expired. The backfill
+        // can take a while; the sweepers wait one lease period after their own recovery.
+        if let Err(error) = self.renew_first().await {
+            if error.is_transient() {
+                self.enter_degraded(&error);
+                return;
+            }
+            tracing::warn!(%error, "could not renew run leases before the backfill");
+        }
         if self.degraded.swap(false, Ordering::Relaxed) {
             set_state(BackendState::Recovering);
             tracing::info!("PostgreSQL answers again; backfilling the session journal");
@@ -476,6 +505,60 @@ impl Inner {
                 session_backend_state = "recovered",
                 "session journal backfilled into PostgreSQL"
             );
+        }
+    }
+
+    /// Renews in PostgreSQL the leases of every run this replica still drives or still
+    /// has to close: the live claims, and the invocations whose terminal status is only
+    /// in the journal (until it is backfilled the run is open in PostgreSQL). Runs on
+    /// every recovery, before the backfill.
+    async fn renew_first(&self) -> Result<(), StoreError> {
+        let Some((owner, lease)) = self.renewer.lock().ok().and_then(|r| r.clone()) else {
+            return Ok(());
+        };
+        let now = std::time::Instant::now();
+        let mut ids: Vec<String> = self
+            .live
+            .lock()
+            .map(|l| {
+                l.values()
+                    .filter(|c| c.expires > now)
+                    .map(|c| c.invocation_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let closing: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT invocation_id FROM journal_events \
+             WHERE event_type = 'run_status' AND invocation_id IS NOT NULL \
+             AND json_extract(content_json, '$.status') <> 'in_progress'",
+        )
+        .fetch_all(&self.journal)
+        .await?;
+        ids.extend(closing);
+        ids.sort();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let renewed = tokio::time::timeout(
+            self.config.append_timeout,
+            self.pg.renew_leases(&owner, &ids, lease),
+        )
+        .await
+        .map_err(|_| unreachable_error())??;
+        tracing::info!(
+            runs = ids.len(),
+            renewed = renewed.len(),
+            "renewed this replica's run leases before backfilling the journal"
+        );
+        Ok(())
+    }
+
+    fn note_renewer(&self, owner: &str, lease: Duration) {
+        if let Ok(mut r) = self.renewer.lock() {
+            if r.as_ref().is_none_or(|(o, l)| o != owner || *l != lease) {
+                *r = Some((owner.to_owned(), lease));
+            }
         }
     }
 
@@ -548,6 +631,10 @@ impl Inner {
                 }
                 Ok(false)
             }
+            Backfilled::Late { last_seq, seqs } => {
+                self.fence_late(key, last_seq, &seqs).await?;
+                Ok(false)
+            }
             Backfilled::Collides { last_seq, seqs } => {
                 let journal_max: Option<i64> = sqlx::query_scalar(
                     "SELECT MAX(seq) FROM journal_events WHERE account_id = ? AND session_id = ?",
@@ -582,6 +669,92 @@ impl Inner {
                 Ok(false)
             }
         }
+    }
+
+    /// Fencing after a takeover: the journaled events at `late` belong to invocations
+    /// another replica closed in PostgreSQL while this one was cut off. In the journal
+    /// (so a retried step stays idempotent), from the first of them on: their terminal
+    /// statuses are dropped (the takeover's is the run's one), every other row keeps its
+    /// order and is numbered on after PostgreSQL's `last_seq`, and the late ones are
+    /// flagged `late` with their original seq, so nothing is lost and projections leave
+    /// them out.
+    async fn fence_late(&self, key: &Key, last_seq: Seq, late: &[Seq]) -> Result<(), StoreError> {
+        let Some(&first) = late.iter().min() else {
+            return Ok(());
+        };
+        let rows = sqlx::query(
+            "SELECT seq, event_type, json_extract(content_json, '$.status'), invocation_id \
+             FROM journal_events WHERE account_id = ? AND session_id = ? AND seq >= ? ORDER BY seq",
+        )
+        .bind(&key.0)
+        .bind(&key.1)
+        .bind(first)
+        .fetch_all(&self.journal)
+        .await?;
+        let mut tx = self.journal.begin().await?;
+        // Out of the way first, so the new numbers collide with nothing.
+        sqlx::query(
+            "UPDATE journal_events SET seq = -seq WHERE account_id = ? AND session_id = ? AND seq >= ?",
+        )
+        .bind(&key.0)
+        .bind(&key.1)
+        .bind(first)
+        .execute(&mut *tx)
+        .await?;
+        let mut next = last_seq.max(first - 1);
+        for row in &rows {
+            let seq: i64 = row.try_get(0)?;
+            let event_type: String = row.try_get(1)?;
+            let status: Option<String> = row.try_get(2)?;
+            let invocation_id: Option<String> = row.try_get(3)?;
+            let is_late = late.contains(&seq);
+            if is_late
+                && event_type == EventType::RunStatus.as_str()
+                && status.as_deref() != Some(RunStatus::InProgress.as_str())
+            {
+                tracing::warn!(
+                    account_id = %key.0, session_id = %key.1, seq, ?invocation_id, ?status,
+                    "another replica took this run over while PostgreSQL was out of reach; its journaled terminal status is not backfilled"
+                );
+                sqlx::query(
+                    "DELETE FROM journal_events WHERE account_id = ? AND session_id = ? AND seq = ?",
+                )
+                .bind(&key.0)
+                .bind(&key.1)
+                .bind(-seq)
+                .execute(&mut *tx)
+                .await?;
+                continue;
+            }
+            next += 1;
+            let flag = if is_late {
+                format!("{{\"original_seq\":{seq},\"reason\":\"run_taken_over\"}}")
+            } else {
+                "null".to_owned()
+            };
+            sqlx::query(
+                "UPDATE journal_events SET seq = ?, metadata_json = CASE WHEN ? = 'null' \
+                 THEN metadata_json ELSE json_set(metadata_json, '$.late', json(?)) END \
+                 WHERE account_id = ? AND session_id = ? AND seq = ?",
+            )
+            .bind(next)
+            .bind(&flag)
+            .bind(&flag)
+            .bind(&key.0)
+            .bind(&key.1)
+            .bind(-seq)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        tracing::warn!(
+            account_id = %key.0, session_id = %key.1, late = late.len(),
+            "journaled events of runs another replica took over are kept flagged late, numbered after seq {last_seq}"
+        );
+        if let Ok(mut known) = self.known.lock() {
+            known.insert(key.clone(), next);
+        }
+        Ok(())
     }
 
     /// Records an agent handle in the journal if PostgreSQL is down or a session is
@@ -865,6 +1038,9 @@ impl Inner {
     /// Grants `claim` without PostgreSQL, if no live run of the session is known to this
     /// replica, and records it in the journal (which makes the session pending).
     async fn claim_locally(&self, claim: &Claim<'_>) -> Result<Claimed, StoreError> {
+        if !claim.fresh && !self.config.local_claims {
+            return Err(unreachable_error());
+        }
         // Under the lock appends and the backfill's hand-back take: the session cannot be
         // handed back between the check and the record.
         let _route = self.route.lock().await;
@@ -917,6 +1093,7 @@ impl Inner {
     }
 
     fn note_live(&self, claim: &Claim<'_>) {
+        self.note_renewer(claim.owner, claim.lease);
         if let Ok(mut live) = self.live.lock() {
             if live.len() >= KNOWN_SESSIONS_MAX {
                 let now = std::time::Instant::now();
@@ -1410,6 +1587,7 @@ impl Store for JournaledStore {
         let inner = &*self.inner;
         // The owner renews: its runs are alive, whatever PostgreSQL can be told.
         inner.refresh_live(invocation_ids, lease);
+        inner.note_renewer(owner, lease);
         // Claims still in the journal are renewed there (nobody else can cancel them).
         let mut renewed = Vec::new();
         let mut rest = Vec::new();
@@ -1440,10 +1618,9 @@ impl Store for JournaledStore {
         if rest.is_empty() {
             return Ok(renewed);
         }
-        if inner.degraded.load(Ordering::Relaxed) {
-            // An error, not a partial answer: a missing id would stop its run.
-            return Err(unreachable_error());
-        }
+        // Tried even while degraded (the probe may not have noticed PostgreSQL is back
+        // yet): a lease is renewed as soon as PostgreSQL can take it. A failure is an
+        // error, not a partial answer: a missing id would stop its run.
         match tokio::time::timeout(
             inner.config.append_timeout,
             inner.pg.renew_leases(owner, &rest, lease),
