@@ -84,7 +84,7 @@ const POSTGRES: &[(i64, &str)] = &[
         "9583d3de2b1814b21d33fcb2822a88e3d9821e09696aba9a3576e70b1dc622b2b30723be1fd6d9f3a6aa659bee856be8",
     ),
     (
-        14,
+        11,
         "9444a378eb247ac4752d46229b0acf69d63c52d0ebeea8aac6b47e6d0b5d08262c37fdd330876cd2f8b3e6662594f6d1",
     ),
 ];
