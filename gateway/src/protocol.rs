@@ -20,7 +20,7 @@ use crate::core::on_core;
 use crate::error::ApiError;
 use crate::runs::agent::AgentError;
 use crate::state::State;
-use crate::turn::{body_digest, cancel_and_wait, run_events, run_info, run_query, run_turn};
+use crate::turn::{cancel_and_wait, request_digest, run_events, run_info, run_query, run_turn};
 
 /// Largest agent answer relayed for a forwarded request (cards, session CRUD, listings).
 const FORWARD_CAP: usize = 16 << 20;
@@ -88,7 +88,7 @@ pub async fn serve(
     let reply = &mut reply;
     match surface.route(&client) {
         Route::Run(mut turn) => {
-            turn.request_digest = Some(body_digest(&request.body));
+            turn.request_digest = request_digest(session, &request.body);
             run_turn(state, session, reply, account_id, surface, turn).await
         }
         Route::Reply { status, body } => reply.json(session, status, &body, &[]).await,

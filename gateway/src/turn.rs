@@ -37,7 +37,7 @@ pub async fn run_turn(
     reply: &mut Reply,
     account_id: &str,
     surface: &'static dyn Surface,
-    mut turn: TurnRequest,
+    turn: TurnRequest,
 ) -> Result<()> {
     // What the answer needs of the turn; the run's start takes the rest. The start is
     // boxed so that its future is not kept in this one while the run streams.
@@ -53,9 +53,6 @@ pub async fn run_turn(
         Err(e) => return reply.error(session, &e, surface, &[]).await,
     };
     let run_id = new_id("run");
-    if key.is_none() {
-        turn.request_digest = None;
-    }
     if let Some(key) = &key {
         let digest = turn.request_digest.as_deref();
         let claim = claim_key(state, account_id, key, &run_id, asked.as_deref(), digest);
@@ -229,7 +226,7 @@ const START_POLL: Duration = Duration::from_millis(25);
 /// retries resend the same bytes). How the answer is delivered (`stream`,
 /// `stream_options`) is not part of it, as a repeat may follow the run either way; a JSON
 /// body is hashed without those fields, any other as its bytes.
-pub fn body_digest(body: &[u8]) -> String {
+fn body_digest(body: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let canonical = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(mut fields)) => {
@@ -243,6 +240,13 @@ pub fn body_digest(body: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The digest ([`body_digest`]) a repeat of this request's `Idempotency-Key` must match,
+/// for a request that has a key; a request without one is not hashed.
+pub fn request_digest(session: &Session, body: &[u8]) -> Option<String> {
+    let keyed = session.req_header().headers.contains_key("idempotency-key");
+    keyed.then(|| body_digest(body))
 }
 
 /// Makes `key` (of the account) name the run `run_id` about to start, unless a request
@@ -345,10 +349,10 @@ async fn wait_for_run(
     }
 }
 
-#[allow(clippy::too_many_arguments)] // run_turn's own, and the run it repeats
 /// Answers a repeat of an `Idempotency-Key` with the first request's run: its stream from
 /// the start (the same frames and ids), or its whole response once it ends; the run is
 /// followed live while it goes on.
+#[allow(clippy::too_many_arguments)] // run_turn's own, and the run it repeats
 async fn answer_repeat(
     state: &State,
     session: &mut Session,

@@ -14,7 +14,7 @@ use crate::client::reply::Reply;
 use crate::error::ApiError;
 use crate::metrics::{Limit, METRICS};
 use crate::state::State;
-use crate::turn::{body_digest, run_turn};
+use crate::turn::{request_digest, run_turn};
 
 /// A turn through one of the OpenAI surfaces. Always answers the client itself.
 pub async fn serve_turn(
@@ -41,11 +41,11 @@ pub async fn serve_turn(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let parsed = surface.parse_request(&body, header.as_deref());
-    let digest = body_digest(&body);
+    let digest = request_digest(session, &body);
     drop(body); // not kept while the run streams
     match parsed {
         Ok(mut turn) => {
-            turn.request_digest = Some(digest);
+            turn.request_digest = digest;
             run_turn(state, session, &mut Reply::Http, account_id, surface, turn).await
         }
         Err(e) => {
