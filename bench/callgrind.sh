@@ -8,7 +8,8 @@
 #
 # Prints one JSON line per scenario: total instructions (Ir) over the measured load,
 # divided by requests (pass-through, tee on and off) or runs (SSE, SQLite). The dumps stay
-# in the out dir for `callgrind_annotate`.
+# in the out dir for `callgrind_annotate`. SCENARIOS (default "pass-tee pass-notee
+# sse-chat") picks which run.
 set -euo pipefail
 BIN=$(cd "$1" && pwd)
 OUTD=${2:-$(mktemp -d /tmp/tether-callgrind.XXXXXX)}
@@ -26,8 +27,10 @@ PIDS+=($!)
 wait_http http://127.0.0.1:$P/healthz
 
 # scenario name, tether flags..., then the load: measure <name> <requests|runs> <count> <load args> -- <tether args>
+SCENARIOS=${SCENARIOS:-pass-tee pass-notee sse-chat}
 measure() {
   local name=$1 unit=$2 count=$3; shift 3
+  case " $SCENARIOS " in *" $name "*) ;; *) return 0 ;; esac
   local load=() tether=()
   while [ "$1" != -- ]; do load+=("$1"); shift; done
   shift

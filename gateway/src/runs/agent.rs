@@ -116,6 +116,66 @@ impl AgentResponse {
     }
 }
 
+/// An HTTP/1.1 request to the agent with its connection open and its header and body
+/// built, not one byte of it sent yet: the agent hears of it only when [`Prepared::send`]
+/// is called.
+pub struct Prepared {
+    http: HttpSession,
+    peer: HttpPeer,
+    header: Box<RequestHeader>,
+    body: Option<Bytes>,
+    /// The request's span (see [`Agent::send`]).
+    trace: tracing::Span,
+}
+
+impl Prepared {
+    /// Sends the request and returns once the response header has arrived.
+    pub async fn send(self) -> Result<AgentResponse, AgentError> {
+        let trace = self.trace.clone();
+        match self.send_http().await {
+            Ok(mut response) => {
+                spans::http_status(&trace, response.status);
+                response.trace = trace;
+                Ok(response)
+            }
+            Err(e) => {
+                spans::failed(&trace, &e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    async fn send_http(self) -> Result<AgentResponse, AgentError> {
+        let Prepared {
+            mut http,
+            peer,
+            header,
+            body,
+            ..
+        } = self;
+        let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
+        http.write_request_header(header).await.map_err(io)?;
+        if let Some(body) = body {
+            http.write_request_body(body, true).await.map_err(io)?;
+        }
+        http.finish_request_body().await.map_err(io)?;
+        http.read_response_header().await.map_err(io)?;
+        let header = http
+            .response_header()
+            .ok_or_else(|| AgentError::Io("no response header".into()))?;
+        let status = header.status.as_u16();
+        let content_type = content_type(header);
+        Ok(AgentResponse {
+            status,
+            content_type,
+            http,
+            peer,
+            grpc: None,
+            trace: tracing::Span::none(),
+        })
+    }
+}
+
 fn content_type(header: &pingora::http::ResponseHeader) -> String {
     header
         .headers
@@ -270,8 +330,43 @@ impl Agent {
         account_id: &str,
         trace: &tracing::Span,
     ) -> Result<AgentResponse, AgentError> {
+        let prepared = self.open_http(request, account_id, trace).await?;
+        prepared.send_http().await
+    }
+
+    /// Opens the connection for an HTTP/1.1 `request` and builds its header and body, but
+    /// sends nothing: what a run does while its start commits, so that once the log holds
+    /// the turn only the request itself is left (see [`Prepared`]). `None` for a gRPC call,
+    /// which is opened as it is sent.
+    pub async fn prepare(
+        &self,
+        request: &AgentRequest,
+        account_id: &str,
+    ) -> Option<Result<Prepared, AgentError>> {
+        if request.grpc.is_some() {
+            return None;
+        }
+        let trace = spans::agent_request(request.method, &request.path);
+        Some(match self.open_http(request, account_id, &trace).await {
+            Ok(mut prepared) => {
+                prepared.trace = trace;
+                Ok(prepared)
+            }
+            Err(e) => {
+                spans::failed(&trace, &e.to_string());
+                Err(e)
+            }
+        })
+    }
+
+    async fn open_http(
+        &self,
+        request: &AgentRequest,
+        account_id: &str,
+        trace: &tracing::Span,
+    ) -> Result<Prepared, AgentError> {
         let peer = self.peer().await?;
-        let mut http = self.connect(&peer).await?;
+        let http = self.connect(&peer).await?;
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
         let uri = format!("{}{}", self.upstream.base_path, request.path);
         let mut req = RequestHeader::build(request.method, uri.as_bytes(), None).map_err(io)?;
@@ -284,36 +379,22 @@ impl Agent {
                 let bytes = serde_json::to_vec(body).map_err(|e| AgentError::Io(e.to_string()))?;
                 req.insert_header("content-type", "application/json")
                     .map_err(io)?;
-                Some(bytes)
+                Some(Bytes::from(bytes))
             }
             None => None,
         };
-        let len = body.as_ref().map_or(0, Vec::len);
+        let len = body.as_ref().map_or(0, Bytes::len);
         if body.is_some() || request.method != "GET" {
             req.insert_header("content-length", len.to_string())
                 .map_err(io)?;
         }
         self.stamp(&mut req, request, account_id, trace)
             .map_err(io)?;
-        http.write_request_header(Box::new(req)).await.map_err(io)?;
-        if let Some(body) = body {
-            http.write_request_body(Bytes::from(body), true)
-                .await
-                .map_err(io)?;
-        }
-        http.finish_request_body().await.map_err(io)?;
-        http.read_response_header().await.map_err(io)?;
-        let header = http
-            .response_header()
-            .ok_or_else(|| AgentError::Io("no response header".into()))?;
-        let status = header.status.as_u16();
-        let content_type = content_type(header);
-        Ok(AgentResponse {
-            status,
-            content_type,
+        Ok(Prepared {
             http,
             peer,
-            grpc: None,
+            header: Box::new(req),
+            body,
             trace: tracing::Span::none(),
         })
     }

@@ -272,3 +272,197 @@ fn a_finished_stream_leaves_the_connection_usable() {
         String::from_utf8_lossy(&buf[..n])
     );
 }
+
+/// Makes the store refuse every event of `session` (a trigger on `events`), the way a
+/// database refuses a commit; returns the SQL that lifts the refusal.
+fn refuse_events_of(store: &TestStore, kind: StoreKind, session: &str) -> String {
+    let name = session.replace('-', "_");
+    let (install, lift): (Vec<String>, String) = match kind {
+        StoreKind::Sqlite => (
+            vec![format!(
+                "CREATE TRIGGER {name} BEFORE INSERT ON events WHEN NEW.session_id = '{session}' \
+                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+            )],
+            format!("DROP TRIGGER {name}"),
+        ),
+        StoreKind::Postgres => (
+            vec![
+                format!(
+                    "CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                     RAISE EXCEPTION 'refused by the test'; END $$"
+                ),
+                format!(
+                    "CREATE TRIGGER {name} BEFORE INSERT ON events FOR EACH ROW \
+                     WHEN (NEW.session_id = '{session}') EXECUTE FUNCTION {name}()"
+                ),
+            ],
+            format!("DROP TRIGGER {name} ON events; DROP FUNCTION {name}()"),
+        ),
+    };
+    for sql in install {
+        execute(store, kind, &sql);
+    }
+    lift
+}
+
+fn execute(store: &TestStore, kind: StoreKind, sql: &str) {
+    use sqlx::Connection;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match kind {
+            StoreKind::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", store.url))
+                    .await
+                    .unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            }
+            StoreKind::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&store.url).await.unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            }
+        }
+    });
+}
+
+/// A run's agent call is prepared while its start commits, but sent only once the start
+/// is committed: a start the store refuses never reaches the agent, its client is told,
+/// and the log holds no part of the run (no input, `in_progress` or delta). Another
+/// session's run goes on as usual.
+fn a_start_the_store_refuses_never_reaches_the_agent(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/v1/chat/completions", tether.url());
+    let tag = format!("{}", now_nanos());
+    let refused = format!("refused-{tag}");
+    let lift = refuse_events_of(&store, kind, &refused);
+
+    let secret = format!("never-sent-{tag}");
+    let mut sse = SseStream::post(&url, &Surface::Chat.body(&secret, Some(&refused), true));
+    let status = sse.status;
+    let body: Vec<SseEvent> = std::iter::from_fn(|| sse.next_event()).collect();
+    assert_ne!(status, 200, "the client is told the run did not start: {body:?}");
+
+    // The gateway goes on: a run in another session reaches the agent and completes.
+    let other = post(
+        &url,
+        &Surface::Chat.body(&format!("sent-{tag}"), None, false).to_string(),
+        &[],
+    );
+    assert_eq!(other.status, 200, "{}", other.body);
+    let sent: Vec<String> = agent.requests().iter().map(|r| r.to_string()).collect();
+    assert!(
+        sent.iter().any(|r| r.contains(&format!("sent-{tag}"))),
+        "the agent records what it receives: {sent:?}"
+    );
+    // Time for a driver that did not wait for the commit to have sent its request.
+    std::thread::sleep(Duration::from_millis(300));
+    let sent: Vec<String> = agent.requests().iter().map(|r| r.to_string()).collect();
+    assert!(
+        !sent.iter().any(|r| r.contains(&secret)),
+        "the agent never heard of the refused turn: {sent:?}"
+    );
+    execute(&store, kind, &lift);
+    // (On PostgreSQL the claim's invocation row stays for the lease sweeper, which may
+    // close it later with one terminal status; nothing else of the run is ever written.)
+    let events = store.events("local", &refused);
+    assert!(
+        events.iter().all(|e| e.is_terminal()) && events.len() <= 1,
+        "nothing of the refused run is in the log: {events:#?}"
+    );
+}
+
+#[test]
+fn a_start_the_store_refuses_never_reaches_the_agent_sqlite() {
+    a_start_the_store_refuses_never_reaches_the_agent(StoreKind::Sqlite);
+}
+
+#[test]
+fn a_start_the_store_refuses_never_reaches_the_agent_postgres() {
+    a_start_the_store_refuses_never_reaches_the_agent(StoreKind::Postgres);
+}
+
+/// Many runs starting at once (their starts share group commits with each other's first
+/// deltas): in every session the start's input and `in_progress` come before the first
+/// delta, seqs increase, the client saw the log's deltas in order, and the run ends once.
+fn concurrent_starts_keep_each_sessions_order(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/v1/chat/completions", tether.url());
+    const RUNS: usize = 40;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(RUNS));
+    let clients: Vec<_> = (0..RUNS)
+        .map(|i| {
+            let (url, barrier) = (url.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut sse =
+                    SseStream::post(&url, &Surface::Chat.body(&format!("burst {i} slow:5:5"), None, true));
+                assert_eq!(sse.status, 200);
+                let session = sse.session_id.clone().unwrap();
+                let mut seen = String::new();
+                while let Some(event) = sse.next_event() {
+                    seen.push_str(&Surface::Chat.delta(&event));
+                }
+                (i, session, seen)
+            })
+        })
+        .collect();
+    let expected = "w1 w2 w3 w4 w5 ";
+    for client in clients {
+        let (i, session, seen) = client.join().unwrap();
+        assert_eq!(seen, expected, "run {i}'s client got every delta in order");
+        let events = store.wait_for_terminal("local", &session, 1);
+        assert_well_formed(&events);
+        assert_eq!(terminal_statuses(&events), [RunStatus::Completed]);
+        let first_delta = events
+            .iter()
+            .position(|e| e.event_type == EventType::TextDelta)
+            .expect("deltas in the log");
+        let input = events
+            .iter()
+            .position(|e| e.event_type == EventType::Message && e.role.as_deref() == Some("user"))
+            .expect("the input in the log");
+        let in_progress = events
+            .iter()
+            .position(|e| e.run_status() == Some(RunStatus::InProgress))
+            .expect("in_progress in the log");
+        assert!(
+            input < in_progress && in_progress < first_delta,
+            "run {i}: input, in_progress, then deltas: {events:#?}"
+        );
+        let deltas: String = events
+            .iter()
+            .filter(|e| e.event_type == EventType::TextDelta)
+            .map(|e| e.text())
+            .collect();
+        assert_eq!(deltas, expected);
+    }
+    let requests = agent.requests();
+    assert_eq!(requests.len(), RUNS, "the agent got each turn once");
+}
+
+#[test]
+fn concurrent_starts_keep_each_sessions_order_sqlite() {
+    concurrent_starts_keep_each_sessions_order(StoreKind::Sqlite);
+}
+
+#[test]
+fn concurrent_starts_keep_each_sessions_order_postgres() {
+    concurrent_starts_keep_each_sessions_order(StoreKind::Postgres);
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
