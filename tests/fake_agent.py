@@ -727,7 +727,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     handler = type("BoundHandler", (Handler,), {"requests_log": RequestLog(args.log), "verbose": args.verbose})
-    server = ThreadingHTTPServer((args.host, args.port), handler)
+    # A backlog like a real server's: with socketserver's default of 5, a burst of
+    # concurrent runs finds connections reset.
+    server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256})
+    server = server_class((args.host, args.port), handler)
     server.daemon_threads = True
     print(f"READY {server.server_address[1]}", flush=True)
     try:

@@ -60,6 +60,8 @@ struct GrpcTarget {
 }
 
 const RESOLVE_TTL: Duration = Duration::from_secs(5);
+/// How long a connection to the agent stays in the pool unused.
+const POOLED_IDLE: Duration = Duration::from_secs(60);
 /// Concurrent calls on one HTTP/2 connection to a gRPC agent before another is opened.
 const H2_STREAMS: usize = 100;
 
@@ -120,7 +122,8 @@ impl AgentResponse {
 /// built, not one byte of it sent yet: the agent hears of it only when [`Prepared::send`]
 /// is called.
 pub struct Prepared {
-    http: HttpSession,
+    /// A connection opened for it; `None` when the pool had one (taken as it is sent).
+    http: Option<HttpSession>,
     peer: HttpPeer,
     header: Box<RequestHeader>,
     body: Option<Bytes>,
@@ -130,9 +133,9 @@ pub struct Prepared {
 
 impl Prepared {
     /// Sends the request and returns once the response header has arrived.
-    pub async fn send(self) -> Result<AgentResponse, AgentError> {
+    pub async fn send(self, agent: &Agent) -> Result<AgentResponse, AgentError> {
         let trace = self.trace.clone();
-        match self.send_http().await {
+        match self.send_http(agent).await {
             Ok(mut response) => {
                 spans::http_status(&trace, response.status);
                 response.trace = trace;
@@ -145,14 +148,18 @@ impl Prepared {
         }
     }
 
-    async fn send_http(self) -> Result<AgentResponse, AgentError> {
+    async fn send_http(self, agent: &Agent) -> Result<AgentResponse, AgentError> {
         let Prepared {
-            mut http,
+            http,
             peer,
             header,
             body,
             ..
         } = self;
+        let mut http = match http {
+            Some(http) => http,
+            None => agent.connect(&peer).await?,
+        };
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
         http.write_request_header(header).await.map_err(io)?;
         if let Some(body) = body {
@@ -330,8 +337,8 @@ impl Agent {
         account_id: &str,
         trace: &tracing::Span,
     ) -> Result<AgentResponse, AgentError> {
-        let prepared = self.open_http(request, account_id, trace).await?;
-        prepared.send_http().await
+        let prepared = self.open_http(request, account_id, trace, true).await?;
+        prepared.send_http(self).await
     }
 
     /// Opens the connection for an HTTP/1.1 `request` and builds its header and body, but
@@ -347,7 +354,7 @@ impl Agent {
             return None;
         }
         let trace = spans::agent_request(request.method, &request.path);
-        Some(match self.open_http(request, account_id, &trace).await {
+        Some(match self.open_http(request, account_id, &trace, false).await {
             Ok(mut prepared) => {
                 prepared.trace = trace;
                 Ok(prepared)
@@ -359,14 +366,37 @@ impl Agent {
         })
     }
 
+    /// `pooled`: whether a connection from the pool may be kept (one sent at once). When
+    /// not, a new connection is kept but one from the pool goes back at once, and is
+    /// taken again (its liveness checked again) as the request is sent: the agent may
+    /// close an idle connection while the start commits, and opening one is what is worth
+    /// doing early.
     async fn open_http(
         &self,
         request: &AgentRequest,
         account_id: &str,
         trace: &tracing::Span,
+        pooled: bool,
     ) -> Result<Prepared, AgentError> {
         let peer = self.peer().await?;
-        let http = self.connect(&peer).await?;
+        let (http, reused) = self
+            .connector
+            .get_http_session(&peer)
+            .await
+            .map_err(|e| AgentError::Connect(e.to_string()))?;
+        let http = match reused && !pooled {
+            true => {
+                self.connector
+                    .release_http_session(http, &peer, Some(POOLED_IDLE))
+                    .await;
+                None
+            }
+            false => {
+                let mut http = http;
+                http.set_read_timeout(Some(self.idle_timeout));
+                Some(http)
+            }
+        };
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
         let uri = format!("{}{}", self.upstream.base_path, request.path);
         let mut req = RequestHeader::build(request.method, uri.as_bytes(), None).map_err(io)?;
@@ -501,7 +531,7 @@ impl Agent {
     /// Returns a fully read connection to the pool for the next run.
     pub async fn release(&self, response: AgentResponse) {
         self.connector
-            .release_http_session(response.http, &response.peer, Some(Duration::from_secs(60)))
+            .release_http_session(response.http, &response.peer, Some(POOLED_IDLE))
             .await;
     }
 }

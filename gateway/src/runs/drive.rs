@@ -191,7 +191,7 @@ async fn ask_agent(
     };
     let restored = forgot.is_some();
     let mut response = match (request, prepared) {
-        (None, Some(prepared)) => prepared.send().await,
+        (None, Some(prepared)) => prepared.send(&runs.agent).await,
         (request, _) => {
             let request = request.unwrap_or_else(|| upstream.request(call));
             runs.agent.send(&request, &run.account_id).await

@@ -404,23 +404,24 @@ fn concurrent_starts_keep_each_sessions_order(kind: StoreKind) {
             let (url, barrier) = (url.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
-                let mut sse =
+                let sse =
                     SseStream::post(&url, &Surface::Chat.body(&format!("burst {i} slow:5:5"), None, true));
                 assert_eq!(sse.status, 200);
                 let session = sse.session_id.clone().unwrap();
-                let mut seen = String::new();
-                while let Some(event) = sse.next_event() {
-                    seen.push_str(&Surface::Chat.delta(&event));
-                }
-                (i, session, seen)
+                let events = sse.collect();
+                let seen: String = events.iter().map(|e| Surface::Chat.delta(e)).collect();
+                (i, session, seen, events)
             })
         })
         .collect();
     let expected = "w1 w2 w3 w4 w5 ";
     for client in clients {
-        let (i, session, seen) = client.join().unwrap();
-        assert_eq!(seen, expected, "run {i}'s client got every delta in order");
+        let (i, session, seen, streamed) = client.join().unwrap();
         let events = store.wait_for_terminal("local", &session, 1);
+        assert_eq!(
+            seen, expected,
+            "run {i}'s client got every delta in order: {streamed:#?} {events:#?}"
+        );
         assert_well_formed(&events);
         assert_eq!(terminal_statuses(&events), [RunStatus::Completed]);
         let first_delta = events
