@@ -354,16 +354,18 @@ impl Agent {
             return None;
         }
         let trace = spans::agent_request(request.method, &request.path);
-        Some(match self.open_http(request, account_id, &trace, false).await {
-            Ok(mut prepared) => {
-                prepared.trace = trace;
-                Ok(prepared)
-            }
-            Err(e) => {
-                spans::failed(&trace, &e.to_string());
-                Err(e)
-            }
-        })
+        Some(
+            match self.open_http(request, account_id, &trace, false).await {
+                Ok(mut prepared) => {
+                    prepared.trace = trace;
+                    Ok(prepared)
+                }
+                Err(e) => {
+                    spans::failed(&trace, &e.to_string());
+                    Err(e)
+                }
+            },
+        )
     }
 
     /// `pooled`: whether a connection from the pool may be kept (one sent at once). When

@@ -496,7 +496,14 @@ impl Runs {
             }
         }
         let prepared = self
-            .start_events(account_id, session_id, &run_id, &invocation_id, &turn, resume)
+            .start_events(
+                account_id,
+                session_id,
+                &run_id,
+                &invocation_id,
+                &turn,
+                resume,
+            )
             .instrument(trace.clone())
             .await;
         let (history, batch) = match prepared {
@@ -525,10 +532,17 @@ impl Runs {
         let (started, started_rx) = oneshot::channel();
         tokio::spawn(
             self.clone()
-                .supervise(run.clone(), history, turn, stop_rx, permit, StartCommitted {
-                    supervisor: started_rx,
-                    driver: go_rx,
-                })
+                .supervise(
+                    run.clone(),
+                    history,
+                    turn,
+                    stop_rx,
+                    permit,
+                    StartCommitted {
+                        supervisor: started_rx,
+                        driver: go_rx,
+                    },
+                )
                 .instrument(trace.clone()),
         );
         let commit = spans::commit("run_start", batch.len());
@@ -555,7 +569,10 @@ impl Runs {
 
     /// Commits a run's start; refuses it as busy when the store dropped its `in_progress`.
     async fn commit_start(&self, batch: Vec<NewEvent>) -> Result<Vec<Event>, StartError> {
-        let session_id = batch.last().map(|e| e.session_id.clone()).unwrap_or_default();
+        let session_id = batch
+            .last()
+            .map(|e| e.session_id.clone())
+            .unwrap_or_default();
         let committed = self.writer.append(batch).await?;
         // A store that checks the claim as it opens the invocation (SQLite) drops the
         // start's events when another live run holds the session after all.

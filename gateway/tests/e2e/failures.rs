@@ -346,12 +346,17 @@ fn a_start_the_store_refuses_never_reaches_the_agent(kind: StoreKind) {
     let mut sse = SseStream::post(&url, &Surface::Chat.body(&secret, Some(&refused), true));
     let status = sse.status;
     let body: Vec<SseEvent> = std::iter::from_fn(|| sse.next_event()).collect();
-    assert_ne!(status, 200, "the client is told the run did not start: {body:?}");
+    assert_ne!(
+        status, 200,
+        "the client is told the run did not start: {body:?}"
+    );
 
     // The gateway goes on: a run in another session reaches the agent and completes.
     let other = post(
         &url,
-        &Surface::Chat.body(&format!("sent-{tag}"), None, false).to_string(),
+        &Surface::Chat
+            .body(&format!("sent-{tag}"), None, false)
+            .to_string(),
         &[],
     );
     assert_eq!(other.status, 200, "{}", other.body);
@@ -404,8 +409,10 @@ fn concurrent_starts_keep_each_sessions_order(kind: StoreKind) {
             let (url, barrier) = (url.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
-                let sse =
-                    SseStream::post(&url, &Surface::Chat.body(&format!("burst {i} slow:5:5"), None, true));
+                let sse = SseStream::post(
+                    &url,
+                    &Surface::Chat.body(&format!("burst {i} slow:5:5"), None, true),
+                );
                 assert_eq!(sse.status, 200);
                 let session = sse.session_id.clone().unwrap();
                 let events = sse.collect();
