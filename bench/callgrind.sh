@@ -43,17 +43,23 @@ measure() {
   wait_http http://127.0.0.1:$port/healthz
   # Warm-up: connections, statement caches, the allocator's arenas.
   "$BIN/bench-load" "${load[@]/@ADDR@/127.0.0.1:$port}" >/dev/null 2>&1 || true
+  # Commits over the measured load (the writer's transactions): how many exchanges or
+  # deltas shared one depends on timing, and moves the Ir of a cell between runs.
+  commits() { curl -s "http://127.0.0.1:$port/metrics" | awk '/^tether_writer_batch_size_events_count/{print $2}'; }
+  local c0 c1
+  c0=$(commits)
   callgrind_control -z $vg >/dev/null
   local out
   out=$("$BIN/bench-load" "${load[@]/@ADDR@/127.0.0.1:$port}")
   sleep 0.5 # the tee's linger and the writer's last commit
   callgrind_control -d "$name" $vg >/dev/null
+  c1=$(commits)
   kill $vg; wait $vg 2>/dev/null || true
   local ir
   # The dump `-d` wrote (name.<pid>.1); the file written at exit holds what came after.
   ir=$(awk '/^totals:/{s += $2} END{print s + 0}' "$OUTD/$name".*.1)
-  printf '{"scenario":"%s","ir":%s,"%s":%s,"ir_per":%s,"load":%s}\n' "$name" "$ir" "$unit" "$count" \
-    "$(awk -v i="$ir" -v n="$count" 'BEGIN{printf "%.0f", i / n}')" "$out"
+  printf '{"scenario":"%s","ir":%s,"%s":%s,"ir_per":%s,"commits":%s,"load":%s}\n' "$name" "$ir" "$unit" "$count" \
+    "$(awk -v i="$ir" -v n="$count" 'BEGIN{printf "%.0f", i / n}')" "$(awk -v a="${c0:-0}" -v b="${c1:-0}" 'BEGIN{printf "%d", b - a}')" "$out"
   mv "$OUTD/$name".*.1 "$OUTD/$name.callgrind"; rm -f "$OUTD/$name".[0-9]*
 }
 
