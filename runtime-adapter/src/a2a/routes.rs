@@ -425,7 +425,7 @@ fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -
         },
         _ => Route::Subscribe {
             agent_ref,
-            after_seq: last_event_id(req),
+            last_event_id: last_event_id(req),
             client,
             not_found,
         },
