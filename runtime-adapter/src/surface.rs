@@ -43,6 +43,17 @@ impl ClientRequest<'_> {
             .map(|(_, v)| *v)
     }
 
+    /// A reconnecting client's cursor on the stateful protocols' surfaces: the SSE
+    /// `Last-Event-ID` (the id of the last frame it got), when it is one Tether could have
+    /// sent; otherwise the stream starts over, as those protocols' own servers do.
+    pub fn last_event_id(&self) -> Option<i64> {
+        self.header("Last-Event-ID")?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id >= 0)
+    }
+
     /// The first value of a query-string parameter, decoded as a form encodes it.
     pub fn query_param(&self, name: &str) -> Option<String> {
         form_urlencoded::parse(self.query?.as_bytes())
@@ -58,8 +69,7 @@ pub enum Route {
     Run(TurnRequest),
     /// Replay the run the agent knows as `agent_ref` from the log after the frame whose id
     /// is `last_event_id` (the `Last-Event-ID` of a reconnecting client; from the start
-    /// without one),
-    /// then follow it live to its end. `client` becomes `RunInfo::client`.
+    /// without one), then follow it live to its end. `client` becomes `RunInfo::client`.
     ///
     /// For this and the other task routes, `not_found` (status and body) answers when the
     /// caller's account has no such run. The agent is not asked: every task started

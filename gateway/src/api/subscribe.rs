@@ -95,12 +95,12 @@ pub async fn handle(
     {
         let mut out = Vec::new();
         for event in events {
+            let frame = out.len();
             let place = Place::of(lineage, branch, event);
-            let _ = writeln!(out, "id: {}", place.position);
-            out.extend_from_slice(b"data: ");
-            let start = out.len();
+            let _ = write!(out, "id: {}\ndata: ", place.position);
             if serde_json::to_writer(&mut out, &EventView::placed(event, place)).is_err() {
-                out.truncate(start);
+                out.truncate(frame);
+                continue;
             }
             out.extend_from_slice(b"\n\n");
         }
