@@ -545,7 +545,8 @@ impl Runs {
                 )
                 .instrument(trace.clone()),
         );
-        let commit = spans::commit("run_start", batch.len());
+        // A child of the run's span, like the run's other commits.
+        let commit = trace.in_scope(|| spans::commit("run_start", batch.len()));
         let committed = match self.commit_start(batch).instrument(commit).await {
             Ok(committed) => committed,
             Err(e) => {
