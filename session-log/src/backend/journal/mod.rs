@@ -1713,10 +1713,15 @@ impl Store for JournaledStore {
         since: DateTime<Utc>,
         replacing: Option<&str>,
     ) -> Result<Option<IdempotentRun>, StoreError> {
-        self.inner
-            .pg
-            .claim_idempotency_key(record, since, replacing)
-            .await
+        // Not journalled: other replicas could not see a key taken here, so a repeat sent
+        // to them would run again. The caller refuses the request instead (and soon, not
+        // after a hung connection's timeout).
+        let inner = &*self.inner;
+        let claimed = inner.pg.claim_idempotency_key(record, since, replacing);
+        match tokio::time::timeout(inner.config.append_timeout, claimed).await {
+            Ok(r) => r,
+            Err(_) => Err(unreachable_error()),
+        }
     }
 
     // Feedback is not journalled: a person can send it again, and during an outage the
