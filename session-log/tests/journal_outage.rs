@@ -861,7 +861,7 @@ async fn a_fenced_backfill_after_a_takeover_keeps_one_terminal_status_and_flags_
         .await
         .unwrap();
     let session = "s_fenced";
-    let lease = Duration::from_secs(30);
+    let lease = Duration::from_secs(1);
     assert_eq!(
         store
             .claim(&claim_of(session, "replica-a", lease))
@@ -887,8 +887,12 @@ async fn a_fenced_backfill_after_a_takeover_keeps_one_terminal_status_and_flags_
     let journaled: Vec<i64> = journaled.into_iter().map(|e| e.unwrap().seq).collect();
     assert_eq!(journaled, vec![4, 5, 6, 7], "the owner's seqs");
     cluster.up();
-    // Another replica, which saw PostgreSQL all along, took the run over.
+    // The owner could not renew: its lease ran out, and another replica, which saw
+    // PostgreSQL all along, took the run over (a sweep closes only expired leases).
+    tokio::time::sleep(lease).await;
     let pg = PgStore::connect(&cluster.url()).await.unwrap();
+    let abandoned = pg.abandoned_invocations(None).await.unwrap();
+    assert!(abandoned.iter().any(|i| i.invocation_id == "inv_1"));
     let closed = pg
         .append(&[NewEvent::new(
             "acct",
