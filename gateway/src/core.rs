@@ -262,6 +262,16 @@ impl Store for CoreStore {
         delegate!(self, |s| s.claim_idempotency_key(&r, since, rep.as_deref()))
     }
 
+    async fn release_idempotency_key(
+        &self,
+        account_id: &str,
+        key: &str,
+        run_id: &str,
+    ) -> Result<(), StoreError> {
+        let (a, k, r) = (account_id.to_owned(), key.to_owned(), run_id.to_owned());
+        delegate!(self, |s| s.release_idempotency_key(&a, &k, &r))
+    }
+
     async fn put_feedback(&self, feedback: &session_log::Feedback) -> Result<(), StoreError> {
         let f = feedback.clone();
         delegate!(self, |s| s.put_feedback(&f))

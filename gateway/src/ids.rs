@@ -1,5 +1,6 @@
 //! Ids: the ones Tether makes (sessions, runs, invocations, checkpoints, uploads,
-//! exchanges, requests) and which client-chosen session ids it accepts.
+//! exchanges, requests), which client-chosen session ids it accepts, and the cursors a
+//! reconnecting stream client sends.
 
 /// A new session, run, invocation or checkpoint id. Time-ordered (UUIDv7: milliseconds,
 /// then 74 random bits), so the log's indexes, which lead with these ids, take new entries
@@ -62,10 +63,66 @@ pub fn cursor(field: &str, value: &str) -> Result<i64, IdError> {
     }
 }
 
+/// The cursor a stream reconnect resumes after, for every surface that takes one: the
+/// surface's query parameter `param` (`value`, when the request has it), else the
+/// `Last-Event-ID` header an `EventSource` sends on reconnecting; `None` with neither (an
+/// empty header is none), the stream from its start. Both parse as [`cursor`], and an
+/// error names where the bad value came from.
+pub fn stream_cursor(
+    param: &str,
+    value: Option<&str>,
+    headers: &http::HeaderMap,
+) -> Result<Option<i64>, IdError> {
+    const HEADER: &str = "Last-Event-ID";
+    if let Some(value) = value {
+        return cursor(param, value).map(Some);
+    }
+    let Some(header) = headers.get(HEADER) else {
+        return Ok(None);
+    };
+    let value = header.to_str().map_err(|_| IdError {
+        field: HEADER.to_owned(),
+        message: format!("{HEADER} must be a non-negative integer, got bytes that are not text"),
+    })?;
+    if value.trim().is_empty() {
+        return Ok(None);
+    }
+    cursor(HEADER, value).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_stream_cursor_is_the_query_parameter_else_the_header() {
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(stream_cursor("starting_after", None, &headers), Ok(None));
+        headers.insert("last-event-id", http::HeaderValue::from_static(" "));
+        assert_eq!(stream_cursor("AfterSeqId", None, &headers), Ok(None));
+        headers.insert("last-event-id", http::HeaderValue::from_static(" 7 "));
+        assert_eq!(stream_cursor("AfterSeqId", None, &headers), Ok(Some(7)));
+        assert_eq!(
+            stream_cursor("AfterSeqId", Some("3"), &headers),
+            Ok(Some(3))
+        );
+        let bad = stream_cursor("starting_after", Some("-1"), &headers).unwrap_err();
+        assert_eq!(bad.field, "starting_after");
+        assert_eq!(
+            bad.message,
+            "starting_after must be a non-negative integer, got \"-1\""
+        );
+        headers.insert("last-event-id", http::HeaderValue::from_static("soon"));
+        let bad = stream_cursor("starting_after", None, &headers).unwrap_err();
+        assert_eq!(bad.field, "Last-Event-ID");
+        headers.insert(
+            "last-event-id",
+            http::HeaderValue::from_bytes(b"\xff").unwrap(),
+        );
+        let bad = stream_cursor("AfterSeqId", None, &headers).unwrap_err();
+        assert_eq!(bad.field, "Last-Event-ID");
+    }
 
     proptest! {
         #[test]

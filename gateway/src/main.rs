@@ -7,6 +7,7 @@ mod cli;
 mod client;
 mod config;
 mod core;
+mod digest;
 mod error;
 mod ids;
 mod metrics;

@@ -15,7 +15,7 @@ use crate::client::body::read_body;
 use crate::client::grpc::read_message;
 use crate::client::reply::Reply;
 use crate::client::respond;
-use crate::client::stream::{next_event, render_step, End};
+use crate::client::stream::{next_event, replay_step, End};
 use crate::core::on_core;
 use crate::error::ApiError;
 use crate::runs::agent::AgentError;
@@ -173,13 +173,13 @@ pub async fn serve(
         },
         Route::Subscribe {
             agent_ref,
-            after_seq,
+            last_event_id,
             client: info_client,
             not_found: (status, body),
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => {
                 let from = Cursor {
-                    after_seq: after_seq.unwrap_or(0),
+                    after: last_event_id,
                     client: info_client,
                 };
                 subscribe(state, session, reply, account_id, surface, &inv, from).await
@@ -190,9 +190,10 @@ pub async fn serve(
     }
 }
 
-/// Where a subscriber picks a run up: after which seq, and how it asked (for its renderer).
+/// Where a subscriber picks a run up: after which frame id (from the start when `None`),
+/// and how it asked (for its renderer).
 struct Cursor {
-    after_seq: i64,
+    after: Option<i64>,
     client: Value,
 }
 
@@ -275,7 +276,7 @@ async fn cancel(
     }
 }
 
-/// Replays the run from the log (frames up to `after_seq` are not sent again), then
+/// Replays the run from the log (frames up to the cursor are not sent again), then
 /// follows it live until its latest invocation ends.
 async fn subscribe(
     state: &State,
@@ -286,7 +287,7 @@ async fn subscribe(
     inv: &Invocation,
     from: Cursor,
 ) -> Result<()> {
-    let Cursor { after_seq, client } = from;
+    let Cursor { after, client } = from;
     let headers = [("x-session-id", inv.session_id.as_str())];
     reply.stream_start(session, &headers).await?;
     let info = run_info(inv, &[], client);
@@ -302,17 +303,7 @@ async fn subscribe(
             surface,
             &mut subscription,
             Some(deadline),
-            |event| {
-                let mut step = render_step(&mut *renderer, event);
-                step.frames.retain(|f| {
-                    f.id.as_deref()
-                        .and_then(|id| id.parse::<i64>().ok())
-                        .is_none_or(|seq| seq > after_seq)
-                });
-                step.last =
-                    step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
-                step
-            },
+            |event| replay_step(&mut *renderer, event, after, &inv.invocation_id),
         )
         .await;
     Ok(())

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::client::reply::Reply;
 use crate::client::stream::{self, render_step};
 use crate::core::on_core;
+use crate::digest::sha256_hex;
 use crate::error::ApiError;
 use crate::ids::{client_id, new_id};
 use crate::metrics::{Limit, METRICS};
@@ -67,10 +68,20 @@ pub async fn run_turn(
             Err(e) => return reply.error(session, &e, surface, &[]).await,
         }
     }
-    let prepared = prepare_run(state, account_id, surface, run_id, turn, client_trace);
+    let prepared = prepare_run(
+        state,
+        account_id,
+        surface,
+        run_id.clone(),
+        turn,
+        client_trace,
+    );
     let (started, mut events) = match Box::pin(prepared).await {
         Ok(started) => started,
         Err((e, session_id)) => {
+            if let Some(key) = &key {
+                release_key(state, account_id, key, &run_id).await;
+            }
             let headers: Vec<(&str, &str)> = session_id
                 .as_deref()
                 .map(|s| ("x-session-id", s))
@@ -227,7 +238,6 @@ const START_POLL: Duration = Duration::from_millis(25);
 /// `stream_options`) is not part of it, as a repeat may follow the run either way; a JSON
 /// body is hashed without those fields, any other as its bytes.
 fn body_digest(body: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
     let canonical = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(mut fields)) => {
             fields.remove("stream");
@@ -236,10 +246,7 @@ fn body_digest(body: &[u8]) -> String {
         }
         _ => None,
     };
-    Sha256::digest(canonical.as_deref().unwrap_or(body))
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    sha256_hex(canonical.as_deref().unwrap_or(body))
 }
 
 /// The digest ([`body_digest`]) a repeat of this request's `Idempotency-Key` must match,
@@ -341,6 +348,20 @@ async fn claim_key(
         replacing = Some(first.run_id);
     }
     Ok(None)
+}
+
+/// Gives up this request's claim of `key` for `run_id`, refused before the run started:
+/// a repeat is then handled at once as a new request (with the claim kept, it would wait
+/// [`START_WAIT`] for a run that never comes). A store that cannot release it leaves the
+/// claim to age past [`START_WAIT`], as before.
+async fn release_key(state: &State, account_id: &str, key: &str, run_id: &str) {
+    if let Err(error) = state
+        .store
+        .release_idempotency_key(account_id, key, run_id)
+        .await
+    {
+        tracing::warn!(%error, account_id, run_id, "cannot release an Idempotency-Key of a refused request");
+    }
 }
 
 /// The run a key's record names, waiting for it while the request that claimed the key

@@ -43,6 +43,17 @@ impl ClientRequest<'_> {
             .map(|(_, v)| *v)
     }
 
+    /// A reconnecting client's cursor on the stateful protocols' surfaces: the SSE
+    /// `Last-Event-ID` (the id of the last frame it got), when it is one Tether could have
+    /// sent; otherwise the stream starts over, as those protocols' own servers do.
+    pub fn last_event_id(&self) -> Option<i64> {
+        self.header("Last-Event-ID")?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id >= 0)
+    }
+
     /// The first value of a query-string parameter, decoded as a form encodes it.
     pub fn query_param(&self, name: &str) -> Option<String> {
         form_urlencoded::parse(self.query?.as_bytes())
@@ -56,8 +67,9 @@ impl ClientRequest<'_> {
 pub enum Route {
     /// Start a run.
     Run(TurnRequest),
-    /// Replay the run the agent knows as `agent_ref` from the log after `after_seq`,
-    /// then follow it live to its end. `client` becomes `RunInfo::client`.
+    /// Replay the run the agent knows as `agent_ref` from the log after the frame whose id
+    /// is `last_event_id` (the `Last-Event-ID` of a reconnecting client; from the start
+    /// without one), then follow it live to its end. `client` becomes `RunInfo::client`.
     ///
     /// For this and the other task routes, `not_found` (status and body) answers when the
     /// caller's account has no such run. The agent is not asked: every task started
@@ -65,7 +77,7 @@ pub enum Route {
     /// (asking would hand one account another's task).
     Subscribe {
         agent_ref: String,
-        after_seq: Option<i64>,
+        last_event_id: Option<i64>,
         client: Value,
         not_found: (u16, Value),
     },
@@ -106,16 +118,54 @@ pub enum Route {
     Reply { status: u16, body: Value },
 }
 
-/// Renders a run's committed events as SSE frames. Every frame carries an `id:`: on the
-/// OpenAI surfaces its number in the run's stream (from 0, so distinct and increasing
-/// even when one event renders as several frames, and the cursor a reconnect resumes
-/// after); on the stateful protocols' surfaces the seq of the event it came from.
-/// Stateful: feed events in seq order (a reconnecting client's renderer is fed the
-/// earlier events and their frames discarded).
+/// Renders a run's committed events as SSE frames. Every frame carries an `id:`: its
+/// number in the run's stream, from 0 (so distinct and increasing even when one event
+/// renders as several frames), which is the cursor a reconnect resumes after ([`Numbered`]
+/// numbers them; Responses numbers its own, its `sequence_number`). Stateful: feed events
+/// in seq order, from the run's first (a reconnecting client's renderer is fed the run
+/// again from its start and the frames up to its cursor are discarded, so the numbers
+/// match the ones it saw).
 pub trait StreamRenderer: Send {
     fn render(&mut self, event: &Event) -> Vec<SseFrame>;
     /// Frames that end the stream after the terminal event (e.g. `data: [DONE]`).
     fn end(&mut self) -> Vec<SseFrame>;
+}
+
+/// A renderer whose frames get their `id:` here: each its number in the run's stream.
+pub struct Numbered<R> {
+    inner: R,
+    next: i64,
+}
+
+impl<R: StreamRenderer + 'static> Numbered<R> {
+    pub fn boxed(inner: R) -> Box<dyn StreamRenderer> {
+        Box::new(Numbered { inner, next: 0 })
+    }
+}
+
+impl<R> Numbered<R> {
+    fn number(&mut self, frames: Vec<SseFrame>) -> Vec<SseFrame> {
+        frames
+            .into_iter()
+            .map(|f| {
+                let id = self.next;
+                self.next += 1;
+                f.with_id(id)
+            })
+            .collect()
+    }
+}
+
+impl<R: StreamRenderer> StreamRenderer for Numbered<R> {
+    fn render(&mut self, event: &Event) -> Vec<SseFrame> {
+        let frames = self.inner.render(event);
+        self.number(frames)
+    }
+
+    fn end(&mut self) -> Vec<SseFrame> {
+        let frames = self.inner.end();
+        self.number(frames)
+    }
 }
 
 pub trait Surface: Send + Sync {
@@ -292,7 +342,41 @@ pub fn run_error(events: &[Event], terminal: Option<RunStatus>) -> (String, Stri
 
 #[cfg(test)]
 mod tests {
-    use super::ClientRequest;
+    use chrono::Utc;
+    use serde_json::json;
+    use session_log::{Event, EventType, NewEvent};
+
+    use super::{ClientRequest, Numbered, StreamRenderer};
+    use crate::sse::SseFrame;
+
+    /// Two frames for every event, whatever ids it gives them, and a closing frame.
+    struct Twice;
+
+    impl StreamRenderer for Twice {
+        fn render(&mut self, event: &Event) -> Vec<SseFrame> {
+            let frame = SseFrame::data(event.seq.to_string()).with_id(event.seq);
+            vec![frame.clone(), frame]
+        }
+
+        fn end(&mut self) -> Vec<SseFrame> {
+            vec![SseFrame::data("[DONE]")]
+        }
+    }
+
+    #[test]
+    fn numbered_frames_count_from_0_across_events_and_the_end() {
+        let mut r = Numbered::boxed(Twice);
+        let mut frames = Vec::new();
+        for seq in [5, 9] {
+            let new = NewEvent::new("a", "s", EventType::AgentEvent, json!({}));
+            frames.extend(r.render(&Event::committed(new, seq, Utc::now())));
+        }
+        frames.extend(r.end());
+        let ids: Vec<_> = frames.iter().map(|f| f.id.as_deref().unwrap()).collect();
+        assert_eq!(ids, ["0", "1", "2", "3", "4"]);
+        let data: Vec<_> = frames.iter().map(|f| f.data.as_str()).collect();
+        assert_eq!(data, ["5", "5", "9", "9", "[DONE]"]);
+    }
 
     #[test]
     fn query_params_decode_as_forms_encode_them() {

@@ -437,6 +437,16 @@ pub trait Store: Send + Sync + 'static {
         replacing: Option<&str>,
     ) -> Result<Option<IdempotentRun>, StoreError>;
 
+    /// Gives up the account's claim of `key` for `run_id`, a run that was refused before it
+    /// started: a repeat of the key is then a new request at once, instead of waiting for
+    /// a run that will never come. A claim the key has moved on from is left alone.
+    async fn release_idempotency_key(
+        &self,
+        account_id: &str,
+        key: &str,
+        run_id: &str,
+    ) -> Result<(), StoreError>;
+
     /// Stores one feedback record.
     async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError>;
 

@@ -201,7 +201,7 @@ store_suite!(
     fresh_claims_are_written_by_the_append_that_opens_them,
     agent_refs_find_the_latest_invocation_of_the_account,
     feedback_is_listed_newest_first_per_account_and_session_and_readable,
-    an_idempotency_key_names_one_run_per_account_within_its_window,
+    an_idempotency_key_names_one_run_per_account_within_its_window_until_released,
     an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten,
 );
 
@@ -2242,7 +2242,7 @@ async fn agent_refs_find_the_latest_invocation_of_the_account(b: Backend) {
     );
 }
 
-async fn an_idempotency_key_names_one_run_per_account_within_its_window(b: Backend) {
+async fn an_idempotency_key_names_one_run_per_account_within_its_window_until_released(b: Backend) {
     use chrono::{Duration, Utc};
     use session_log::IdempotentRun;
     let (account, other, key) = (unique("acct"), unique("acct"), unique("key"));
@@ -2307,6 +2307,38 @@ async fn an_idempotency_key_names_one_run_per_account_within_its_window(b: Backe
         .unwrap()
         .expect("run_4 holds the key");
     assert_eq!(found.run_id, "run_4");
+    // Releasing a claim the key has moved on from leaves the key's run alone; releasing
+    // its own makes the key free at once, within its window.
+    b.store
+        .release_idempotency_key(&account, &key, "run_3")
+        .await
+        .unwrap();
+    let found = b
+        .store
+        .claim_idempotency_key(&record(&account, "run_6", later), later, None)
+        .await
+        .unwrap()
+        .expect("run_4 still holds the key");
+    assert_eq!(found.run_id, "run_4");
+    b.store
+        .release_idempotency_key(&account, &key, "run_4")
+        .await
+        .unwrap();
+    assert_eq!(
+        b.store
+            .claim_idempotency_key(&record(&account, "run_6", later), later, None)
+            .await
+            .unwrap(),
+        None,
+        "a released key is claimed by the next request"
+    );
+    let found = b
+        .store
+        .claim_idempotency_key(&record(&other, "run_y", later), window, None)
+        .await
+        .unwrap()
+        .expect("the other account's claim is untouched");
+    assert_eq!(found.run_id, "run_x");
 }
 
 async fn feedback_is_listed_newest_first_per_account_and_session_and_readable(b: Backend) {

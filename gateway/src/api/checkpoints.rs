@@ -436,7 +436,8 @@ async fn resume_history(
     Ok((history, replayed))
 }
 
-/// A resumed invocation streamed like a Responses turn (every frame carries `id: <seq>`);
+/// A resumed invocation streamed like a Responses turn (every frame's `id:` is its
+/// `sequence_number`);
 /// the client leaving does not stop it.
 pub async fn stream_resumed(
     session: &mut Session,

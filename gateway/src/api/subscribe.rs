@@ -1,6 +1,12 @@
 //! SubscribeRunEvents: an SSE stream of a session's committed events after a cursor —
 //! replay from the log, then live — ending with `data: [DONE]` after the invocation's
 //! terminal `run_status`, or after the subscription timeout without `[DONE]`.
+//!
+//! Ids and the cursor are positions in the session's history (`history`): seqs in a
+//! session that is not a fork; in a fork, what it inherited first (each at its own seq
+//! plus its session's base), then its own events at their seq plus the fork point. So a
+//! client that lost the stream anywhere, within the inherited part too, resumes after the
+//! last id it saw.
 
 use std::io::Write as _;
 
@@ -21,7 +27,8 @@ const ACTION: &str = "SubscribeRunEvents";
 struct Params {
     session_id: String,
     invocation_id: Option<String>,
-    after_seq: i64,
+    /// The cursor: the position after which to start.
+    after: i64,
 }
 
 fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
@@ -43,23 +50,11 @@ fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
         match k {
             "SessionId" => session_id = Some(v),
             "InvocationId" => invocation_id = Some(v),
-            "AfterSeqId" => after = Some(("AfterSeqId", v)),
+            "AfterSeqId" => after = Some(v),
             _ => {}
         }
     }
-    if after.is_none() {
-        if let Some(v) = req
-            .headers
-            .get("last-event-id")
-            .and_then(|v| v.to_str().ok())
-        {
-            after = Some(("Last-Event-ID", v.trim().to_owned()));
-        }
-    }
-    let after_seq = match after {
-        None => 0,
-        Some((name, v)) => crate::ids::cursor(name, &v)?,
-    };
+    let after = crate::ids::stream_cursor("AfterSeqId", after.as_deref(), &req.headers)?;
     let session_id = session_id
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ControlError::bad_request("SessionId is required"))?;
@@ -70,7 +65,7 @@ fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
     Ok(Params {
         session_id,
         invocation_id: invocation_id.filter(|s| !s.is_empty()),
-        after_seq,
+        after: after.unwrap_or(0),
     })
 }
 
@@ -87,6 +82,7 @@ pub async fn handle(
     let Checked {
         params,
         query,
+        base,
         finished,
         inherited,
     } = checked;
@@ -95,24 +91,22 @@ pub async fn handle(
         lineage,
         branch,
         events,
-        ids,
     }) = &inherited
     {
         let mut out = Vec::new();
         for event in events {
-            if *ids {
-                let _ = writeln!(out, "id: {}", event.seq);
-            }
-            out.extend_from_slice(b"data: ");
-            let view = EventView::placed(event, Place::of(lineage, branch, event));
-            if serde_json::to_writer(&mut out, &view).is_err() {
+            let frame = out.len();
+            let place = Place::of(lineage, branch, event);
+            let _ = write!(out, "id: {}\ndata: ", place.position);
+            if serde_json::to_writer(&mut out, &EventView::placed(event, place)).is_err() {
+                out.truncate(frame);
                 continue;
             }
             out.extend_from_slice(b"\n\n");
         }
         if finished {
             // An inherited run: its events are all there is.
-            let last = events.last().map_or(params.after_seq, |e| e.seq);
+            let last = events.last().map_or(params.after, |e| lineage.position(e));
             let _ = write!(out, "id: {}\ndata: [DONE]\n\n", done_id(last));
         }
         session
@@ -124,17 +118,17 @@ pub async fn handle(
     }
     if finished {
         // A finished run with nothing after the cursor: nothing to wait for.
-        let done = SseFrame::data("[DONE]").with_id(done_id(params.after_seq));
+        let done = SseFrame::data("[DONE]").with_id(done_id(params.after));
         return stream::write_frames(session, &[done], true).await;
     }
     let mut events = Subscription::open(state.store.clone(), &state.hub, query);
     let deadline = Instant::now() + state.config.subscribe_timeout;
     let follows_one_run = params.invocation_id.is_some();
     let end = stream::pump_encoded(session, &mut events, Some(deadline), |event, out| {
-        encode_event(event, out);
+        encode_event(event, base + event.seq, out);
         let last = follows_one_run && event.is_terminal();
         if last {
-            let _ = write!(out, "id: {}\ndata: [DONE]\n\n", done_id(event.seq));
+            let _ = write!(out, "id: {}\ndata: [DONE]\n\n", done_id(base + event.seq));
         }
         last
     })
@@ -146,20 +140,20 @@ pub async fn handle(
     Ok(())
 }
 
-/// The `id:` of the `[DONE]` that follows the event at `seq`: one past it, so that every
-/// frame's id is distinct and increasing. Only a stream that follows one invocation ends
-/// with `[DONE]`, and nothing of that invocation comes after its terminal event, so
+/// The `id:` of the `[DONE]` that follows the event at `position`: one past it, so that
+/// every frame's id is distinct and increasing. Only a stream that follows one invocation
+/// ends with `[DONE]`, and nothing of that invocation comes after its terminal event, so
 /// resuming after this id (`AfterSeqId`, `Last-Event-ID`) finds the stream finished and
 /// skips nothing.
-fn done_id(seq: i64) -> i64 {
-    seq + 1
+fn done_id(position: i64) -> i64 {
+    position + 1
 }
 
-/// Appends the frame of one event: `id: <seq>` and its JSON as one `data:` line (compact
-/// JSON has no raw line break), the bytes `SseFrame::data(json).with_id(seq)` encodes to,
-/// serialised straight into `out`.
-fn encode_event(event: &Event, out: &mut Vec<u8>) {
-    let _ = write!(out, "id: {}\ndata: ", event.seq);
+/// Appends the frame of one event: `id: <position>` and its JSON as one `data:` line
+/// (compact JSON has no raw line break), the bytes
+/// `SseFrame::data(json).with_id(position)` encodes to, serialised straight into `out`.
+fn encode_event(event: &Event, position: i64, out: &mut Vec<u8>) {
+    let _ = write!(out, "id: {position}\ndata: ");
     let start = out.len();
     if serde_json::to_writer(&mut *out, &EventView::of(event)).is_err() {
         out.truncate(start);
@@ -168,28 +162,29 @@ fn encode_event(event: &Event, out: &mut Vec<u8>) {
 }
 
 /// What a subscription serves: the parameters, the query of the session's own events to
-/// follow, whether the subscribed invocation is already over with nothing left after
-/// the cursor, and what of a fork's inherited history comes first.
+/// follow, the position of its seq 0 (the fork point; 0 for a session that is not a
+/// fork), whether the subscribed invocation is already over with nothing left after the
+/// cursor, and what of a fork's inherited history comes first.
 struct Checked {
     params: Params,
     query: EventQuery,
+    base: i64,
     finished: bool,
     inherited: Option<Replay>,
 }
 
-/// Events of a fork's inherited history, replayed before its own: its whole inherited
-/// part without `id:` (a client that reconnects without an id starts over, and the
-/// fork's own seqs stay the stream's ids), or an inherited run with its own seqs.
+/// Events of a fork's inherited history after the cursor, replayed before its own (or an
+/// inherited run), each with its position as its id.
 struct Replay {
     lineage: Lineage,
     branch: Branch,
     events: Vec<Event>,
-    ids: bool,
 }
 
-/// Validates the request against the caller's account. A fork's subscription from the
-/// start (no cursor) replays its inherited history first; an inherited invocation (a run
-/// of an earlier session of the chain, before the fork point) is replayed whole.
+/// Validates the request against the caller's account. A fork's subscription with a
+/// cursor before its own events replays its inherited history after the cursor first; an
+/// inherited invocation (a run of an earlier session of the chain, before the fork point)
+/// is replayed after the cursor, and is then over.
 async fn check(
     state: &State,
     session: &Session,
@@ -200,21 +195,21 @@ async fn check(
     let lineage = Lineage::resolve(store, account_id, &params.session_id)
         .await?
         .ok_or_else(|| ControlError::not_found("session", &params.session_id))?;
+    let base = lineage.own_position(0);
     let mut query = EventQuery {
-        after_seq: params.after_seq,
+        after_seq: (params.after - base).max(0),
         ..EventQuery::session(account_id, &params.session_id)
     };
-    let forked = lineage.links().len() > 1;
     let Some(invocation_id) = &params.invocation_id else {
-        let inherited = if forked && params.after_seq == 0 {
-            let base = lineage.own_position(0);
-            let events = lineage.events(store, 0, Some(base), None, i64::MAX).await?;
+        let inherited = if params.after < base {
+            let events = lineage
+                .events(store, params.after, Some(base), None, i64::MAX)
+                .await?;
             let (branch, _) = lineage.branch(store, None).await?;
             Some(Replay {
                 lineage,
                 branch,
                 events,
-                ids: false,
             })
         } else {
             None
@@ -222,6 +217,7 @@ async fn check(
         return Ok(Checked {
             params,
             query,
+            base,
             finished: false,
             inherited,
         });
@@ -248,21 +244,21 @@ async fn check(
             .events(&inherited)
             .await?
             .into_iter()
-            .filter(|e| e.seq > params.after_seq)
+            .filter(|e| link.base + e.seq > params.after)
             .collect();
-        if events.is_empty() && params.after_seq == 0 {
+        if events.is_empty() && params.after == 0 {
             return Err(not_found());
         }
         let (branch, _) = lineage.branch(store, None).await?;
         return Ok(Checked {
             params,
             query,
+            base,
             finished: true,
             inherited: Some(Replay {
                 lineage,
                 branch,
                 events,
-                ids: true,
             }),
         });
     }
@@ -276,6 +272,7 @@ async fn check(
     Ok(Checked {
         params,
         query,
+        base,
         finished,
         inherited: None,
     })
@@ -312,7 +309,7 @@ mod tests {
                 metadata: json!({"k": "v"}),
                 created_at: Utc.timestamp_opt(1_796_224_172, 5_000).unwrap(),
             };
-            encode_event(&event, &mut out);
+            encode_event(&event, event.seq, &mut out);
             let mut expected = String::new();
             SseFrame::data(serde_json::to_string(&EventView::of(&event)).unwrap())
                 .with_id(event.seq)

@@ -27,22 +27,33 @@ pub struct Step {
     pub last: bool,
 }
 
-/// Frames for one event; the terminal event also gets the renderer's closing frames,
-/// stamped with its seq.
+/// Frames for one event; the terminal event also gets the renderer's closing frames.
 pub fn render_step(renderer: &mut dyn StreamRenderer, event: &Event) -> Step {
     let mut frames = renderer.render(event);
     let last = event.is_terminal();
     if last {
-        let seq = event.seq;
-        frames.extend(renderer.end().into_iter().map(|f| {
-            if f.id.is_none() {
-                f.with_id(seq)
-            } else {
-                f
-            }
-        }));
+        frames.extend(renderer.end());
     }
     Step { frames, last }
+}
+
+/// A step of a run replayed from its start to a client resuming after the frame whose id
+/// is `after` (from the start when `None`): the frames up to it are not sent again, and
+/// only the end of `invocation_id`, the run's latest invocation, ends the stream (an
+/// earlier one's end is followed by its resume).
+pub fn replay_step(
+    renderer: &mut dyn StreamRenderer,
+    event: &Event,
+    after: Option<i64>,
+    invocation_id: &str,
+) -> Step {
+    let mut step = render_step(renderer, event);
+    if let Some(after) = after {
+        let id = |f: &SseFrame| f.id.as_deref().and_then(|id| id.parse::<i64>().ok());
+        step.frames.retain(|f| id(f).is_none_or(|n| n > after));
+    }
+    step.last = step.last && event.invocation_id.as_deref() == Some(invocation_id);
+    step
 }
 
 /// Waits for the next committed event, watching for the client leaving and the deadline.

@@ -11,13 +11,12 @@
 use http::Method;
 use pingora::proxy::Session;
 use pingora::Result;
-use runtime_adapter::sse::SseFrame;
 use runtime_adapter::{surface, Protocol, Surface};
 use serde_json::Value;
 use session_log::{Invocation, Subscription};
 
 use crate::client::respond;
-use crate::client::stream::{self, render_step};
+use crate::client::stream::{self, replay_step};
 use crate::error::ApiError;
 use crate::state::State;
 use crate::turn::{cancel_and_wait, run_events, run_info, run_query};
@@ -95,37 +94,6 @@ fn query_param(session: &Session, name: &str) -> Option<String> {
 /// `Ok(Err(_))` is an error to send; `Ok(Ok(()))` means the answer went out.
 type Answer = std::result::Result<Result<()>, ApiError>;
 
-/// The stream cursor: `starting_after`, else the `Last-Event-ID` header; -1 without
-/// either (the whole stream).
-fn cursor(session: &Session) -> std::result::Result<i64, ApiError> {
-    let header = || {
-        session
-            .req_header()
-            .headers
-            .get("last-event-id")
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-            .map(|v| ("Last-Event-ID", v))
-    };
-    let given = query_param(session, "starting_after")
-        .map(|v| ("starting_after", v))
-        .or_else(header);
-    match given {
-        None => Ok(-1),
-        Some((name, v)) => match v.parse::<i64>() {
-            Ok(n) if n >= -1 => Ok(n),
-            _ => Err(ApiError::new(
-                400,
-                "invalid_request_error",
-                "invalid_value",
-                format!("{name} must be an integer of at least -1 (a frame id), got {v:?}"),
-            )
-            .with_param("starting_after")),
-        },
-    }
-}
-
 async fn retrieve(
     state: &State,
     session: &mut Session,
@@ -134,7 +102,12 @@ async fn retrieve(
     inv: &Invocation,
 ) -> Answer {
     let stream = query_param(session, "stream").as_deref() == Some("true");
-    let starting_after = cursor(session)?;
+    let starting_after = crate::ids::stream_cursor(
+        "starting_after",
+        query_param(session, "starting_after").as_deref(),
+        &session.req_header().headers,
+    )
+    .map_err(|e| e.to_api())?;
     let events = run_events(state, account_id, inv).await?;
     let info = run_info(inv, &events, Value::Null);
     let headers = [("x-session-id", inv.session_id.as_str())];
@@ -152,13 +125,7 @@ async fn retrieve(
         Subscription::open(state.store.clone(), &state.hub, run_query(account_id, inv));
     let mut renderer = surface.stream_renderer(&info);
     stream::pump(session, &mut subscription, None, |event| {
-        let mut step = render_step(&mut *renderer, event);
-        let id = |f: &SseFrame| f.id.as_deref().and_then(|id| id.parse::<i64>().ok());
-        step.frames
-            .retain(|f| id(f).is_none_or(|n| n > starting_after));
-        // Only the latest invocation's end ends the stream (a resumed run goes on).
-        step.last = step.last && event.invocation_id.as_deref() == Some(inv.invocation_id.as_str());
-        step
+        replay_step(&mut *renderer, event, starting_after, &inv.invocation_id)
     })
     .await;
     Ok(Ok(()))

@@ -121,10 +121,43 @@ fn resume_a_stream(tether: &Tether, surface: Surface) {
             .collect::<String>(),
         before
     );
-    // A cursor that is not a frame id is refused in the surface's format.
+    // A cursor that is not a frame id is refused in the surface's format, naming where it
+    // came from; the control API's subscription says the same in its envelope.
     let bad = get(&stream_url, &[("last-event-id", "soon")]);
     assert_eq!(bad.status, 400, "{}", bad.body);
-    assert_eq!(bad.json()["error"]["param"], "starting_after");
+    let error = &bad.json()["error"];
+    assert_eq!(error["param"], "Last-Event-ID", "{}", bad.body);
+    assert_eq!(error["code"], "invalid_id", "{}", bad.body);
+    let subscribe = format!(
+        "{}/agentengine/api/v1/SubscribeRunEvents?SessionId=s",
+        tether.url()
+    );
+    let control = get(&subscribe, &[("last-event-id", "soon")]);
+    assert_eq!(control.status, 400, "{}", control.body);
+    assert_eq!(control.json()["Data"]["Field"], "Last-Event-ID");
+    assert_eq!(
+        control.json()["Message"],
+        error["message"],
+        "one error, two formats"
+    );
+    for n in ["-1", "1.5", "x"] {
+        let bad = get(&format!("{stream_url}&starting_after={n}"), &[]);
+        assert_eq!(bad.status, 400, "{n}: {}", bad.body);
+        assert_eq!(
+            bad.json()["error"]["param"],
+            "starting_after",
+            "{}",
+            bad.body
+        );
+        let control = get(&format!("{subscribe}&AfterSeqId={n}"), &[]);
+        assert_eq!(control.status, 400, "{n}: {}", control.body);
+        assert_eq!(
+            control.json()["Data"]["Field"],
+            "AfterSeqId",
+            "{}",
+            control.body
+        );
+    }
 }
 
 fn stream_ids_on(kind: StoreKind) {
@@ -493,6 +526,112 @@ fn idempotency_key_repeats(kind: StoreKind) {
     assert_eq!(again.status, 200, "{}", again.body);
     assert_eq!(again.json()["id"], ids[0].as_str());
     assert_eq!(again.header("x-idempotent-replay"), Some("true"));
+}
+
+/// A request that takes an `Idempotency-Key` and is then refused before its run starts
+/// gives the key back: a repeat right after is handled at once as a new request, not
+/// after the 5 s a repeat waits for a first request still starting its run.
+fn refused_requests_release_their_idempotency_key(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = format!("{}/v1/chat/completions", tether.url());
+    let key = format!("refused-{}-{}", std::process::id(), kind_name(kind));
+    let quick = std::time::Duration::from_millis(2500);
+    let timed = |body: &str, headers: &[(&str, &str)]| {
+        let started = std::time::Instant::now();
+        let r = post(&url, body, headers);
+        (r, started.elapsed())
+    };
+
+    // Refused for an upload that does not exist; then the corrected request, same key.
+    let session = format!("{key}-upload");
+    let chat = |content: Value| {
+        json!({ "model": "fake", "messages": [{ "role": "user", "content": content }] }).to_string()
+    };
+    let missing = chat(json!([
+        { "type": "text", "text": "look" },
+        { "type": "image_url", "image_url": { "url": "tether-upload://file-missing" } }
+    ]));
+    let headers = [
+        ("idempotency-key", key.as_str()),
+        ("x-session-id", &session),
+    ];
+    let (refused, _) = timed(&missing, &headers);
+    assert_eq!(refused.status, 404, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "upload_not_found");
+    let (again, took) = timed(&missing, &headers);
+    assert_eq!(again.status, 404, "{}", again.body);
+    assert!(
+        took < quick,
+        "the repeat of a refused request waited {took:?}"
+    );
+    let (fixed, took) = timed(&chat(json!("Reply with OK")), &headers);
+    assert_eq!(fixed.status, 200, "{}", fixed.body);
+    assert!(took < quick, "the corrected request waited {took:?}");
+    assert_eq!(
+        fixed.header("x-idempotent-replay"),
+        None,
+        "a new run answers"
+    );
+    assert_eq!(Surface::Chat.text(&fixed.json()), "OK.");
+    let sent = agent.requests();
+    assert_eq!(
+        sent.len(),
+        1,
+        "only the corrected request reached the agent"
+    );
+    assert_eq!(history_sent(&sent[0]).last().unwrap().1, "Reply with OK");
+    let events = store.events("local", &session);
+    let runs: std::collections::BTreeSet<_> =
+        events.iter().filter_map(|e| e.run_id.clone()).collect();
+    assert_eq!(runs.len(), 1, "one run in the log: {runs:?}");
+    // The key now names that run: its repeat is answered by it.
+    let (replayed, _) = timed(&chat(json!("Reply with OK")), &headers);
+    assert_eq!(replayed.header("x-idempotent-replay"), Some("true"));
+    assert_eq!(replayed.json()["id"], fixed.json()["id"]);
+
+    // Refused as busy (another run goes on in the session): its repeat is refused at once.
+    let (_slow, busy_session, _) = slow_chat_run(&tether, 2);
+    let busy_key = format!("{key}-busy");
+    let headers = [
+        ("idempotency-key", busy_key.as_str()),
+        ("x-session-id", &busy_session),
+    ];
+    let body = chat(json!("Reply with OK"));
+    for attempt in 0..2 {
+        let (r, took) = timed(&body, &headers);
+        assert_eq!(r.status, 409, "attempt {attempt}: {}", r.body);
+        assert_eq!(r.json()["error"]["code"], "conversation_busy", "{}", r.body);
+        assert!(took < quick, "attempt {attempt} waited {took:?}");
+    }
+    let runs: std::collections::BTreeSet<_> = store
+        .events("local", &busy_session)
+        .iter()
+        .filter_map(|e| e.run_id.clone())
+        .collect();
+    assert_eq!(
+        runs.len(),
+        1,
+        "the refused requests wrote nothing: {runs:?}"
+    );
+    assert_eq!(
+        agent.requests().len(),
+        2,
+        "only the slow run reached the agent"
+    );
+}
+
+#[test]
+fn refused_requests_release_their_idempotency_key_sqlite() {
+    refused_requests_release_their_idempotency_key(StoreKind::Sqlite);
+}
+
+#[test]
+fn refused_requests_release_their_idempotency_key_postgres() {
+    refused_requests_release_their_idempotency_key(StoreKind::Postgres);
 }
 
 fn kind_name(kind: StoreKind) -> &'static str {

@@ -357,8 +357,10 @@ fn previous_response_id_of_an_older_response_forks() {
     assert_eq!(Surface::Responses.text(&in_fork), "zebra42");
 }
 
-/// A fork's subscription from the start replays what it inherited (no ids: those are the
-/// fork's own seqs), then its own events; an inherited run is replayed on its own.
+/// A fork's subscription from the start replays what it inherited, then its own events,
+/// every frame with its position as its id; a client that lost the stream in the middle of
+/// the inherited part resumes after the last id it saw, losing and repeating nothing. An
+/// inherited run is replayed on its own, resumable the same way.
 #[test]
 fn subscribing_to_a_fork_follows_its_parent() {
     let (store, _agent, tether) = chat_gateway(&["--subscribe-timeout-seconds", "1"]);
@@ -374,28 +376,51 @@ fn subscribing_to_a_fork_follows_its_parent() {
     let base = format!("{}/agentengine/api/v1/SubscribeRunEvents", tether.url());
 
     let frames = SseStream::get(&format!("{base}?SessionId={f}"), &[]).collect();
+    let id = |e: &SseEvent| -> i64 {
+        e.id.as_deref()
+            .unwrap_or_else(|| panic!("a frame without id: {e:?}"))
+            .parse()
+            .unwrap()
+    };
     let inherited: Vec<i64> = frames
         .iter()
         .filter(|e| e.json()["Inherited"] == true)
         .map(|e| {
-            assert!(
-                e.id.is_none() && e.json()["SessionId"] == s.as_str(),
-                "{e:?}"
-            );
+            assert_eq!(e.json()["SessionId"], s.as_str(), "{e:?}");
+            assert_eq!(e.json()["Position"].as_i64(), Some(id(e)), "{e:?}");
             e.json()["SeqId"].as_i64().unwrap()
         })
         .collect();
     assert_eq!(inherited, (1..=n).collect::<Vec<_>>());
-    let ids: Vec<i64> = frames
-        .iter()
-        .filter_map(|e| e.id.as_ref()?.parse().ok())
-        .collect();
-    assert_eq!(ids, own.iter().map(|e| e.seq).collect::<Vec<_>>());
+    let ids: Vec<i64> = frames.iter().map(id).collect();
+    let positions: Vec<i64> = (1..=n).chain(own.iter().map(|e| n + e.seq)).collect();
+    assert_eq!(ids, positions, "the history's positions, inherited first");
 
-    // From a cursor: only the fork's own events after it.
-    let frames = SseStream::get(&format!("{base}?SessionId={f}&AfterSeqId=2"), &[]).collect();
+    // Dropped in the middle of the inherited part: resumed after the last id seen, by
+    // Last-Event-ID (what EventSource sends) and by AfterSeqId, it is the rest exactly.
+    let k = n / 2;
+    assert!(k >= 1);
+    let data = |frames: &[SseEvent]| frames.iter().map(|e| e.data.clone()).collect::<Vec<_>>();
+    let by_header = SseStream::get(
+        &format!("{base}?SessionId={f}"),
+        &[("last-event-id", &k.to_string())],
+    )
+    .collect();
+    let by_query = SseStream::get(&format!("{base}?SessionId={f}&AfterSeqId={k}"), &[]).collect();
+    for resumed in [&by_header, &by_query] {
+        assert_eq!(
+            resumed.iter().map(id).collect::<Vec<_>>(),
+            positions[k as usize..]
+        );
+        assert_eq!(data(resumed), data(&frames[k as usize..]));
+    }
+
+    // From a cursor in the fork's own part: only its own events after it.
+    let frames =
+        SseStream::get(&format!("{base}?SessionId={f}&AfterSeqId={}", n + 2), &[]).collect();
     assert!(frames.iter().all(|e| e.json()["SessionId"] == f.as_str()));
-    assert_eq!(frames.first().and_then(|e| e.id.clone()), Some("3".into()));
+    assert_eq!(frames.first().map(id), Some(n + 3));
+    assert_eq!(frames.first().unwrap().json()["SeqId"], 3);
 
     // The CLI pages a fork by position: every event once, in history order.
     let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
@@ -431,20 +456,26 @@ fn subscribing_to_a_fork_follows_its_parent() {
         .collect();
     assert_eq!(listed, expected);
 
-    // An inherited run, through the fork.
+    // An inherited run, through the fork, and resumed in its middle.
     let inv = parent[0].invocation_id.clone().unwrap();
-    let frames = SseStream::get(&format!("{base}?SessionId={f}&InvocationId={inv}"), &[]).collect();
+    let url = format!("{base}?SessionId={f}&InvocationId={inv}");
+    let frames = SseStream::get(&url, &[]).collect();
     assert_eq!(frames.last().unwrap().data, "[DONE]");
-    let replayed: Vec<i64> = frames[..frames.len() - 1]
-        .iter()
-        .map(|e| e.id.as_ref().unwrap().parse().unwrap())
-        .collect();
+    let replayed: Vec<i64> = frames[..frames.len() - 1].iter().map(id).collect();
     let expected: Vec<i64> = parent
         .iter()
         .filter(|e| e.invocation_id.as_deref() == Some(inv.as_str()) && e.seq <= n)
         .map(|e| e.seq)
         .collect();
     assert_eq!(replayed, expected);
+    let mid = replayed[replayed.len() / 2];
+    let rest = SseStream::get(&url, &[("last-event-id", &mid.to_string())]).collect();
+    let skipped = replayed.len() / 2 + 1;
+    assert_eq!(data(&rest), data(&frames[skipped..]));
+    assert_eq!(
+        rest.iter().map(id).collect::<Vec<_>>(),
+        frames[skipped..].iter().map(id).collect::<Vec<_>>()
+    );
 }
 
 /// One Chat Completions turn as an account (its API key), streamed or not; the reply.

@@ -62,9 +62,9 @@ fn without_session_id(text: &str) -> String {
 }
 
 /// Runs `script` in bash at the repository's root, as a reader pasting it would, with the
-/// tour's ports moved to free ones (`PORT`, `AGENT_PORT`) and `tether` being the test's
-/// binary; whatever it leaves running after `timeout` is killed with its process group.
-/// Returns stdout and stderr.
+/// tour's ports moved to free ones (`TETHER_LISTEN`, `AGENT_PORT`) and `tether` being the
+/// test's binary; whatever it leaves running after `timeout` is killed with its process
+/// group. Returns stdout and stderr.
 fn run_pasted(
     script: &str,
     env: &[(&str, &std::ffi::OsStr)],
@@ -74,7 +74,7 @@ fn run_pasted(
         .arg("-c")
         .arg(script)
         .current_dir(repo_root())
-        .env("PORT", free_port().to_string())
+        .env("TETHER_LISTEN", format!("127.0.0.1:{}", free_port()))
         .env("AGENT_PORT", free_port().to_string())
         .env("TETHER_BIN", env!("CARGO_BIN_EXE_tether"))
         .env_remove("TETHER_CONF")
@@ -100,26 +100,45 @@ fn run_pasted(
     )
 }
 
+/// The tour, pasted twice at once as two readers would (on their own ports, nothing else
+/// set): each prints what the README says, and neither leaves anything at the repository
+/// root (each keeps its log and store in its own temp dir).
 #[test]
-fn the_readme_tour_runs_as_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("sessions.sqlite");
-    let (stdout, stderr) = run_pasted(
-        &tour_block("sh"),
-        &[("TETHER_STORE", store.as_os_str())],
-        Duration::from_secs(60),
-    );
-    let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-    let session = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("session: sess_"))
-        .unwrap_or_else(|| panic!("no session id printed\n{context}"));
-    assert!(!session.is_empty(), "{context}");
-    // What it prints is what the README says it prints.
+fn the_readme_tour_runs_as_written_twice_at_once() {
+    let root_store = repo_root().join(".tether");
+    let before = std::fs::metadata(&root_store)
+        .and_then(|m| m.modified())
+        .ok();
+    let script = tour_block("sh");
+    let runs: Vec<(String, String)> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| run_pasted(&script, &[], Duration::from_secs(60))))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let mut sessions = Vec::new();
+    for (stdout, stderr) in &runs {
+        let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+        let session = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("session: sess_"))
+            .unwrap_or_else(|| panic!("no session id printed\n{context}"));
+        assert!(!session.is_empty(), "{context}");
+        sessions.push(session.to_owned());
+        // What it prints is what the README says it prints.
+        assert_eq!(
+            without_session_id(stdout),
+            without_session_id(&tour_block("text")),
+            "{context}"
+        );
+    }
+    assert_ne!(sessions[0], sessions[1]);
+    let after = std::fs::metadata(&root_store)
+        .and_then(|m| m.modified())
+        .ok();
     assert_eq!(
-        without_session_id(&stdout),
-        without_session_id(&tour_block("text")),
-        "{context}"
+        before, after,
+        "the tour wrote nothing under the repository's .tether/"
     );
 }
 

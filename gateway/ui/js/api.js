@@ -132,11 +132,12 @@ export async function* frames(response) {
 }
 
 /**
- * Follows a session's committed events after `afterSeq` (SubscribeRunEvents): resolves
- * to the open response, whose frames are events as ListSessionEvents shows them.
+ * Follows a session's committed events after the position `after` (SubscribeRunEvents;
+ * the seq, except in a fork): resolves to the open response, whose frames are events as
+ * ListSessionEvents shows them, each with its position as its id.
  */
-export async function subscribe(sessionId, afterSeq, signal) {
-  const query = new URLSearchParams({ SessionId: sessionId, AfterSeqId: String(afterSeq) });
+export async function subscribe(sessionId, after, signal) {
+  const query = new URLSearchParams({ SessionId: sessionId, AfterSeqId: String(after) });
   const response = await authorized(`${CONTROL}SubscribeRunEvents?${query}`, {
     headers: { accept: 'text/event-stream' },
     signal,

@@ -1,5 +1,5 @@
 // One session's page: its timeline (read with ListSessionEvents, then followed live with
-// SubscribeRunEvents from the last seq shown, re-attached after a reload or a dropped
+// SubscribeRunEvents from the last position shown, re-attached after a reload or a dropped
 // connection), the composer that starts a run on /v1/responses, Cancel, checkpoints
 // with their resume preview, Resume and Fork, Compact, feedback on answers, and the
 // workspace files. Without a session id it is the page that starts a new conversation.
@@ -158,10 +158,13 @@ export class SessionView {
       for (;;) {
         const page = await call('ListSessionEvents', { SessionId: this.id, Offset: offset, Limit: PAGE });
         for (const e of page.Events) this.timeline.add(e);
-        if (page.Events.length < PAGE) break;
         // A position cursor: the seq, except in a fork, whose inherited events come first.
-        offset = page.Events[page.Events.length - 1].Position ?? this.timeline.lastSeq;
+        const last = page.Events[page.Events.length - 1];
+        if (last) offset = last.Position ?? last.SeqId;
+        if (page.Events.length < PAGE) break;
       }
+      // SubscribeRunEvents takes the same cursor, and its ids are positions too.
+      this.cursor = offset;
     } catch (e) {
       this.say(e.status === 404 ? `Session ${this.id} not found.` : e.message);
       this.form.hidden = true;
@@ -173,7 +176,7 @@ export class SessionView {
     this.follow();
   }
 
-  /** Follows the session from the last seq shown until the page closes; every dropped or
+  /** Follows the session from the last position shown until the page closes; every dropped or
    * timed-out stream is re-attached from where it stopped, so nothing shows twice and
    * nothing is missed. */
   async follow() {
@@ -181,11 +184,13 @@ export class SessionView {
     let delay = 250;
     while (!signal.aborted) {
       try {
-        const response = await subscribe(this.id, this.timeline.lastSeq, signal);
+        const response = await subscribe(this.id, this.cursor ?? this.timeline.lastSeq, signal);
         this.connection.textContent = '';
         delay = 250;
         for await (const frame of frames(response)) {
-          if (frame.data !== '[DONE]') this.receive(JSON.parse(frame.data));
+          if (frame.data === '[DONE]') continue;
+          this.receive(JSON.parse(frame.data));
+          if (frame.id) this.cursor = Number(frame.id);
         }
       } catch (e) {
         if (signal.aborted) return;

@@ -44,7 +44,7 @@ use serde_json::{json, Value};
 use session_log::Event;
 
 use crate::grpc::GrpcService;
-use crate::surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
+use crate::surface::{ClientRequest, Numbered, Route, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 
 use self::client::{rpc_error, INTERNAL_ERROR, INVALID_REQUEST};
@@ -100,7 +100,7 @@ impl Surface for A2aSurface {
     }
 
     fn stream_renderer(&self, run: &RunInfo) -> Box<dyn StreamRenderer> {
-        Box::new(render::A2aRenderer::new(run))
+        Numbered::boxed(render::A2aRenderer::new(run))
     }
 
     fn final_body(&self, run: &RunInfo, events: &[Event]) -> Value {

@@ -54,7 +54,7 @@ impl A2aRenderer {
             (status.as_str().to_owned(), message)
         });
         let Some(task) = &self.task else {
-            return vec![sse(self.client.run_error(&code, &message).1, event.seq)];
+            return vec![sse(self.client.run_error(&code, &message).1)];
         };
         let canon = json!({ "statusUpdate": {
             "taskId": task.id,
@@ -62,17 +62,17 @@ impl A2aRenderer {
             "status": synthetic_status(status, event, task, &message, &self.run_id),
         }});
         let update = from_canonical(&canon, self.client.dialect());
-        let mut frames = vec![sse(self.client.response(update), event.seq)];
+        let mut frames = vec![sse(self.client.response(update))];
         // The task's last state, then the call's status: the agent was lost, not the task.
         if let Some(error) = self.client.unavailable(&code, &message) {
-            frames.push(sse(error, event.seq));
+            frames.push(sse(error));
         }
         frames
     }
 }
 
-fn sse(body: Value, seq: i64) -> SseFrame {
-    SseFrame::data(body.to_string()).with_id(seq)
+fn sse(body: Value) -> SseFrame {
+    SseFrame::data(body.to_string())
 }
 
 impl StreamRenderer for A2aRenderer {
@@ -84,7 +84,7 @@ impl StreamRenderer for A2aRenderer {
             EventType::AgentEvent => {
                 let frame = &event.content;
                 let Some(canon) = canonical(frame) else {
-                    return vec![sse(self.client.response(frame.clone()), event.seq)];
+                    return vec![sse(self.client.response(frame.clone()))];
                 };
                 if let Some(ids) = frame_ids(&canon) {
                     self.task.get_or_insert(ids);
@@ -98,7 +98,7 @@ impl StreamRenderer for A2aRenderer {
                 } else {
                     from_canonical(&canon, dialect)
                 };
-                vec![sse(self.client.response(out), event.seq)]
+                vec![sse(self.client.response(out))]
             }
             EventType::Error => {
                 self.error = Some(error_of(event));

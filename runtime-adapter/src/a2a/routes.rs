@@ -425,7 +425,7 @@ fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -
         },
         _ => Route::Subscribe {
             agent_ref,
-            after_seq: last_event_id(req),
+            last_event_id: req.last_event_id(),
             client,
             not_found,
         },
@@ -529,11 +529,6 @@ pub(super) fn with_headers(
         request = request.with_header(name, value);
     }
     request
-}
-
-/// A reconnecting client's cursor: the SSE `Last-Event-ID` Tether put on each frame.
-fn last_event_id(req: &ClientRequest) -> Option<i64> {
-    req.header("Last-Event-ID")?.trim().parse().ok()
 }
 
 /// The `A2A-Version` header, when the client sent one.

@@ -7,10 +7,10 @@ use session_log::{Event, EventType, RunStatus};
 
 use super::SESSION_NOT_FOUND;
 use crate::sse::SseFrame;
-use crate::surface::{run_error, RunInfo, StreamRenderer};
+use crate::surface::{run_error, Numbered, RunInfo, StreamRenderer};
 
 pub(super) fn stream_renderer(run: &RunInfo) -> Box<dyn StreamRenderer> {
-    Box::new(AdkRenderer {
+    Numbered::boxed(AdkRenderer {
         run_id: run.run_id.clone(),
         error: None,
     })
@@ -75,7 +75,7 @@ impl StreamRenderer for AdkRenderer {
             },
             _ => return Vec::new(),
         };
-        vec![SseFrame::data(body.to_string()).with_id(event.seq)]
+        vec![SseFrame::data(body.to_string())]
     }
 
     /// `/run_sse` has no end marker: the stream just ends.
@@ -197,13 +197,13 @@ mod tests {
         assert_eq!(
             frames,
             vec![
-                SseFrame::data(ev[0].to_string()).with_id(13),
-                SseFrame::data(ev[4].to_string()).with_id(15),
+                SseFrame::data(ev[0].to_string()).with_id(0),
+                SseFrame::data(ev[4].to_string()).with_id(1),
             ]
         );
         let mut wire = String::new();
         frames[0].encode(&mut wire);
-        assert_eq!(wire, format!("id: 13\ndata: {}\n\n", ev[0]));
+        assert_eq!(wire, format!("id: 0\ndata: {}\n\n", ev[0]));
     }
 
     #[test]
@@ -217,7 +217,7 @@ mod tests {
             .status(RunStatus::Failed);
         let frames = log.render();
         assert_eq!(frames.len(), 1);
-        assert_eq!(frames[0].id.as_deref(), Some("13"));
+        assert_eq!(frames[0].id.as_deref(), Some("0"));
         let body: Value = serde_json::from_str(&frames[0].data).unwrap();
         assert_eq!(
             body["error"],

@@ -20,7 +20,7 @@ mod tests;
 use serde_json::Value;
 use session_log::Event;
 
-use crate::surface::{RunInfo, StreamRenderer, Surface};
+use crate::surface::{Numbered, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 use render::ChatRenderer;
 
@@ -40,7 +40,7 @@ impl Surface for ChatSurface {
     }
 
     fn stream_renderer(&self, run: &RunInfo) -> Box<dyn StreamRenderer> {
-        Box::new(ChatRenderer::new(run, self.response_id(&run.run_id)))
+        Numbered::boxed(ChatRenderer::new(run, self.response_id(&run.run_id)))
     }
 
     fn final_body(&self, run: &RunInfo, events: &[Event]) -> Value {

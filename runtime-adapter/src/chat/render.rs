@@ -89,8 +89,6 @@ pub(super) struct ChatRenderer {
     /// The message of the last `error` event, for the terminal error frame.
     error: Option<String>,
     failed: bool,
-    /// The next frame's id.
-    next_id: i64,
 }
 
 impl ChatRenderer {
@@ -106,7 +104,6 @@ impl ChatRenderer {
             streamed: [false; 2],
             error: None,
             failed: false,
-            next_id: 0,
         }
     }
 
@@ -131,7 +128,7 @@ impl ChatRenderer {
 
     fn delta(&mut self, delta: Value) -> Vec<SseFrame> {
         let chunk = self.chunk(delta, None, None);
-        vec![self.frame(chunk)]
+        vec![SseFrame::json(&chunk)]
     }
 
     fn status(&mut self, event: &Event, status: RunStatus) -> Vec<SseFrame> {
@@ -149,7 +146,7 @@ impl ChatRenderer {
                 self.started = true;
                 let delta = json!({ "role": "assistant", "content": "" });
                 let chunk = self.chunk(delta, None, None);
-                vec![self.frame(chunk)]
+                vec![SseFrame::json(&chunk)]
             }
             RunStatus::Completed => {
                 self.open = false;
@@ -160,7 +157,7 @@ impl ChatRenderer {
                 };
                 let usage = event.metadata.get("usage").and_then(chat_usage);
                 let chunk = self.chunk(json!({}), Some(finish), usage);
-                vec![self.frame(chunk)]
+                vec![SseFrame::json(&chunk)]
             }
             RunStatus::Failed | RunStatus::Cancelled | RunStatus::Interrupted => {
                 self.open = false;
@@ -187,7 +184,7 @@ impl ChatRenderer {
                     "param": null,
                     "code": status.as_str(),
                 }});
-                vec![self.frame(body)]
+                vec![SseFrame::json(&body)]
             }
         }
     }
@@ -226,17 +223,6 @@ impl ChatRenderer {
         let mut delta = serde_json::Map::new();
         delta.insert(channel.key().into(), text.into());
         self.delta(Value::Object(delta))
-    }
-}
-
-impl ChatRenderer {
-    /// A frame with the stream's next id: frames are numbered from 0 in the order the
-    /// run's events render them, so a replay of the run numbers them alike and a
-    /// reconnecting client's cursor (`starting_after`, `Last-Event-ID`) is a frame number.
-    fn frame(&mut self, body: Value) -> SseFrame {
-        let id = self.next_id;
-        self.next_id += 1;
-        SseFrame::json(&body).with_id(id)
     }
 }
 
@@ -287,9 +273,7 @@ impl StreamRenderer for ChatRenderer {
         if self.failed {
             return Vec::new();
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        vec![SseFrame::data("[DONE]").with_id(id)]
+        vec![SseFrame::data("[DONE]")]
     }
 }
 

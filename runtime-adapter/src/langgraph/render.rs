@@ -1,5 +1,5 @@
 //! The log replayed to a LangGraph client: a run's events as its stream (`event: <mode>`,
-//! `id: <seq>`, the modes it asked for), the final values a `wait` or `join` answers, and
+//! `id:` the frame's number in the run's stream, the modes it asked for), the final values a `wait` or `join` answers, and
 //! the run object of a background run or a run read.
 
 use chrono::{DateTime, SecondsFormat};
@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use session_log::{Event, EventType, RunStatus};
 
 use crate::sse::SseFrame;
-use crate::surface::{run_error, RunInfo, StreamRenderer};
+use crate::surface::{run_error, Numbered, RunInfo, StreamRenderer};
 
 use super::parse::{CONFLICT, GRAPH_ERROR, INVALID, NOT_FOUND, REFUSED};
 use super::routes::Mode;
@@ -20,7 +20,7 @@ pub(super) struct LangGraphRenderer {
 }
 
 pub(super) fn stream_renderer(run: &RunInfo) -> Box<dyn StreamRenderer> {
-    Box::new(LangGraphRenderer {
+    Numbered::boxed(LangGraphRenderer {
         run_id: run.run_id.clone(),
         errored: false,
         error: None,
@@ -40,9 +40,7 @@ impl StreamRenderer for LangGraphRenderer {
             EventType::AgentEvent if event.content["added"] != true => {
                 let name = event.content["event"].as_str().unwrap_or("message");
                 self.errored |= name == "error";
-                vec![SseFrame::json(&event.content["data"])
-                    .with_event(name)
-                    .with_id(event.seq)]
+                vec![SseFrame::json(&event.content["data"]).with_event(name)]
             }
             EventType::Error => {
                 let s = |k: &str| event.content[k].as_str().unwrap_or_default().to_owned();
@@ -65,7 +63,7 @@ impl StreamRenderer for LangGraphRenderer {
                         )
                     });
                     let data = json!({ "error": code, "message": message });
-                    vec![SseFrame::json(&data).with_event("error").with_id(event.seq)]
+                    vec![SseFrame::json(&data).with_event("error")]
                 }
                 _ => Vec::new(),
             },

@@ -171,9 +171,7 @@ fn run_read(req: &ClientRequest, run_id: &str, op: &str) -> Route {
         },
         "stream" => Route::Subscribe {
             agent_ref,
-            after_seq: req
-                .header("Last-Event-ID")
-                .and_then(|id| id.trim().parse().ok()),
+            last_event_id: req.last_event_id(),
             client,
             not_found,
         },

@@ -283,7 +283,7 @@ fn runs_are_turns_and_run_reads_come_from_the_log() {
     assert!(matches!(
         LangGraphSurface.route(&req),
         Route::Subscribe {
-            after_seq: Some(7),
+            last_event_id: Some(7),
             ..
         }
     ));
@@ -546,7 +546,7 @@ fn run_events(mode: Mode) -> (RunInfo, Vec<Event>) {
 }
 
 #[test]
-fn streams_show_the_clients_modes_with_seq_ids() {
+fn streams_show_the_clients_modes_with_frame_numbers() {
     let (info, events) = run_events(Mode::Stream);
     let mut renderer = LangGraphSurface.stream_renderer(&info);
     let frames: Vec<_> = events.iter().flat_map(|e| renderer.render(e)).collect();
@@ -556,7 +556,7 @@ fn streams_show_the_clients_modes_with_seq_ids() {
         .collect();
     assert_eq!(
         shown,
-        vec![(Some("metadata"), Some("2")), (Some("messages"), Some("4"))]
+        vec![(Some("metadata"), Some("0")), (Some("messages"), Some("1"))]
     );
 
     // A failed run says so in an `error` event.

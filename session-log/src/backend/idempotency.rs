@@ -1,6 +1,6 @@
 //! The SQL of idempotency keys (the `idempotency_keys` table), written once for both
-//! stores: claiming a key for a run unless a live record of it names another, and reading
-//! a key's record.
+//! stores: claiming a key for a run unless a live record of it names another, releasing a
+//! claim whose run never started, and reading a key's record.
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
@@ -36,6 +36,24 @@ where
     .bind(record.created_at.timestamp_millis())
     .bind(since.timestamp_millis())
     .bind(replacing)
+}
+
+/// Drops the key's row while it still names `run_id` (a later claim is left alone).
+pub(crate) fn release<'q, DB: Database>(
+    account_id: &'q str,
+    key: &'q str,
+    run_id: &'q str,
+) -> Statement<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(
+        "DELETE FROM idempotency_keys \
+         WHERE account_id = $1 AND idempotency_key = $2 AND run_id = $3",
+    )
+    .bind(account_id)
+    .bind(key)
+    .bind(run_id)
 }
 
 /// The key's record, whatever its age.

@@ -920,6 +920,18 @@ impl Store for PgStore {
         row.map(|r| idempotency::from_row(&r)).transpose()
     }
 
+    async fn release_idempotency_key(
+        &self,
+        account_id: &str,
+        key: &str,
+        run_id: &str,
+    ) -> Result<(), StoreError> {
+        idempotency::release(account_id, key, run_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
         feedback::insert(record).execute(&self.pool).await?;
         Ok(())

@@ -915,6 +915,19 @@ impl Store for SqliteStore {
         row.map(|r| idempotency::from_row(&r)).transpose()
     }
 
+    async fn release_idempotency_key(
+        &self,
+        account_id: &str,
+        key: &str,
+        run_id: &str,
+    ) -> Result<(), StoreError> {
+        let mut turn = self.write_turn().await?;
+        idempotency::release(account_id, key, run_id)
+            .execute(&mut *turn)
+            .await?;
+        Ok(())
+    }
+
     async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
         let mut turn = self.write_turn().await?;
         feedback::insert(record).execute(&mut *turn).await?;

@@ -257,21 +257,21 @@ fn resubscribe_resumes_after_the_last_event_id() {
     let body = rpc("tasks/resubscribe", json!({ "id": "t1" }));
     let Route::Subscribe {
         agent_ref,
-        after_seq,
+        last_event_id,
         client,
         ..
     } = route("POST", "/", &[("Last-Event-ID", "42")], &body)
     else {
         panic!()
     };
-    assert_eq!((agent_ref.as_str(), after_seq), ("t1", Some(42)));
+    assert_eq!((agent_ref.as_str(), last_event_id), ("t1", Some(42)));
     assert_eq!(client["method"], "tasks/resubscribe");
     let body = rpc("SubscribeToTask", json!({ "id": "t1" }));
     let headers = [("A2A-Version", "1.0"), ("last-event-id", "x")];
-    let Route::Subscribe { after_seq, .. } = route("POST", "/", &headers, &body) else {
+    let Route::Subscribe { last_event_id, .. } = route("POST", "/", &headers, &body) else {
         panic!()
     };
-    assert_eq!(after_seq, None);
+    assert_eq!(last_event_id, None);
 }
 
 #[test]
@@ -508,13 +508,13 @@ fn rest_task_operations() {
     let subscribe = request("GET", "/rest/tasks/t1:subscribe", None, &headers, b"");
     let Route::Subscribe {
         agent_ref,
-        after_seq,
+        last_event_id,
         ..
     } = A2aSurface.route(&subscribe)
     else {
         panic!()
     };
-    assert_eq!((agent_ref.as_str(), after_seq), ("t1", Some(7)));
+    assert_eq!((agent_ref.as_str(), last_event_id), ("t1", Some(7)));
 }
 
 #[test]

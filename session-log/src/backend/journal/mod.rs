@@ -1724,6 +1724,18 @@ impl Store for JournaledStore {
         }
     }
 
+    async fn release_idempotency_key(
+        &self,
+        account_id: &str,
+        key: &str,
+        run_id: &str,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .pg
+            .release_idempotency_key(account_id, key, run_id)
+            .await
+    }
+
     // Feedback is not journalled: a person can send it again, and during an outage the
     // console says the store is unavailable.
     async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {
