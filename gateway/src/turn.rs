@@ -256,6 +256,10 @@ pub fn request_digest(session: &Session, body: &[u8]) -> Option<String> {
     keyed.then(|| body_digest(body))
 }
 
+/// The `Retry-After` (seconds) of a keyed request refused because the store cannot check
+/// its key.
+const KEY_RETRY_AFTER_SECS: u64 = 2;
+
 /// Makes `key` (of the account) name the run `run_id` about to start, unless a request
 /// with the same key started a run within [`IDEMPOTENCY_WINDOW`]: then that run's latest
 /// invocation, which answers this repeat. A first request that claimed the key but has not
@@ -263,8 +267,8 @@ pub fn request_digest(session: &Session, body: &[u8]) -> Option<String> {
 /// from the first request's (`digest`, against the one its run recorded) is refused
 /// (422 `idempotency_key_reused`). A first run that failed before the agent produced
 /// anything (its input superseded), or that never started, is what a retry is for: the
-/// key moves on to this run. With the store unavailable the request runs as a new one (a
-/// run never waits for the database).
+/// key moves on to this run. With the store unavailable the request is refused (503,
+/// `Retry-After`): running it as new could run a repeat twice.
 async fn claim_key(
     state: &State,
     account_id: &str,
@@ -291,9 +295,18 @@ async fn claim_key(
         {
             Ok(None) => return Ok(None),
             Ok(Some(first)) => first,
+            // Refused, not run as new: the key asks for at most one run, and a request
+            // whose key cannot be checked may well be the retry of one that ran (outages
+            // are when clients retry). A replica's journal would not see the keys other
+            // replicas took, so it cannot check them either. The client retries with the
+            // same key once the store is back.
             Err(error) => {
-                tracing::warn!(%error, account_id, "cannot check an Idempotency-Key; the request runs as a new one");
-                return Ok(None);
+                let mut refused =
+                    ApiError::store_unavailable(&error, "cannot check an Idempotency-Key");
+                refused
+                    .headers
+                    .push(("retry-after", KEY_RETRY_AFTER_SECS.to_string()));
+                return Err(refused);
             }
         };
         let unavailable = |e: StoreError| ApiError::store_unavailable(&e, "cannot read a run");

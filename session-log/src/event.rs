@@ -318,6 +318,11 @@ fn text_of(content: &Value) -> &str {
         .unwrap_or("")
 }
 
+/// The reason of the `interrupted` status a lease sweep writes for a run whose owner
+/// stopped renewing its lease. Such a close applies only while the lease is still expired
+/// (see `InvocationOp::Close::if_expired`): a renewal racing the sweep wins.
+pub const RUN_OWNER_LOST: &str = "run_owner_lost";
+
 /// Content of a `run_status` event.
 pub fn run_status_content(status: RunStatus, reason: Option<&str>) -> Value {
     match reason {

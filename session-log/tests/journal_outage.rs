@@ -237,6 +237,121 @@ async fn journaled_seqs_another_writer_took_are_renumbered_not_lost() {
     assert_eq!(texts, vec!["w0 ", "w900 ", "w901 ", "w1 ", "w2 "]);
 }
 
+/// The chaos soak's one violation (seed 1796516449): a run's delta `w13` logged after
+/// `w14`..`w17` across a PostgreSQL restart. The session held an expired run of another
+/// replica (its claim outlived its request) next to the live run; while this replica
+/// journaled the live run's deltas, the other replica's sweeper closed the expired run in
+/// PostgreSQL at the seq of the first journaled delta only. The backfill must keep the
+/// journaled deltas together, in their order, after the sweeper's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seq_taken_by_another_replica_keeps_the_journaled_run_in_order() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let config = JournalConfig {
+        probe_every: Duration::from_secs(3600), // recovery only by recover_now
+        ..config()
+    };
+    let store = journal::open(&cluster.url(), &journal_path, config)
+        .await
+        .unwrap();
+    let other = PgStore::connect(&cluster.url()).await.unwrap();
+    let session = "s_taken_once";
+    // Replica B's claim whose request never started a run: nobody renews it.
+    let lease = Duration::from_millis(500);
+    let stale = Claim {
+        run_id: "run_x",
+        invocation_id: "inv_x",
+        ..claim_of(session, "replica-b", lease)
+    };
+    assert_eq!(other.claim(&stale).await.unwrap(), Claimed::Granted);
+    // Expired for more than a lease: the session is free for a new run, and the stale
+    // run is still open until a sweeper closes it.
+    tokio::time::sleep(2 * lease + Duration::from_millis(300)).await;
+    assert_eq!(
+        store
+            .claim(&claim_of(session, "replica-a", lease))
+            .await
+            .unwrap(),
+        Claimed::Granted
+    );
+    // The live run's heartbeat keeps it out of any sweep for the rest of the test.
+    store
+        .renew_leases("replica-a", &["inv_1".to_owned()], Duration::from_secs(60))
+        .await
+        .unwrap();
+    let mut sent = Vec::new();
+    sent.extend(
+        store
+            .append(&[status(session, RunStatus::InProgress)])
+            .await
+            .unwrap(),
+    );
+    for i in 0..13 {
+        sent.extend(store.append(&[delta(session, i)]).await.unwrap());
+    }
+
+    cluster.down();
+    for i in 13..18 {
+        sent.extend(store.append(&[delta(session, i)]).await.unwrap());
+    }
+    let journaled: Vec<i64> = sent[14..].iter().map(|e| e.as_ref().unwrap().seq).collect();
+    assert_eq!(journaled, vec![15, 16, 17, 18, 19], "w13..w17 journaled");
+    cluster.up();
+    // Replica B's sweeper finds the stale run and closes it: at seq 15, w13's.
+    let other = PgStore::connect(&cluster.url()).await.unwrap();
+    let abandoned = other.abandoned_invocations(None).await.unwrap();
+    let ids: Vec<&str> = abandoned.iter().map(|i| i.invocation_id.as_str()).collect();
+    assert_eq!(ids, vec!["inv_x"]);
+    let closed = other
+        .append(&[NewEvent::new(
+            "acct",
+            session,
+            EventType::RunStatus,
+            run_status_content(RunStatus::Interrupted, Some("run_owner_lost")),
+        )
+        .in_run("run_x", "inv_x")])
+        .await
+        .unwrap();
+    assert_eq!(closed[0].as_ref().unwrap().seq, 15);
+
+    store.recover_now().await;
+    wait_recovered(&store).await;
+    // The run goes on and ends after the recovery.
+    store.append(&[delta(session, 18)]).await.unwrap();
+    store
+        .append(&[status(session, RunStatus::Completed)])
+        .await
+        .unwrap();
+
+    let events = assert_dense_in_postgres(&cluster.url(), session, 22).await;
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|e| e.event_type == EventType::TextDelta)
+        .map(|e| e.text())
+        .collect();
+    let expected: Vec<String> = (0..19).map(|i| format!("w{i} ")).collect();
+    assert_eq!(
+        deltas, expected,
+        "the run's deltas in the order it sent them"
+    );
+    assert_eq!(events[14].invocation_id.as_deref(), Some("inv_x"));
+    assert_eq!(events[14].run_status(), Some(RunStatus::Interrupted));
+    for inv in ["inv_1", "inv_x"] {
+        let terminals = events
+            .iter()
+            .filter(|e| e.invocation_id.as_deref() == Some(inv) && e.is_terminal())
+            .count();
+        assert_eq!(terminals, 1, "one terminal status for {inv}");
+    }
+    assert!(
+        events.iter().all(|e| !e.is_late()),
+        "nothing was taken over"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_claimed_during_an_outage_reaches_postgres_once() {
     let Some(cluster) = pg_cluster::Cluster::start() else {
@@ -746,7 +861,7 @@ async fn a_fenced_backfill_after_a_takeover_keeps_one_terminal_status_and_flags_
         .await
         .unwrap();
     let session = "s_fenced";
-    let lease = Duration::from_secs(30);
+    let lease = Duration::from_secs(1);
     assert_eq!(
         store
             .claim(&claim_of(session, "replica-a", lease))
@@ -772,8 +887,12 @@ async fn a_fenced_backfill_after_a_takeover_keeps_one_terminal_status_and_flags_
     let journaled: Vec<i64> = journaled.into_iter().map(|e| e.unwrap().seq).collect();
     assert_eq!(journaled, vec![4, 5, 6, 7], "the owner's seqs");
     cluster.up();
-    // Another replica, which saw PostgreSQL all along, took the run over.
+    // The owner could not renew: its lease ran out, and another replica, which saw
+    // PostgreSQL all along, took the run over (a sweep closes only expired leases).
+    tokio::time::sleep(lease).await;
     let pg = PgStore::connect(&cluster.url()).await.unwrap();
+    let abandoned = pg.abandoned_invocations(None).await.unwrap();
+    assert!(abandoned.iter().any(|i| i.invocation_id == "inv_1"));
     let closed = pg
         .append(&[NewEvent::new(
             "acct",

@@ -197,6 +197,7 @@ store_suite!(
     nul_characters_do_not_fail_a_batch,
     events_filtered_by_type,
     leases_claim_renew_expire_and_carry_cancels,
+    a_sweep_closes_a_run_only_while_its_lease_is_still_expired,
     fresh_claims_are_written_by_the_append_that_opens_them,
     agent_refs_find_the_latest_invocation_of_the_account,
     feedback_is_listed_newest_first_per_account_and_session_and_readable,
@@ -1446,6 +1447,103 @@ async fn postgres_a_terminal_status_racing_a_lease_renewal_closes_its_run_once()
         .map(|e| (e.seq, e.run_status()))
         .collect();
     assert_eq!(terminals, vec![(2, Some(RunStatus::Completed))]);
+}
+
+/// A lease sweep's close (`run_owner_lost`) racing its owner's renewal: the sweep saw the
+/// lease expired, the owner renewed it before the close landed. The close re-checks the
+/// lease in its own statement and leaves the live run open, whichever way the append
+/// settles it (one statement, a transaction closing one by one, or in bulk); a lease still
+/// expired is closed once.
+async fn a_sweep_closes_a_run_only_while_its_lease_is_still_expired(b: Backend) {
+    let store = &*b.store;
+    let account = unique("acct");
+    let claimed = store
+        .claim(&session_log::Claim {
+            account_id: &account,
+            session_id: "s",
+            run_id: "run",
+            invocation_id: "inv",
+            owner: "replica-a",
+            lease: Duration::from_millis(200),
+            fresh: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed, session_log::Claimed::Granted);
+    store
+        .append(&[status(&account, "s", "run", "inv", RunStatus::InProgress)])
+        .await
+        .unwrap();
+    let sweep = || {
+        NewEvent::new(
+            &account,
+            "s",
+            EventType::RunStatus,
+            run_status_content(
+                RunStatus::Interrupted,
+                Some(session_log::event::RUN_OWNER_LOST),
+            ),
+        )
+        .in_run("run", "inv")
+    };
+    let abandoned = || async {
+        store
+            .abandoned_invocations(None)
+            .await
+            .unwrap()
+            .iter()
+            .any(|i| i.account_id == account)
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // PostgreSQL: one statement; a transaction closing one by one (the invocation
+    // twice); in bulk (more events than one statement inserts). SQLite: in bulk; one by
+    // one.
+    let many_deltas = |n: usize| (0..n).map(|i| delta(&account, "s", &format!("d{i}")));
+    let batches: Vec<Vec<NewEvent>> = vec![
+        vec![sweep()],
+        vec![sweep(), sweep()],
+        std::iter::once(sweep()).chain(many_deltas(5001)).collect(),
+    ];
+    for batch in &batches {
+        assert!(abandoned().await, "the sweep sees the lease expired");
+        // The owner's renewal lands between the sweep's look and its close.
+        let renewed = store
+            .renew_leases("replica-a", &["inv".to_owned()], Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(renewed.len(), 1);
+        let closed = store.append(batch).await.unwrap();
+        let terminals = batch
+            .iter()
+            .zip(&closed)
+            .filter(|(e, c)| e.event_type == EventType::RunStatus && c.is_some())
+            .count();
+        assert_eq!(
+            terminals,
+            0,
+            "the live run is not closed ({} events)",
+            batch.len()
+        );
+        let row = store.invocation(&account, "inv").await.unwrap().unwrap();
+        assert_eq!(row.status, RunStatus::InProgress);
+        // The owner then stops renewing: expired again for the next try.
+        store
+            .renew_leases("replica-a", &["inv".to_owned()], Duration::from_millis(100))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(abandoned().await);
+    let closed = store.append(&[sweep()]).await.unwrap();
+    assert!(closed[0].is_some(), "a lease still expired is closed");
+    let row = store.invocation(&account, "inv").await.unwrap().unwrap();
+    assert_eq!(row.status, RunStatus::Interrupted);
+    let terminals = all_events(store, &account, "s")
+        .await
+        .iter()
+        .filter(|e| e.is_terminal())
+        .count();
+    assert_eq!(terminals, 1);
 }
 
 /// Reopening a SQLite file keeps its log and does not re-run migrations.

@@ -123,7 +123,8 @@ impl Runs {
                         .collect()
                 };
                 if let Err(error) =
-                    close_as_interrupted(&self.writer, &open, "run_owner_lost").await
+                    close_as_interrupted(&self.writer, &open, session_log::event::RUN_OWNER_LOST)
+                        .await
                 {
                     tracing::warn!(%error, "could not close abandoned runs");
                 }

@@ -353,3 +353,90 @@ fn a_restart_longer_than_a_lease_interrupts_no_live_run() {
         );
     }
 }
+
+/// An `Idempotency-Key` cannot be checked while PostgreSQL is down (a replica's journal
+/// cannot see the keys other replicas took), so the keyed request is refused — 503 with a
+/// `Retry-After` — and starts nothing, rather than running as new (it may be the retry of
+/// a request that ran). Its retry once PostgreSQL is back runs once, and a repeat after
+/// that is answered by that run.
+#[test]
+fn a_keyed_request_is_refused_while_postgres_is_down_and_its_retry_runs_once() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let journal = cluster.path().join("tether-journal.sqlite");
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &cluster.url(),
+        &["--journal-path", &journal.display().to_string()],
+    );
+    let url = format!("{}/v1/chat/completions", tether.url());
+    let body = serde_json::json!({ "model": "fake",
+        "messages": [{ "role": "user", "content": "Reply with OK" }] })
+    .to_string();
+    // A new session: without the key, a run would start (claimed in the journal).
+    let headers = [("idempotency-key", "key-outage")];
+
+    cluster.down();
+    let refused = post(&url, &body, &headers);
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(
+        refused.json()["error"]["code"],
+        "session_store_unavailable",
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.header("retry-after"), Some("2"));
+    cluster.up();
+
+    // The client retries as told until the store answers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let r = post(&url, &body, &headers);
+        if r.status == 200 {
+            break r;
+        }
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(Instant::now() < deadline, "no run 30 s after the restart");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(first.header("x-idempotent-replay"), None);
+    let again = post(&url, &body, &headers);
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.json()["id"], first.json()["id"]);
+    assert_eq!(again.header("x-idempotent-replay"), Some("true"));
+    let session = first
+        .header("x-session-id")
+        .expect("x-session-id")
+        .to_owned();
+
+    // What the replica journaled before it noticed PostgreSQL was back reaches it too.
+    wait_for("the recovered log line", Duration::from_secs(30), || {
+        logged(&tether.log_text(), "recovered")
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let events = rt.block_on(async {
+        let pg = session_log::postgres::PgStore::connect(&cluster.url())
+            .await
+            .unwrap();
+        pg.events(&EventQuery::session("local", &session))
+            .await
+            .unwrap()
+    });
+    let statuses: Vec<_> = events
+        .iter()
+        .filter(|e| e.event_type == EventType::RunStatus)
+        .map(|e| (e.run_id.clone(), e.content["status"].clone()))
+        .collect();
+    assert_eq!(
+        statuses.len(),
+        2,
+        "one run, started and ended: {statuses:?}"
+    );
+    assert_eq!(statuses[0].0, statuses[1].0);
+}

@@ -41,6 +41,11 @@ pub(crate) enum InvocationOp<'a> {
         invocation_id: &'a str,
         session_id: &'a str,
         status: RunStatus,
+        /// A lease sweep's close ([`crate::event::RUN_OWNER_LOST`]): it applies only if
+        /// the invocation's lease is still expired when the row is closed, checked in the
+        /// closing statement itself, so an owner's renewal that lands between the sweep's
+        /// look and its close keeps the run.
+        if_expired: bool,
     },
     /// A terminal status that names no invocation: there is nothing it could close.
     Drop,
@@ -84,6 +89,8 @@ pub(crate) fn invocation_ops(batch: &[NewEvent]) -> Vec<(usize, InvocationOp<'_>
                     invocation_id,
                     session_id: &event.session_id,
                     status,
+                    if_expired: event.content.get("reason").and_then(|r| r.as_str())
+                        == Some(crate::event::RUN_OWNER_LOST),
                 },
                 (true, None) => InvocationOp::Drop,
                 // An `in_progress` without both ids cannot be tracked; it is logged like

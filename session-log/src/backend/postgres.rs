@@ -255,19 +255,29 @@ impl PgStore {
         let mut keep = vec![true; batch.len()];
         // What each event does to its invocation: `open`, a terminal status, or nothing.
         let mut op: Vec<Option<&str>> = vec![None; batch.len()];
+        let mut if_expired = vec![false; batch.len()];
         for &(i, o) in ops {
             match o {
                 InvocationOp::Open { .. } => op[i] = Some("open"),
-                InvocationOp::Close { status, .. } => op[i] = Some(status.as_str()),
+                InvocationOp::Close {
+                    status,
+                    if_expired: sweep,
+                    ..
+                } => {
+                    op[i] = Some(status.as_str());
+                    if_expired[i] = sweep;
+                }
                 InvocationOp::Drop => keep[i] = false,
             }
         }
         let mut columns = EventColumns::with_capacity(batch.len());
         let mut op_column = Vec::with_capacity(batch.len());
+        let mut expired_column = Vec::with_capacity(batch.len());
         let mut opened = OpenedColumns::default();
         for (i, event) in batch.iter().enumerate().filter(|(i, _)| keep[*i]) {
             columns.push(event, i as Seq);
             op_column.push(op[i]);
+            expired_column.push(if_expired[i]);
             opened.push(claim_at(claims, i));
         }
         if op_column.is_empty() {
@@ -276,14 +286,15 @@ impl PgStore {
         let query = sqlx::query(concat!(
             "WITH u AS (SELECT * FROM UNNEST($2::text[], $3::text[], $4::bigint[], \
              $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
-             $11::text[], $12::text[], $13::float8[], $14::text[]) \
-             AS u(a, s, ord, r, i, t, ro, c, m, op, owner, lease, agent_ref)), \
+             $11::text[], $12::text[], $13::float8[], $14::text[], $15::bool[]) \
+             AS u(a, s, ord, r, i, t, ro, c, m, op, owner, lease, agent_ref, x)), \
              closing AS (SELECT v.account_id, v.invocation_id, v.session_id, c.op \
-             FROM (SELECT a, i, s, op FROM u WHERE op <> 'open' ORDER BY a, i) AS c \
+             FROM (SELECT a, i, s, op, x FROM u WHERE op <> 'open' ORDER BY a, i) AS c \
              CROSS JOIN LATERAL (SELECT account_id, invocation_id, session_id \
              FROM invocations \
              WHERE account_id = c.a AND invocation_id = c.i AND session_id = c.s \
-             AND status = 'in_progress' FOR UPDATE) AS v), \
+             AND status = 'in_progress' AND (NOT c.x OR lease_expires_at <= now()) \
+             FOR UPDATE) AS v), \
              opened AS (INSERT INTO invocations \
              (account_id, invocation_id, session_id, run_id, status, started_at, owner, \
              lease_expires_at, agent_ref, after_seq) \
@@ -317,6 +328,7 @@ impl PgStore {
         .bind(now);
         let rows = opened
             .bind(columns.bind(query).bind(&op_column))
+            .bind(&expired_column)
             .fetch_all(conn)
             .await?;
         // Sessions come back with their `last_seq`, closed invocations without one.
@@ -1193,16 +1205,20 @@ async fn settle_one_by_one<'a>(
                 invocation_id,
                 session_id,
                 status,
+                if_expired,
             } => {
-                let row: Option<String> =
-                    sqlx::query_scalar(concat!(sql::close_invocation!(), " RETURNING ctid::text"))
-                        .bind(status.as_str())
-                        .bind(now)
-                        .bind(account_id)
-                        .bind(invocation_id)
-                        .bind(session_id)
-                        .fetch_optional(&mut *conn)
-                        .await?;
+                let row: Option<String> = sqlx::query_scalar(concat!(
+                    sql::close_invocation!(),
+                    " AND (NOT $6 OR lease_expires_at <= now()) RETURNING ctid::text"
+                ))
+                .bind(status.as_str())
+                .bind(now)
+                .bind(account_id)
+                .bind(invocation_id)
+                .bind(session_id)
+                .bind(if_expired)
+                .fetch_optional(&mut *conn)
+                .await?;
                 let kept = row.is_some();
                 closed.extend(row.map(|row| ((account_id, session_id), row)));
                 kept
@@ -1224,6 +1240,7 @@ async fn settle_in_bulk<'a>(
 ) -> Result<Closed<'a>, StoreError> {
     let mut closed = Vec::new();
     let mut closes: [Vec<&str>; 4] = Default::default();
+    let mut closes_if_expired = Vec::new();
     let mut opens = Vec::new();
     let mut opened = OpenedColumns::default();
     for &(i, op) in ops {
@@ -1233,6 +1250,7 @@ async fn settle_in_bulk<'a>(
                 invocation_id,
                 session_id,
                 status,
+                if_expired,
             } => {
                 for (column, value) in
                     closes
@@ -1241,6 +1259,7 @@ async fn settle_in_bulk<'a>(
                 {
                     column.push(value);
                 }
+                closes_if_expired.push(if_expired);
             }
             InvocationOp::Open {
                 account_id,
@@ -1262,12 +1281,13 @@ async fn settle_in_bulk<'a>(
         let rows = sqlx::query(
             "WITH open AS (\
                 SELECT i.account_id, i.invocation_id, t.status \
-                FROM (SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) \
-                AS t(account_id, invocation_id, session_id, status) \
+                FROM (SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], \
+                $6::bool[]) AS t(account_id, invocation_id, session_id, status, if_expired) \
                 ORDER BY account_id, invocation_id) AS t \
                 CROSS JOIN LATERAL (SELECT account_id, invocation_id FROM invocations \
                 WHERE account_id = t.account_id AND invocation_id = t.invocation_id \
-                AND session_id = t.session_id AND status = 'in_progress' FOR UPDATE) AS i) \
+                AND session_id = t.session_id AND status = 'in_progress' \
+                AND (NOT t.if_expired OR lease_expires_at <= now()) FOR UPDATE) AS i) \
              UPDATE invocations AS i SET status = open.status, ended_at = $5 FROM open \
              WHERE i.account_id = open.account_id AND i.invocation_id = open.invocation_id \
              RETURNING i.account_id, i.invocation_id, i.ctid::text",
@@ -1277,6 +1297,7 @@ async fn settle_in_bulk<'a>(
         .bind(&closes[2])
         .bind(&closes[3])
         .bind(now)
+        .bind(&closes_if_expired)
         .fetch_all(&mut *conn)
         .await?;
         let mut rows_of = HashMap::new();

@@ -344,7 +344,8 @@ impl SqliteStore {
                     invocation_id,
                     session_id,
                     status,
-                } => closes.push((i, account_id, invocation_id, session_id, status)),
+                    if_expired,
+                } => closes.push((i, account_id, invocation_id, session_id, status, if_expired)),
                 InvocationOp::Open {
                     account_id,
                     invocation_id,
@@ -373,11 +374,12 @@ impl SqliteStore {
                     .push(" FROM (");
                 head.push_values(
                     chunk,
-                    |mut row, (_, account_id, invocation_id, session_id, status)| {
+                    |mut row, (_, account_id, invocation_id, session_id, status, if_expired)| {
                         row.push_bind(*account_id)
                             .push_bind(*invocation_id)
                             .push_bind(status.as_str())
-                            .push_bind(*session_id);
+                            .push_bind(*session_id)
+                            .push_bind(*if_expired);
                     },
                 );
                 head.push(
@@ -385,8 +387,10 @@ impl SqliteStore {
                      AND invocations.invocation_id = v.column2 \
                      AND invocations.session_id = v.column4 \
                      AND invocations.status = 'in_progress' \
-                     RETURNING 'closed', account_id, invocation_id; ",
-                );
+                     AND (NOT v.column5 OR invocations.lease_expires_ms <= ",
+                )
+                .push_bind(now_ms())
+                .push(") RETURNING 'closed', account_id, invocation_id; ");
             }
             // The claims' check, in this transaction: another process sharing the file
             // may have opened a live run in one of these sessions since `claim`.
@@ -501,15 +505,21 @@ impl SqliteStore {
                     invocation_id,
                     session_id,
                     status,
+                    if_expired,
                 } => {
-                    let closed = sqlx::query(sql::close_invocation!())
-                        .bind(status.as_str())
-                        .bind(now)
-                        .bind(account_id)
-                        .bind(invocation_id)
-                        .bind(session_id)
-                        .execute(&mut *conn)
-                        .await?;
+                    let closed = sqlx::query(concat!(
+                        sql::close_invocation!(),
+                        " AND (NOT $6 OR lease_expires_ms <= $7)"
+                    ))
+                    .bind(status.as_str())
+                    .bind(now)
+                    .bind(account_id)
+                    .bind(invocation_id)
+                    .bind(session_id)
+                    .bind(if_expired)
+                    .bind(now_ms())
+                    .execute(&mut *conn)
+                    .await?;
                     closed.rows_affected() == 1
                 }
                 InvocationOp::Drop => false,

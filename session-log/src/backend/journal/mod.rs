@@ -11,9 +11,11 @@
 //! - Journal seqs continue after the highest seq known for the session: what PostgreSQL
 //!   returned or was read from it, and the journal's own rows.
 //! - If another replica used a seq the journal also used (possible only if this replica
-//!   did not know the session's newest seq), the backfill renumbers the journal's rows
-//!   after PostgreSQL's last seq — in the journal first, so a retried backfill stays
-//!   idempotent — instead of letting `ON CONFLICT DO NOTHING` drop them.
+//!   did not know the session's newest seq, e.g. another replica's sweeper closed an
+//!   expired run of the session), the backfill renumbers the journal's rows after
+//!   PostgreSQL's last seq — all of them from the first taken seq on, so their order is
+//!   kept; in the journal first, so a retried backfill stays idempotent — instead of
+//!   letting `ON CONFLICT DO NOTHING` drop them.
 //!
 //! Claims while PostgreSQL is down: a claim that PostgreSQL does not answer in time (or
 //! any claim while degraded) of a new session, or of any session with
@@ -632,56 +634,42 @@ impl Inner {
                 Ok(false)
             }
             Backfilled::Late { last_seq, seqs } => {
-                self.fence_late(key, last_seq, &seqs).await?;
+                let first = seqs.iter().copied().min().unwrap_or(last_seq);
+                self.renumber_after(key, last_seq, first, &seqs).await?;
                 Ok(false)
             }
             Backfilled::Collides { last_seq, seqs } => {
-                let journal_max: Option<i64> = sqlx::query_scalar(
-                    "SELECT MAX(seq) FROM journal_events WHERE account_id = ? AND session_id = ?",
-                )
-                .bind(&key.0)
-                .bind(&key.1)
-                .fetch_one(&self.journal)
-                .await?;
-                let mut next = last_seq
-                    .max(journal_max.unwrap_or(0))
-                    .max(self.known_seq(key));
+                // Every row from the first taken seq on moves, not only the taken ones:
+                // moving those alone put an event behind the ones that followed it (a
+                // sweeper's close of another run, committed by another replica across a
+                // restart, took the seq of one journaled delta of a live run).
+                let first = seqs.iter().copied().min().unwrap_or(last_seq);
                 tracing::warn!(
-                    account_id = %key.0, session_id = %key.1, events = seqs.len(),
-                    "journaled seqs are taken in PostgreSQL by other events; renumbering them after seq {next}"
+                    account_id = %key.0, session_id = %key.1, taken = seqs.len(),
+                    "journaled seqs are taken in PostgreSQL by other events; renumbering the journal's rows from seq {first} after seq {last_seq}"
                 );
-                let mut tx = self.journal.begin().await?;
-                for seq in seqs {
-                    next += 1;
-                    sqlx::query(
-                        "UPDATE journal_events SET seq = ? \
-                         WHERE account_id = ? AND session_id = ? AND seq = ?",
-                    )
-                    .bind(next)
-                    .bind(&key.0)
-                    .bind(&key.1)
-                    .bind(seq)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                tx.commit().await?;
-                self.learn(&key.0, &key.1, next);
+                self.renumber_after(key, last_seq, first, &[]).await?;
                 Ok(false)
             }
         }
     }
 
-    /// Fencing after a takeover: the journaled events at `late` belong to invocations
-    /// another replica closed in PostgreSQL while this one was cut off. In the journal
-    /// (so a retried step stays idempotent), from the first of them on: their terminal
-    /// statuses are dropped (the takeover's is the run's one), every other row keeps its
-    /// order and is numbered on after PostgreSQL's `last_seq`, and the late ones are
+    /// Moves the journal's rows of a session from seq `first` on after PostgreSQL's
+    /// `last_seq`, keeping their order (in the journal first, so a retried step stays
+    /// idempotent): the one place a backfill renumbers. Used when PostgreSQL holds other
+    /// events at journaled seqs (another replica wrote to the session meanwhile), and for
+    /// fencing after a takeover: the journaled events at `late` belong to invocations
+    /// another replica closed in PostgreSQL while this one was cut off; their terminal
+    /// statuses are dropped (the takeover's is the run's one), and the late ones are
     /// flagged `late` with their original seq, so nothing is lost and projections leave
     /// them out.
-    async fn fence_late(&self, key: &Key, last_seq: Seq, late: &[Seq]) -> Result<(), StoreError> {
-        let Some(&first) = late.iter().min() else {
-            return Ok(());
-        };
+    async fn renumber_after(
+        &self,
+        key: &Key,
+        last_seq: Seq,
+        first: Seq,
+        late: &[Seq],
+    ) -> Result<(), StoreError> {
         let rows = sqlx::query(
             "SELECT seq, event_type, json_extract(content_json, '$.status'), invocation_id \
              FROM journal_events WHERE account_id = ? AND session_id = ? AND seq >= ? ORDER BY seq",
@@ -747,10 +735,13 @@ impl Inner {
             .await?;
         }
         tx.commit().await?;
-        tracing::warn!(
-            account_id = %key.0, session_id = %key.1, late = late.len(),
-            "journaled events of runs another replica took over are kept flagged late, numbered after seq {last_seq}"
-        );
+        if !late.is_empty() {
+            tracing::warn!(
+                account_id = %key.0, session_id = %key.1, late = late.len(),
+                "journaled events of runs another replica took over are kept flagged late, numbered after seq {last_seq}"
+            );
+        }
+        // Later journaled rows follow these (the caller holds `route`).
         if let Ok(mut known) = self.known.lock() {
             known.insert(key.clone(), next);
         }
@@ -1722,10 +1713,15 @@ impl Store for JournaledStore {
         since: DateTime<Utc>,
         replacing: Option<&str>,
     ) -> Result<Option<IdempotentRun>, StoreError> {
-        self.inner
-            .pg
-            .claim_idempotency_key(record, since, replacing)
-            .await
+        // Not journalled: other replicas could not see a key taken here, so a repeat sent
+        // to them would run again. The caller refuses the request instead (and soon, not
+        // after a hung connection's timeout).
+        let inner = &*self.inner;
+        let claimed = inner.pg.claim_idempotency_key(record, since, replacing);
+        match tokio::time::timeout(inner.config.append_timeout, claimed).await {
+            Ok(r) => r,
+            Err(_) => Err(unreachable_error()),
+        }
     }
 
     async fn release_idempotency_key(
