@@ -58,6 +58,118 @@ fn other_paths_are_proxied_with_the_gateways_identity_and_recorded() {
     );
 }
 
+/// The `http_exchange` a user reads back (ListSessionEvents, and the store itself) holds
+/// the request exactly as the client sent it (headers by lower-case name, a repeated one
+/// as an array in order, credentials redacted, escapes intact), the response as the agent
+/// sent it, both bodies, the status and the exchange id: on both stores.
+fn the_exchange_read_back_is_the_exchange_sent(kind: StoreKind) {
+    use std::io::{Read, Write};
+
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let session = format!(
+        "tee-read-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let body = "{\"text\":\"h\u{e9}llo \\\"world\\\"\\n\",\"n\":1}";
+    let host = tether.url().trim_start_matches("http://").to_owned();
+    let request = format!(
+        "POST /echo?q=%C3%A9&x=1 HTTP/1.1\r\nHost: {host}\r\nX-Session-Id: {session}\r\n\
+         X-Multi: one\r\nAuthorization: Bearer caller-secret\r\nX-Multi: two\r\n\
+         X-Quote: say \"hi\" \\ back\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut conn = std::net::TcpStream::connect(&host).unwrap();
+    conn.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, received) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{raw}");
+    let echo: Value = serde_json::from_str(received).unwrap();
+    assert_eq!(echo["body"], body, "the agent got the body: {echo}");
+
+    let stored = wait_for(&store, &session, 1);
+    assert_eq!(stored.len(), 1, "{stored:#?}");
+    let listed = Api::of(&tether).ok(
+        "ListSessionEvents",
+        serde_json::json!({ "SessionId": session }),
+    )["Events"]
+        .as_array()
+        .cloned()
+        .unwrap();
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    let event = &listed[0];
+    assert_eq!(event["EventType"], "http_exchange");
+    assert_eq!(
+        (&event["Content"], &event["Metadata"]),
+        (&stored[0].content, &stored[0].metadata),
+        "the API shows what the store holds"
+    );
+
+    let content = &event["Content"];
+    let exchange_id = event["Metadata"]["exchange_id"].as_str().unwrap();
+    assert!(exchange_id.starts_with('x'), "{exchange_id}");
+    assert_eq!(
+        event["Metadata"],
+        serde_json::json!({ "exchange_id": exchange_id })
+    );
+    let duration = content["response"]["duration_ms"].as_f64().unwrap();
+    assert!(duration > 0.0, "{content}");
+    let agent_headers = &content["response"]["headers"];
+    assert_eq!(
+        agent_headers["content-type"], "application/json",
+        "{content}"
+    );
+    assert_eq!(
+        agent_headers["content-length"],
+        received.len().to_string(),
+        "{content}"
+    );
+    let expected = serde_json::json!({
+        "request": {
+            "method": "POST",
+            "path": "/echo?q=%C3%A9&x=1",
+            "headers": {
+                "host": host,
+                "x-session-id": session,
+                "x-multi": ["one", "two"],
+                "authorization": "[redacted]",
+                "x-quote": "say \"hi\" \\ back",
+                "content-type": "application/json",
+                "content-length": body.len().to_string(),
+                "connection": "close",
+            },
+            "body": { "text": body, "bytes": body.len(), "truncated": false },
+        },
+        "response": {
+            "status": 200,
+            "headers": agent_headers,
+            "body": { "text": received, "bytes": received.len(), "truncated": false },
+            "sse_events": 0,
+            "duration_ms": duration,
+        },
+    });
+    assert_eq!(content, &expected);
+}
+
+#[test]
+fn the_exchange_read_back_is_the_exchange_sent_sqlite() {
+    the_exchange_read_back_is_the_exchange_sent(StoreKind::Sqlite);
+}
+
+#[test]
+fn the_exchange_read_back_is_the_exchange_sent_postgres() {
+    the_exchange_read_back_is_the_exchange_sent(StoreKind::Postgres);
+}
+
 #[test]
 fn an_exchange_the_agent_never_answered_is_recorded_with_its_error() {
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
