@@ -60,8 +60,6 @@ struct GrpcTarget {
 }
 
 const RESOLVE_TTL: Duration = Duration::from_secs(5);
-/// How long a connection to the agent stays in the pool unused.
-const POOLED_IDLE: Duration = Duration::from_secs(60);
 /// Concurrent calls on one HTTP/2 connection to a gRPC agent before another is opened.
 const H2_STREAMS: usize = 100;
 
@@ -115,71 +113,6 @@ impl AgentResponse {
             body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         }
         Ok(body)
-    }
-}
-
-/// An HTTP/1.1 request to the agent with its connection open and its header and body
-/// built, not one byte of it sent yet: the agent hears of it only when [`Prepared::send`]
-/// is called.
-pub struct Prepared {
-    /// A connection opened for it; `None` when the pool had one (taken as it is sent).
-    http: Option<HttpSession>,
-    peer: HttpPeer,
-    header: Box<RequestHeader>,
-    body: Option<Bytes>,
-    /// The request's span (see [`Agent::send`]).
-    trace: tracing::Span,
-}
-
-impl Prepared {
-    /// Sends the request and returns once the response header has arrived.
-    pub async fn send(self, agent: &Agent) -> Result<AgentResponse, AgentError> {
-        let trace = self.trace.clone();
-        match self.send_http(agent).await {
-            Ok(mut response) => {
-                spans::http_status(&trace, response.status);
-                response.trace = trace;
-                Ok(response)
-            }
-            Err(e) => {
-                spans::failed(&trace, &e.to_string());
-                Err(e)
-            }
-        }
-    }
-
-    async fn send_http(self, agent: &Agent) -> Result<AgentResponse, AgentError> {
-        let Prepared {
-            http,
-            peer,
-            header,
-            body,
-            ..
-        } = self;
-        let mut http = match http {
-            Some(http) => http,
-            None => agent.connect(&peer).await?,
-        };
-        let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
-        http.write_request_header(header).await.map_err(io)?;
-        if let Some(body) = body {
-            http.write_request_body(body, true).await.map_err(io)?;
-        }
-        http.finish_request_body().await.map_err(io)?;
-        http.read_response_header().await.map_err(io)?;
-        let header = http
-            .response_header()
-            .ok_or_else(|| AgentError::Io("no response header".into()))?;
-        let status = header.status.as_u16();
-        let content_type = content_type(header);
-        Ok(AgentResponse {
-            status,
-            content_type,
-            http,
-            peer,
-            grpc: None,
-            trace: tracing::Span::none(),
-        })
     }
 }
 
@@ -337,68 +270,8 @@ impl Agent {
         account_id: &str,
         trace: &tracing::Span,
     ) -> Result<AgentResponse, AgentError> {
-        let prepared = self.open_http(request, account_id, trace, true).await?;
-        prepared.send_http(self).await
-    }
-
-    /// Opens the connection for an HTTP/1.1 `request` and builds its header and body, but
-    /// sends nothing: what a run does while its start commits, so that once the log holds
-    /// the turn only the request itself is left (see [`Prepared`]). `None` for a gRPC call,
-    /// which is opened as it is sent.
-    pub async fn prepare(
-        &self,
-        request: &AgentRequest,
-        account_id: &str,
-    ) -> Option<Result<Prepared, AgentError>> {
-        if request.grpc.is_some() {
-            return None;
-        }
-        let trace = spans::agent_request(request.method, &request.path);
-        Some(
-            match self.open_http(request, account_id, &trace, false).await {
-                Ok(mut prepared) => {
-                    prepared.trace = trace;
-                    Ok(prepared)
-                }
-                Err(e) => {
-                    spans::failed(&trace, &e.to_string());
-                    Err(e)
-                }
-            },
-        )
-    }
-
-    /// `pooled`: whether a connection from the pool may be kept (one sent at once). When
-    /// not, a new connection is kept but one from the pool goes back at once, and is
-    /// taken again (its liveness checked again) as the request is sent: the agent may
-    /// close an idle connection while the start commits, and opening one is what is worth
-    /// doing early.
-    async fn open_http(
-        &self,
-        request: &AgentRequest,
-        account_id: &str,
-        trace: &tracing::Span,
-        pooled: bool,
-    ) -> Result<Prepared, AgentError> {
         let peer = self.peer().await?;
-        let (http, reused) = self
-            .connector
-            .get_http_session(&peer)
-            .await
-            .map_err(|e| AgentError::Connect(e.to_string()))?;
-        let http = match reused && !pooled {
-            true => {
-                self.connector
-                    .release_http_session(http, &peer, Some(POOLED_IDLE))
-                    .await;
-                None
-            }
-            false => {
-                let mut http = http;
-                http.set_read_timeout(Some(self.idle_timeout));
-                Some(http)
-            }
-        };
+        let mut http = self.connect(&peer).await?;
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
         let uri = format!("{}{}", self.upstream.base_path, request.path);
         let mut req = RequestHeader::build(request.method, uri.as_bytes(), None).map_err(io)?;
@@ -411,22 +284,36 @@ impl Agent {
                 let bytes = serde_json::to_vec(body).map_err(|e| AgentError::Io(e.to_string()))?;
                 req.insert_header("content-type", "application/json")
                     .map_err(io)?;
-                Some(Bytes::from(bytes))
+                Some(bytes)
             }
             None => None,
         };
-        let len = body.as_ref().map_or(0, Bytes::len);
+        let len = body.as_ref().map_or(0, Vec::len);
         if body.is_some() || request.method != "GET" {
             req.insert_header("content-length", len.to_string())
                 .map_err(io)?;
         }
         self.stamp(&mut req, request, account_id, trace)
             .map_err(io)?;
-        Ok(Prepared {
+        http.write_request_header(Box::new(req)).await.map_err(io)?;
+        if let Some(body) = body {
+            http.write_request_body(Bytes::from(body), true)
+                .await
+                .map_err(io)?;
+        }
+        http.finish_request_body().await.map_err(io)?;
+        http.read_response_header().await.map_err(io)?;
+        let header = http
+            .response_header()
+            .ok_or_else(|| AgentError::Io("no response header".into()))?;
+        let status = header.status.as_u16();
+        let content_type = content_type(header);
+        Ok(AgentResponse {
+            status,
+            content_type,
             http,
             peer,
-            header: Box::new(req),
-            body,
+            grpc: None,
             trace: tracing::Span::none(),
         })
     }
@@ -533,7 +420,7 @@ impl Agent {
     /// Returns a fully read connection to the pool for the next run.
     pub async fn release(&self, response: AgentResponse) {
         self.connector
-            .release_http_session(response.http, &response.peer, Some(POOLED_IDLE))
+            .release_http_session(response.http, &response.peer, Some(Duration::from_secs(60)))
             .await;
     }
 }

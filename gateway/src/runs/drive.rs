@@ -1,40 +1,26 @@
 //! Driving one run: the agent called (restoring a session it forgot first), its answer
-//! parsed by the adapter, and every output recorded as log events in order. The call is
-//! prepared while the run's start commits and sent only once the start is committed.
+//! parsed by the adapter, and every output recorded as log events in order.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use runtime_adapter::{AgentRequest, Item, Output, Probe, StreamParser, TurnCall, TurnRequest};
 use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase};
 use session_log::{EventType, NewEvent};
-use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::agent::{AgentError, AgentResponse, Prepared};
+use super::agent::{AgentError, AgentResponse};
 use super::{History, Outcome, Runs, StartedRun};
 use crate::ids::new_id;
 use crate::telemetry::spans;
 
-/// A connection prepared this long before its request is sent is taken again: the agent
-/// may have closed it meanwhile (a start that waited out a database outage).
-const PREPARED_FOR: Duration = Duration::from_secs(1);
-
 /// Calls the agent and records what it says. Returns how the run ended; the supervisor
 /// writes that down.
-///
-/// `committed` opens when the run's start (its input and `in_progress`) is committed.
-/// Until then the driver only prepares (attachments read, the agent's connection opened,
-/// the request built): the agent never hears of a turn the log does not hold. If the start
-/// is not committed the gate is dropped and the driver returns having sent nothing (its
-/// outcome is then ignored: the run never started).
 pub(super) async fn drive(
     runs: Arc<Runs>,
     run: StartedRun,
     history: History,
     turn: TurnRequest,
-    committed: oneshot::Receiver<()>,
 ) -> Outcome {
     super::faults::hit("drive", &run.session_id);
     // The log holds upload URIs; the agent gets the content (it cannot read our store).
@@ -61,7 +47,7 @@ pub(super) async fn drive(
         turn: &turn,
         default_model: &runs.default_model,
     };
-    let answer = Box::pin(ask_when_committed(&runs, &run, &call, committed)).await;
+    let answer = Box::pin(ask_agent(&runs, &run, &call)).await;
     // The history is not needed while the answer streams, which may take minutes.
     drop((items, events, turn));
     let (answer, mut parser) = match answer {
@@ -112,44 +98,6 @@ pub(super) async fn drive(
     recorder.outcome(status, broken)
 }
 
-/// Prepares the turn's request while the start commits (its connection open, its header
-/// and body built), then, once `committed` opens, sends it. A turn that probes the agent
-/// first (a stateful agent) prepares nothing: the probe is a request too. Without the
-/// commit nothing is sent.
-async fn ask_when_committed(
-    runs: &Runs,
-    run: &StartedRun,
-    call: &TurnCall<'_>,
-    committed: oneshot::Receiver<()>,
-) -> Result<(Answer, Box<dyn StreamParser>), Outcome> {
-    let probe = runs.upstream.probe(call);
-    let prepared = match probe {
-        Probe::Skip => {
-            let request = runs.upstream.request(call);
-            runs.agent.prepare(&request, &run.account_id).await
-        }
-        _ => None,
-    };
-    let prepared_at = Instant::now();
-    if committed.await.is_err() {
-        return Err(Outcome::failed(
-            "internal_error",
-            "the run's start was not committed",
-        ));
-    }
-    let prepared = match prepared {
-        // What was prepared long ago (a start that waited out a database outage) is
-        // prepared again as the turn is sent: the agent may have closed the connection,
-        // or come back.
-        _ if prepared_at.elapsed() >= PREPARED_FOR => None,
-        // The agent could not be reached: the run's outcome, now that it has started.
-        Some(Err(e)) => return Err(Outcome::failed("agent_unreachable", e.to_string())),
-        Some(Ok(prepared)) => Some(prepared),
-        None => None,
-    };
-    ask_agent(runs, run, call, probe, prepared).await
-}
-
 /// The agent's answer to a turn: still to be read, or read already (an error answer).
 enum Answer {
     Streaming(Box<AgentResponse>),
@@ -158,18 +106,14 @@ enum Answer {
 
 /// Sends the turn, first restoring the session if the agent says (asked before, or in
 /// its answer) that it forgot it; a "forgot" answer gets one restore and one retry.
-/// `probe` is the adapter's for `call`; `prepared`, when there is one, is the turn's
-/// request (the probe said skip), ready to go.
 async fn ask_agent(
     runs: &Runs,
     run: &StartedRun,
     call: &TurnCall<'_>,
-    probe: Probe,
-    prepared: Option<Prepared>,
 ) -> Result<(Answer, Box<dyn StreamParser>), Outcome> {
     let upstream = runs.upstream;
     let unreachable = |e: AgentError| Outcome::failed("agent_unreachable", e.to_string());
-    let forgot = match probe {
+    let forgot = match upstream.probe(call) {
         Probe::Skip => None,
         Probe::Restore => Some("no_agent_handle"),
         Probe::Ask(request) => {
@@ -190,14 +134,12 @@ async fn ask_agent(
         None => None,
     };
     let restored = forgot.is_some();
-    let mut response = match (request, prepared) {
-        (None, Some(prepared)) => prepared.send(&runs.agent).await,
-        (request, _) => {
-            let request = request.unwrap_or_else(|| upstream.request(call));
-            runs.agent.send(&request, &run.account_id).await
-        }
-    }
-    .map_err(unreachable)?;
+    let request = request.unwrap_or_else(|| upstream.request(call));
+    let mut response = runs
+        .agent
+        .send(&request, &run.account_id)
+        .await
+        .map_err(unreachable)?;
     if restored || (200..300).contains(&response.status) {
         let parser = upstream.parser(call, &response.content_type);
         return Ok((Answer::Streaming(Box::new(response)), parser));

@@ -156,13 +156,6 @@ struct Active {
     closed: bool,
 }
 
-/// Opened (each sent `()`) once a run's start is committed, dropped if it is not: the
-/// supervisor then writes no end, and the driver sends the agent nothing.
-struct StartCommitted {
-    supervisor: oneshot::Receiver<()>,
-    driver: oneshot::Receiver<()>,
-}
-
 /// How a run ended, before it is written down.
 struct Outcome {
     status: RunStatus,
@@ -357,10 +350,8 @@ impl Runs {
     }
 
     /// Starts the run `run_id` (chosen by the caller, so that an idempotency key can name
-    /// it before it exists): records the turn's input and `in_progress`, and drives the
-    /// agent from a task of its own, which prepares the agent's call while the start
-    /// commits and sends it once the start is committed. Returns once the start is
-    /// committed. Must be called on the core runtime.
+    /// it before it exists): records the turn's input and `in_progress`, then drives the
+    /// agent from a task of its own. Must be called on the core runtime.
     ///
     /// `follow` is the client's view of the session, opened before the start: it comes
     /// back as the subscription of the run's events from its first one, which reads
@@ -495,8 +486,8 @@ impl Runs {
                 return Err(e.into());
             }
         }
-        let prepared = self
-            .start_events(
+        let started = self
+            .record_start(
                 account_id,
                 session_id,
                 &run_id,
@@ -506,13 +497,19 @@ impl Runs {
             )
             .instrument(trace.clone())
             .await;
-        let (history, batch) = match prepared {
+        let (history, committed) = match started {
             Ok(v) => v,
             Err(e) => {
                 self.forget(&invocation_id);
-                return Err(e.into());
+                return Err(e);
             }
         };
+        let query = EventQuery {
+            after_seq: committed.first().map_or(0, |e| e.seq - 1),
+            invocation_id: Some(invocation_id.clone()),
+            ..EventQuery::session(account_id, session_id)
+        };
+        let events = follow.start(query, &committed);
         let run = StartedRun {
             account_id: account_id.to_owned(),
             session_id: session_id.to_owned(),
@@ -523,73 +520,20 @@ impl Runs {
                 .clone()
                 .unwrap_or_else(|| self.default_model.clone()),
         };
-        // The run's tasks start now: the driver prepares its agent call while the start
-        // commits and sends nothing until `go` opens (see `drive`), so the agent never
-        // hears of a turn the log does not hold. A start that is not committed drops both
-        // senders: the driver ends having sent nothing and the supervisor writes no end
-        // (there is no start to end).
-        let (go, go_rx) = oneshot::channel();
-        let (started, started_rx) = oneshot::channel();
-        tokio::spawn(
-            self.clone()
-                .supervise(
-                    run.clone(),
-                    history,
-                    turn,
-                    stop_rx,
-                    permit,
-                    StartCommitted {
-                        supervisor: started_rx,
-                        driver: go_rx,
-                    },
-                )
-                .instrument(trace.clone()),
-        );
-        // A child of the run's span, like the run's other commits.
-        let commit = trace.in_scope(|| spans::commit("run_start", batch.len()));
-        let committed = match self.commit_start(batch).instrument(commit).await {
-            Ok(committed) => committed,
-            Err(e) => {
-                drop((go, started));
-                self.forget(&run.invocation_id);
-                return Err(e);
-            }
-        };
-        let _ = go.send(());
-        let _ = started.send(());
-        let query = EventQuery {
-            after_seq: committed.first().map_or(0, |e| e.seq - 1),
-            invocation_id: Some(run.invocation_id.clone()),
-            ..EventQuery::session(account_id, session_id)
-        };
-        let events = follow.start(query, &committed);
         tracing::info!(account_id, session_id, run_id = %run.run_id, invocation_id = %run.invocation_id, "run started");
         METRICS.run_started();
+        tokio::spawn(
+            self.clone()
+                .supervise(run.clone(), history, turn, stop_rx, permit)
+                .instrument(trace),
+        );
         Ok((run, events))
     }
 
-    /// Commits a run's start; refuses it as busy when the store dropped its `in_progress`.
-    async fn commit_start(&self, batch: Vec<NewEvent>) -> Result<Vec<Event>, StartError> {
-        let session_id = batch
-            .last()
-            .map(|e| e.session_id.clone())
-            .unwrap_or_default();
-        let committed = self.writer.append(batch).await?;
-        // A store that checks the claim as it opens the invocation (SQLite) drops the
-        // start's events when another live run holds the session after all.
-        if !committed
-            .iter()
-            .any(|e| e.event_type == EventType::RunStatus)
-        {
-            return Err(StartError::SessionBusy(session_id));
-        }
-        Ok(committed)
-    }
-
-    /// Loads the history (a resume brings its own) and builds the start's events: a
-    /// compaction made for the turn, the new input, `in_progress`, and a checkpoint when
-    /// the input carries tool results. Returns the history and the events to commit.
-    async fn start_events(
+    /// Loads the history (a resume brings its own), then commits the new input,
+    /// `in_progress`, and a checkpoint when the input carries tool results; returns the
+    /// history and what was committed.
+    async fn record_start(
         &self,
         account_id: &str,
         session_id: &str,
@@ -597,7 +541,7 @@ impl Runs {
         invocation_id: &str,
         turn: &TurnRequest,
         resume: Option<ResumeFrom>,
-    ) -> Result<(History, Vec<NewEvent>), StoreError> {
+    ) -> Result<(History, Vec<Event>), StartError> {
         let mut metadata = json!({ "surface": turn.surface.as_str(), "stream": turn.stream });
         let mut history = match resume {
             Some(from) => {
@@ -671,7 +615,17 @@ impl Runs {
             };
             batch.push(self.checkpoint_event(&ids, Phase::AfterToolResult, &results));
         }
-        Ok((history, batch))
+        let commit = spans::commit("run_start", batch.len());
+        let committed = self.writer.append(batch).instrument(commit).await?;
+        // A store that checks the claim as it opens the invocation (SQLite) drops the
+        // start's events when another live run holds the session after all.
+        if !committed
+            .iter()
+            .any(|e| e.event_type == EventType::RunStatus)
+        {
+            return Err(StartError::SessionBusy(session_id.to_owned()));
+        }
+        Ok((history, committed))
     }
 
     /// What the agent is told of a session's past before `turn`: its history (a fork's
@@ -821,8 +775,7 @@ impl Runs {
         mine && self.stop(invocation_id, why)
     }
 
-    /// Drives a run on a task of its own and writes down how it ended, once its start is
-    /// committed (see [`StartCommitted`]). The driver's task
+    /// Drives a run on a task of its own and writes down how it ended. The driver's task
     /// is the run's crash boundary: a panic in the adapter, a parser or anything else it
     /// runs ends that task only, and the run is closed `failed` here (see `crashed`), once.
     async fn supervise(
@@ -832,24 +785,11 @@ impl Runs {
         turn: TurnRequest,
         mut stop: oneshot::Receiver<Stop>,
         permit: policies::RunPermit,
-        committed: StartCommitted,
     ) {
-        let StartCommitted {
-            supervisor: started,
-            driver: go,
-        } = committed;
         // All a cancel needs of the turn, so the driver can own the rest of it.
         let cancel = self.upstream.cancel(&turn);
         let mut driver =
-            tokio::spawn(drive(self.clone(), run.clone(), history, turn, go).in_current_span());
-        if started.await.is_err() {
-            // The start was not committed (`launch` answered the client why): the driver
-            // has sent the agent nothing, and there is no run to end.
-            driver.abort();
-            let _ = driver.await;
-            drop(permit);
-            return;
-        }
+            tokio::spawn(drive(self.clone(), run.clone(), history, turn).in_current_span());
         // This future waits for as long as the run streams: the steps after the wait are
         // boxed, so it stays small (idle streams are counted in KiB each).
         let outcome = tokio::select! {
