@@ -101,27 +101,31 @@ pub(super) async fn backfill(
     .bind(&invocations)
     .fetch_all(&mut *tx)
     .await?;
+    // Which journaled seqs PostgreSQL already holds, and whether each holds the same
+    // event there: one comparison serves both the fencing and the collision checks.
+    let existing: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT u.q, (e.event_type = u.t AND e.content_json = u.c::jsonb \
+                      AND e.metadata_json = u.m::jsonb) \
+         FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
+         JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
+         ORDER BY u.q",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .bind(&seqs)
+    .bind(&types)
+    .bind(&contents)
+    .bind(&metadata)
+    .fetch_all(&mut *tx)
+    .await?;
     if !taken.is_empty() {
-        let present: Vec<i64> = sqlx::query_scalar(
-            "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
-             JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
-             WHERE e.event_type = u.t AND e.content_json = u.c::jsonb \
-             AND e.metadata_json = u.m::jsonb",
-        )
-        .bind(account_id)
-        .bind(session_id)
-        .bind(&seqs)
-        .bind(&types)
-        .bind(&contents)
-        .bind(&metadata)
-        .fetch_all(&mut *tx)
-        .await?;
+        let present = |seq: Seq| existing.iter().any(|&(q, same)| same && q == seq);
         let late: Vec<Seq> = events
             .iter()
             .filter(|e| {
                 !e.is_late()
                     && e.invocation_id.as_ref().is_some_and(|i| taken.contains(i))
-                    && !present.contains(&e.seq)
+                    && !present(e.seq)
             })
             .map(|e| e.seq)
             .collect();
@@ -133,20 +137,11 @@ pub(super) async fn backfill(
             });
         }
     }
-    let collides: Vec<i64> = sqlx::query_scalar(
-        "SELECT u.q FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[]) AS u(q, t, c, m) \
-         JOIN events e ON e.account_id = $1 AND e.session_id = $2 AND e.seq = u.q \
-         WHERE NOT (e.event_type = u.t AND e.content_json = u.c::jsonb \
-                    AND e.metadata_json = u.m::jsonb) ORDER BY u.q",
-    )
-    .bind(account_id)
-    .bind(session_id)
-    .bind(&seqs)
-    .bind(&types)
-    .bind(&contents)
-    .bind(&metadata)
-    .fetch_all(&mut *tx)
-    .await?;
+    let collides: Vec<i64> = existing
+        .iter()
+        .filter(|&&(_, same)| !same)
+        .map(|&(q, _)| q)
+        .collect();
     if !collides.is_empty() {
         tx.rollback().await?;
         return Ok(Backfilled::Collides {
