@@ -42,6 +42,22 @@ fn status(session: &str, s: RunStatus) -> NewEvent {
     .in_run("run_1", "inv_1")
 }
 
+/// A journal in front of `cluster`, its file in `dir`, that never probes PostgreSQL: it
+/// recovers only when the test calls `recover_now`, so the test orders what happens first.
+async fn journal_recovering_on_demand(
+    cluster: &pg_cluster::Cluster,
+    dir: &tempfile::TempDir,
+) -> std::sync::Arc<JournaledStore> {
+    let journal_path = dir.path().join("journal.sqlite").display().to_string();
+    let config = JournalConfig {
+        probe_every: Duration::from_secs(3600),
+        ..config()
+    };
+    journal::open(&cluster.url(), &journal_path, config)
+        .await
+        .unwrap()
+}
+
 async fn wait_recovered(store: &JournaledStore) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while store.state() != BackendState::Healthy || store.journal_len().await.unwrap() != 0 {
@@ -206,16 +222,9 @@ async fn journaled_seqs_another_writer_took_are_renumbered_not_lost() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let journal_path = dir.path().join("journal.sqlite").display().to_string();
     let session = "s_collide";
     // No probe during the test: the other writer must go first.
-    let config = JournalConfig {
-        probe_every: Duration::from_secs(3600),
-        ..config()
-    };
-    let store = journal::open(&cluster.url(), &journal_path, config)
-        .await
-        .unwrap();
+    let store = journal_recovering_on_demand(&cluster, &dir).await;
     store.append(&[delta(session, 0)]).await.unwrap();
     cluster.down();
     // Journaled as seqs 2 and 3.
@@ -249,14 +258,7 @@ async fn a_seq_taken_by_another_replica_keeps_the_journaled_run_in_order() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let journal_path = dir.path().join("journal.sqlite").display().to_string();
-    let config = JournalConfig {
-        probe_every: Duration::from_secs(3600), // recovery only by recover_now
-        ..config()
-    };
-    let store = journal::open(&cluster.url(), &journal_path, config)
-        .await
-        .unwrap();
+    let store = journal_recovering_on_demand(&cluster, &dir).await;
     let other = PgStore::connect(&cluster.url()).await.unwrap();
     let session = "s_taken_once";
     // Replica B's claim whose request never started a run: nobody renews it.
@@ -788,14 +790,7 @@ async fn a_recovery_renews_the_leases_of_live_runs_before_the_backfill() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let journal_path = dir.path().join("journal.sqlite").display().to_string();
-    let config = JournalConfig {
-        probe_every: Duration::from_secs(3600), // recovery only by recover_now
-        ..config()
-    };
-    let store = journal::open(&cluster.url(), &journal_path, config)
-        .await
-        .unwrap();
+    let store = journal_recovering_on_demand(&cluster, &dir).await;
     let session = "s_renew_first";
     let lease = Duration::from_secs(2);
     assert_eq!(
@@ -852,14 +847,7 @@ async fn a_fenced_backfill_after_a_takeover_keeps_one_terminal_status_and_flags_
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let journal_path = dir.path().join("journal.sqlite").display().to_string();
-    let config = JournalConfig {
-        probe_every: Duration::from_secs(3600), // recovery only by recover_now
-        ..config()
-    };
-    let store = journal::open(&cluster.url(), &journal_path, config)
-        .await
-        .unwrap();
+    let store = journal_recovering_on_demand(&cluster, &dir).await;
     let session = "s_fenced";
     let lease = Duration::from_secs(1);
     assert_eq!(
