@@ -11,6 +11,10 @@ requests received, for tests to inspect.
 Standard library only. Run it as
 
     python3 tests/fake_agent.py --port N [--host 127.0.0.1] [--log FILE] [--verbose]
+                                [--require-model]
+
+`--require-model` refuses a model request without `model` (400), as the OpenAI API does
+(conformance suites check it); without it the model defaults to "fake-model".
 
 `--port 0` picks a free port. Once listening it prints `READY <port>` on stdout.
 
@@ -31,6 +35,8 @@ Triggers (looked for in the LAST user message; first match decides the answer)
 "error"                      HTTP 500 {"error":{"message":"fake failure","type":"server_error"}}
 "tool:NAME"                  no tool result after the last user message: a call to NAME,
                              id call_1, arguments {"x": 1}; otherwise "tool said: <output>"
+                             (a request with `tool_choice: "required"` and function tools,
+                             and no tool result yet, calls its first tool likewise)
 "slow:N:MS"                  answer "w1 w2 ... wN " with MS ms before each delta
 "die:N" / "close:N"          answer "w1 ... w(N+2) " (or slow's words, with its pauses);
                              after N text deltas, and never past the last one, the process
@@ -268,6 +274,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "FakeAgent/1.0"
     requests_log: RequestLog  # set on the subclass made in main()
     verbose = False
+    require_model = False
 
     def log_message(self, format, *args):
         if self.verbose:
@@ -431,9 +438,17 @@ class Handler(BaseHTTPRequestHandler):
                 400, {"error": {"message": "body is not a JSON object", "type": "invalid_request_error"}}
             )
 
+        if self.require_model and not body.get("model"):
+            return self.send_json(400, {"error": {
+                "message": "Missing required parameter: 'model'.", "type": "invalid_request_error",
+                "param": "model", "code": "missing_required_parameter"}})
         is_chat = path == "/v1/chat/completions"
         history = chat_history(body) if is_chat else responses_history(body)
         plan = plan_answer(history)
+        required = required_tool(body)
+        answered = any(t.role == "tool" for t in history)
+        if required and not plan.tool_name and not plan.error and not answered:
+            plan = Plan(tool_name=required)
         if plan.error:
             return self.send_json(500, {"error": {"message": "fake failure", "type": "server_error"}})
         if not body.get("stream") and plan.cut_mode:
@@ -447,7 +462,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.stream_events(chat.stream(include_usage), plan)
             time.sleep(plan.delay_ms * len(plan.words) / 1000)
             return self.send_json(200, chat.completion())
-        reply = ResponsesReply(plan, model, usage_in)
+        reply = ResponsesReply(plan, model, usage_in, body)
         if body.get("stream"):
             return self.stream_events(reply.stream(), plan)
         time.sleep(plan.delay_ms * len(plan.words) / 1000)
@@ -468,6 +483,18 @@ class Handler(BaseHTTPRequestHandler):
                 sent_text += 1
             self.write_chunk(frame)
         self.end_stream()
+
+
+def required_tool(body: dict) -> str | None:
+    """The first function tool's name when `tool_choice` is "required" (both APIs' shapes)."""
+    if body.get("tool_choice") != "required":
+        return None
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict) and tool.get("type") == "function":
+            name = tool.get("name") or (tool.get("function") or {}).get("name")
+            if name:
+                return name
+    return None
 
 
 def sse(data, event: str | None = None) -> bytes:
@@ -501,7 +528,12 @@ class ChatReply:
 
     def usage(self) -> dict:
         out = len(self.plan.words) + len(self.plan.reasoning) + (2 if self.plan.tool_name else 0)
-        return {"prompt_tokens": self.usage_in, "completion_tokens": out, "total_tokens": self.usage_in + out}
+        return {
+            "prompt_tokens": self.usage_in,
+            "completion_tokens": out,
+            "total_tokens": self.usage_in + out,
+            "completion_tokens_details": {"reasoning_tokens": len(self.plan.reasoning)},
+        }
 
     def finish_reason(self) -> str:
         return "tool_calls" if self.plan.tool_name else "stop"
@@ -515,7 +547,12 @@ class ChatReply:
         }
 
     def completion(self) -> dict:
-        message: dict = {"role": "assistant", "content": None if self.plan.tool_name else self.plan.text}
+        message: dict = {
+            "role": "assistant",
+            "content": None if self.plan.tool_name else self.plan.text,
+            "refusal": None,
+            "annotations": [],
+        }
         if self.plan.tool_name:
             message["tool_calls"] = [self.tool_call()]
         if self.plan.reasoning:
@@ -568,8 +605,35 @@ class ChatReply:
 # --------------------------------------------------------------------------------------
 
 
+# What a Response object repeats of its request, with the value when the request gives none
+# (the Open Responses `ResponseResource` requires every one of them).
+RESPONSE_ECHO = {
+    "instructions": None,
+    "max_output_tokens": None,
+    "max_tool_calls": None,
+    "parallel_tool_calls": True,
+    "previous_response_id": None,
+    "reasoning": {"effort": None, "summary": None},
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "top_logprobs": 0,
+    "text": {"format": {"type": "text"}},
+    "tool_choice": "auto",
+    "tools": [],
+    "truncation": "disabled",
+    "background": False,
+    "service_tier": "default",
+    "safety_identifier": None,
+    "prompt_cache_key": None,
+    "metadata": {},
+}
+
+
 class ResponsesReply:
-    def __init__(self, plan: Plan, model: str, usage_in: int):
+    def __init__(self, plan: Plan, model: str, usage_in: int, request: dict | None = None):
+        self.request = request or {}
         self.plan = plan
         self.model = model
         self.id = new_id("resp_")
@@ -627,7 +691,15 @@ class ResponsesReply:
 
     def response(self, status: str) -> dict:
         done = status == "completed"
+        echo = {k: self.request[k] if self.request.get(k) is not None else v for k, v in RESPONSE_ECHO.items()}
+        # A function tool is shown with every field, null where the request left one out.
+        echo["tools"] = [
+            {"description": None, "parameters": None, "strict": None, **t} if t.get("type") == "function" else t
+            for t in echo["tools"]
+            if isinstance(t, dict)
+        ]
         return {
+            **echo,
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
@@ -635,22 +707,11 @@ class ResponsesReply:
             "completed_at": int(time.time()) if done else None,
             "error": None,
             "incomplete_details": None,
-            "instructions": None,
-            "max_output_tokens": None,
             "model": self.model,
             "output": self.final_output() if done else [],
-            "parallel_tool_calls": True,
-            "previous_response_id": None,
-            "reasoning": {"effort": None, "summary": None},
+            # Nothing is kept: the agent remembers nothing between requests.
             "store": False,
-            "temperature": 1.0,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
-            "tools": [],
-            "top_p": 1.0,
-            "truncation": "disabled",
             "usage": self.usage() if done else None,
-            "metadata": {},
         }
 
     # ---- events -----------------------------------------------------------------------
@@ -721,12 +782,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--log", help="append every model-endpoint request to this file as a JSON line")
     parser.add_argument("--verbose", action="store_true", help="write an access log to stderr")
+    parser.add_argument("--require-model", action="store_true", help="refuse a model request without `model` (400)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    handler = type("BoundHandler", (Handler,), {"requests_log": RequestLog(args.log), "verbose": args.verbose})
+    handler = type("BoundHandler", (Handler,), {"requests_log": RequestLog(args.log), "verbose": args.verbose, "require_model": args.require_model})
     # A backlog like a real server's: with socketserver's default of 5, a burst of
     # concurrent runs finds connections reset.
     server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256})

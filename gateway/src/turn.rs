@@ -17,6 +17,7 @@ use session_log::{
     Event, EventQuery, EventType, ForkPoint, Invocation, Lineage, RunStatus, Seq, StoreError,
     Subscription,
 };
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::reply::Reply;
@@ -104,7 +105,17 @@ pub async fn run_turn(
         headers.push(("x-previous-session-id", asked));
     }
     if stream {
-        stream_run(session, reply, surface, &info, &mut events, &headers).await;
+        let answered = Some(started.answered.subscribe());
+        stream_run(
+            session,
+            reply,
+            surface,
+            &info,
+            &mut events,
+            &headers,
+            answered,
+        )
+        .await;
         Ok(())
     } else {
         // Boxed too: the streaming path would otherwise carry its larger future.
@@ -414,7 +425,7 @@ async fn answer_repeat(
     let query = run_query(account_id, inv);
     let mut events = Subscription::open(state.store.clone(), &state.hub, query);
     if stream {
-        stream_run(session, reply, surface, &info, &mut events, &headers).await;
+        stream_run(session, reply, surface, &info, &mut events, &headers, None).await;
         Ok(())
     } else {
         respond_when_done(session, reply, surface, &info, &mut events, &headers).await
@@ -472,7 +483,8 @@ fn previous_response_not_found(response_id: &str) -> ApiError {
 }
 
 /// Where a turn after `run`'s response goes: on in the run's session while no later run
-/// followed it there; otherwise into a fork at the checkpoint that ended the run, so the
+/// followed it there (one that failed unanswered does not count: see [`answered_after`]);
+/// otherwise into a fork at the checkpoint that ended the run, so the
 /// later branch and this one both keep their history. A run that did not complete has
 /// no such checkpoint: the turn goes on in its session, as before forks.
 async fn continue_after(
@@ -492,19 +504,7 @@ async fn continue_after(
     let Some(ended) = ended else {
         return Ok(Target::Session(run.session_id.clone()));
     };
-    // The run's own end is the first status after its checkpoint; a second one is a later
-    // run's start.
-    let later = store
-        .events(&EventQuery {
-            after_seq: ended.seq,
-            event_types: Some(vec![EventType::RunStatus]),
-            limit: 2,
-            ..EventQuery::session(account_id, &run.session_id)
-        })
-        .await?;
-    let older = later
-        .iter()
-        .any(|e| e.run_status() == Some(RunStatus::InProgress));
+    let older = answered_after(store, account_id, &run.session_id, ended.seq).await?;
     let checkpoint_id = ended.content.get("checkpoint_id").and_then(Value::as_str);
     Ok(match (older, checkpoint_id) {
         (true, Some(checkpoint_id)) => Target::Fork(ForkPoint {
@@ -514,6 +514,51 @@ async fn continue_after(
         }),
         _ => Target::Session(run.session_id.clone()),
     })
+}
+
+/// Whether a run of the session that started after `seq` got an answer, or is still going:
+/// what makes a turn after an earlier response a branch. A later run that failed before
+/// the agent produced anything (its input superseded) left nothing to branch from: a
+/// retry of it, sent after the same response, continues the session.
+async fn answered_after(
+    store: &dyn session_log::Store,
+    account_id: &str,
+    session_id: &str,
+    seq: Seq,
+) -> std::result::Result<bool, StoreError> {
+    const PAGE: i64 = 64;
+    let mut after = seq;
+    // Later invocations whose end has not been read yet. (The end of the run before them,
+    // the first status after `seq`, has no start among these and is passed over.)
+    let mut open = std::collections::HashSet::new();
+    loop {
+        let page = store
+            .events(&EventQuery {
+                after_seq: after,
+                event_types: Some(vec![EventType::RunStatus]),
+                limit: PAGE,
+                ..EventQuery::session(account_id, session_id)
+            })
+            .await?;
+        for e in &page {
+            let Some(inv) = e.invocation_id.as_deref() else {
+                continue;
+            };
+            if e.run_status() == Some(RunStatus::InProgress) {
+                open.insert(inv.to_owned());
+                continue;
+            }
+            let superseded =
+                e.metadata.get(INPUT_SUPERSEDED).and_then(Value::as_bool) == Some(true);
+            if open.remove(inv) && !superseded {
+                return Ok(true);
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() as i64 == PAGE => after = last.seq,
+            _ => return Ok(!open.is_empty()),
+        }
+    }
 }
 
 /// Applies the history reconciliation rule (`runtime_adapter::reconcile`) to a turn in a
@@ -641,9 +686,12 @@ async fn fork_after(
 }
 
 /// Streams the run to the client until its terminal event, or until the client leaves
-/// (the run goes on without it). The SSE header waits for the first frame: a run that
-/// fails before its surface has anything to show (an A2A or ADK agent refusing the turn)
-/// is answered with the surface's plain error response, as the agent itself would.
+/// (the run goes on without it). The SSE header waits for the first frame and, when
+/// `answered` is given, for the agent to have accepted the turn: a run that fails before
+/// then (the agent unreachable or refusing the turn, an A2A or ADK agent refusing it) is
+/// answered with the surface's plain error response and status, as the same request
+/// without streaming is, so that a client retries it as it retries any 5xx. The frames
+/// rendered meanwhile (Responses' `response.created`) follow the header at once.
 async fn stream_run(
     session: &mut Session,
     reply: &mut Reply,
@@ -651,14 +699,27 @@ async fn stream_run(
     info: &RunInfo,
     events: &mut Subscription,
     headers: &[(&str, &str)],
+    mut answered: Option<watch::Receiver<bool>>,
 ) {
     let mut renderer = surface.stream_renderer(info);
     let mut watch_client = true;
-    // What came before the first frame, for the plain response of a run that fails
-    // first. Dropped when the stream starts: it would otherwise stay for the stream's life.
+    // What came before the header, for the plain response of a run that fails first.
+    // Dropped when the stream starts: it would otherwise stay for the stream's life.
     let mut held = Vec::new();
-    let first = loop {
-        let event = match stream::next_event(session, events, &mut watch_client, None).await {
+    let mut pending = Vec::new();
+    let last = loop {
+        if answered.as_ref().is_some_and(|a| *a.borrow()) {
+            answered = None;
+        }
+        if !pending.is_empty() && answered.is_none() {
+            break Some(false);
+        }
+        let next = tokio::select! {
+            next = stream::next_event(session, events, &mut watch_client, None) => next,
+            // The agent accepted the turn (or its run ended: its end is the next event).
+            _ = agent_answered(&mut answered) => continue,
+        };
+        let event = match next {
             Ok(event) => event,
             Err(stream::End::LogUnavailable) => break None,
             Err(_) => return, // the client left; the run goes on
@@ -670,26 +731,21 @@ async fn stream_run(
             let _ = reply.json(session, status, &body, headers).await;
             return;
         }
-        if !step.frames.is_empty() || step.last {
-            break Some(step);
+        pending.extend(step.frames);
+        if step.last {
+            break Some(true);
         }
     };
     drop(held);
     if reply.stream_start(session, headers).await.is_err() {
         return;
     }
-    match first {
-        Some(step) => {
-            if reply
-                .frames(session, &step.frames, step.last)
-                .await
-                .is_err()
-            {
+    match last {
+        Some(last) => {
+            if reply.frames(session, &pending, last).await.is_err() || last {
                 return;
             }
-            if step.last {
-                return;
-            }
+            drop(pending);
             reply
                 .pump(session, surface, events, None, |event| {
                     render_step(&mut *renderer, event)
@@ -698,10 +754,27 @@ async fn stream_run(
         }
         // Say so in the stream rather than hang; the client can resume from its last id.
         None => {
+            if !pending.is_empty() && reply.frames(session, &pending, false).await.is_err() {
+                return;
+            }
             reply
                 .fail_stream(session, &ApiError::log_unavailable(), surface)
                 .await
         }
+    }
+}
+
+/// Resolves once the agent has accepted the run's turn (then `answered` is cleared); never
+/// when there is nothing to wait for, or the run ended without it (its end is an event).
+async fn agent_answered(answered: &mut Option<watch::Receiver<bool>>) {
+    match answered {
+        Some(rx) => {
+            if rx.wait_for(|a| *a).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            *answered = None;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -28,7 +28,7 @@ pub use item::{Block, Item};
 pub use projection::project;
 pub use protocol::Protocol;
 pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
-pub use turn::{InputError, SessionRef, Tool, TurnRequest};
+pub use turn::{InputError, ItemReference, SessionRef, Tool, TurnRequest, REQUEST_PARAMS};
 pub use upstream::{
     AgentRequest, AgentTransport, Answer, Cancel, GrpcLocator, Output, Probe, Restore,
     StreamParser, TurnCall, Upstream,

@@ -65,6 +65,10 @@ impl Tool {
     }
 }
 
+/// `in_progress` metadata: the turn's [`TurnRequest::echo`], what its surface's response
+/// object repeats of the request.
+pub const REQUEST_PARAMS: &str = "request_params";
+
 /// One turn as the client asked for it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TurnRequest {
@@ -97,6 +101,24 @@ pub struct TurnRequest {
     /// Every other top-level field, passed upstream untouched when the upstream speaks the
     /// same protocol as the surface.
     pub extra: Map<String, Value>,
+    /// The input's `item_reference` items (Responses), in input order: the gateway
+    /// resolves each from the log and puts the item itself into `input`.
+    pub references: Vec<ItemReference>,
+    /// The request's parameters that the surface's response object repeats (Responses:
+    /// `temperature`, `text`, `reasoning`, `tools`, …), as the client sent them: recorded
+    /// with the run's start, so that a response read back or replayed repeats them too.
+    pub echo: Map<String, Value>,
+}
+
+/// An input item given by the id Tether gave it in an earlier response (`{"type":
+/// "item_reference", "id": …}`), still to be looked up in the log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ItemReference {
+    /// Where the item goes: before `input[position]` (the input without the references).
+    pub position: usize,
+    pub id: String,
+    /// The parameter that named it (`input[3].id`), for the error when it is unknown.
+    pub param: String,
 }
 
 impl TurnRequest {
@@ -117,6 +139,8 @@ impl TurnRequest {
             max_output_tokens: None,
             compact_threshold: None,
             extra: Map::new(),
+            references: Vec::new(),
+            echo: Map::new(),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The OpenAI routes Tether answers itself: `POST /v1/responses` and
-//! `POST /v1/chat/completions` start a run, and the stored-response routes under
+//! `POST /v1/chat/completions` start a run (with `item_reference` inputs resolved in
+//! `references`), and the stored-response routes under
 //! `/v1/responses/{id}` and `/v1/chat/completions/{id}` (in `stored`) read one back from
 //! the log.
 
+pub mod references;
 pub mod stored;
 
 use pingora::proxy::Session;
@@ -46,6 +48,9 @@ pub async fn serve_turn(
     match parsed {
         Ok(mut turn) => {
             turn.request_digest = digest;
+            if let Err(e) = references::resolve(state, account_id, &mut turn).await {
+                return e.send(session, surface, &[]).await;
+            }
             run_turn(state, session, &mut Reply::Http, account_id, surface, turn).await
         }
         Err(e) => {

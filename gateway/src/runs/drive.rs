@@ -54,6 +54,9 @@ pub(super) async fn drive(
         Ok(v) => v,
         Err(outcome) => return outcome,
     };
+    if matches!(&answer, Answer::Streaming(r) if (200..300).contains(&r.status)) {
+        run.answered.send_replace(true);
+    }
     let mut recorder = Recorder {
         runs: &runs,
         run: &run,

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runtime_adapter::compaction::estimate_tokens;
-use runtime_adapter::{project, Cancel, Item, RunInfo, SessionRef, TurnRequest, Upstream};
+use runtime_adapter::{
+    project, Cancel, Item, RunInfo, SessionRef, TurnRequest, Upstream, REQUEST_PARAMS,
+};
 use serde_json::{json, Value};
 use session_log::branch::INPUT_SUPERSEDED;
 use session_log::checkpoints::{CheckpointPolicy, Phase, RESUMED_FROM};
@@ -25,7 +27,7 @@ use session_log::{
     BeforeAppend, Claim, Claimed, Event, EventQuery, EventType, Lineage, NewEvent, RunStatus,
     Store, StoreError, Subscription, WriteError, Writer,
 };
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tracing::Instrument;
 
 use crate::ids::new_id;
@@ -80,6 +82,10 @@ pub struct StartedRun {
     pub run_id: String,
     pub invocation_id: String,
     pub model: String,
+    /// Becomes `true` once the agent has accepted the turn (a 2xx answer's head): a client
+    /// stream waits for it before its own head, so that a run the agent never answered is
+    /// refused with a plain error status, as without streaming.
+    pub answered: Arc<watch::Sender<bool>>,
 }
 
 impl StartedRun {
@@ -519,6 +525,7 @@ impl Runs {
                 .model
                 .clone()
                 .unwrap_or_else(|| self.default_model.clone()),
+            answered: Arc::new(watch::Sender::new(false)),
         };
         tracing::info!(account_id, session_id, run_id = %run.run_id, invocation_id = %run.invocation_id, "run started");
         METRICS.run_started();
@@ -582,6 +589,9 @@ impl Runs {
         if let Some(instructions) = &turn.instructions {
             metadata["instructions"] = json!(instructions);
         }
+        if !turn.echo.is_empty() {
+            metadata[REQUEST_PARAMS] = Value::Object(turn.echo.clone());
+        }
         if let Some(digest) = &turn.request_digest {
             metadata[REQUEST_DIGEST] = json!(digest);
         }
@@ -612,6 +622,7 @@ impl Runs {
                 run_id: run_id.to_owned(),
                 invocation_id: invocation_id.to_owned(),
                 model: model.to_owned(),
+                answered: Arc::new(watch::Sender::new(false)),
             };
             batch.push(self.checkpoint_event(&ids, Phase::AfterToolResult, &results));
         }

@@ -21,6 +21,7 @@ mod history;
 mod input_limits;
 mod interop;
 mod metrics;
+mod openai_turns;
 mod outage;
 mod passthrough;
 mod process;

@@ -20,9 +20,26 @@ mod tests;
 use serde_json::Value;
 use session_log::Event;
 
+use crate::item::Item;
 use crate::surface::{RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 use render::{run_hex, Renderer};
+
+/// The run whose response holds the output item `item_id` (an id from a Responses stream
+/// or response object), if the id is one Tether gave; see [`output_items`].
+pub fn item_run_id(item_id: &str) -> Option<String> {
+    render::item_run_id(item_id)
+}
+
+/// A run's response output items, by the ids its Responses rendering gives them (the
+/// ids an `item_reference` names), each as the history item it stands for.
+pub fn output_items(run: &RunInfo, events: &[Event]) -> Vec<(String, Item)> {
+    let mut renderer = Renderer::new(run);
+    for event in events {
+        renderer.render(event);
+    }
+    renderer.output_items()
+}
 
 pub struct ResponsesSurface;
 pub struct ResponsesUpstream;

@@ -8,7 +8,7 @@ use crate::compaction::context_management;
 use crate::item::{Block, Item};
 use crate::params::{field, invalid_value, missing, Params};
 use crate::protocol::Protocol;
-use crate::turn::{InputError, SessionRef, Tool, TurnRequest};
+use crate::turn::{InputError, ItemReference, SessionRef, Tool, TurnRequest};
 
 /// Responses tells "a decimal" from "an integer" in its errors.
 const PARAMS: Params = Params::Responses;
@@ -32,6 +32,31 @@ const NOT_EXTRA: [&str; 14] = [
     "max_output_tokens",
     "tools",
     "tool_choice",
+];
+
+/// Request fields a Response object repeats (see `render::Renderer::response`).
+const ECHOED: [&str; 21] = [
+    "instructions",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "metadata",
+    "truncation",
+    "text",
+    "reasoning",
+    "background",
+    "service_tier",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "max_tool_calls",
+    "safety_identifier",
+    "prompt_cache_key",
+    "previous_response_id",
+    "user",
 ];
 
 /// A session id named in the body: a non-empty string.
@@ -123,11 +148,21 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
     turn.input = match obj.get("input") {
         None | Some(Value::Null) => return Err(missing("input")),
         Some(Value::String(s)) => vec![Item::user_text(s)],
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| parse_input_item(v, &format!("input[{i}]")))
-            .collect::<Result<_, _>>()?,
+        Some(Value::Array(items)) => {
+            let mut input = Vec::with_capacity(items.len());
+            for (i, v) in items.iter().enumerate() {
+                let param = format!("input[{i}]");
+                match item_reference(v, &param)? {
+                    Some(id) => turn.references.push(ItemReference {
+                        position: input.len(),
+                        id,
+                        param: format!("{param}.id"),
+                    }),
+                    None => input.push(parse_input_item(v, &param)?),
+                }
+            }
+            input
+        }
         Some(v) => return Err(PARAMS.invalid_type("input", "a string or an array", v)),
     };
     turn.model = PARAMS.opt_str(&obj, "model")?;
@@ -196,6 +231,10 @@ pub(super) fn parse_request(body: &[u8], header: Option<&str>) -> Result<TurnReq
             extra.insert(k.clone(), v.clone());
         }
     }
+    turn.echo = ECHOED
+        .iter()
+        .filter_map(|k| Some(((*k).to_owned(), field(&obj, k)?.clone())))
+        .collect();
     // Responses' own compaction request: Tether compacts, so the agent never sees it.
     turn.compact_threshold = context_management(&mut extra)?;
     turn.extra = extra;
@@ -219,6 +258,28 @@ fn parse_tool(v: &Value, param: &str) -> Result<Option<Tool>, InputError> {
         parameters,
         strict,
     }))
+}
+
+/// The id of an `item_reference` input item (`type` may be left out, as OpenAI allows, when
+/// the item is nothing but an `id`); `None` for any other item.
+fn item_reference(v: &Value, param: &str) -> Result<Option<String>, InputError> {
+    let Value::Object(o) = v else {
+        return Ok(None);
+    };
+    let kind = o.get("type").and_then(Value::as_str);
+    let bare = kind.is_none() && !o.contains_key("role") && o.contains_key("id");
+    if kind != Some("item_reference") && !bare {
+        return Ok(None);
+    }
+    let id = PARAMS.req_str(o, "id", param)?;
+    if id.is_empty() {
+        let p = format!("{param}.id");
+        return Err(invalid_value(
+            &p,
+            format!("Invalid value for '{p}': an item id cannot be empty."),
+        ));
+    }
+    Ok(Some(id))
 }
 
 fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
@@ -261,7 +322,7 @@ fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
         Some("mcp_approval_request" | "mcp_approval_response") => Ok(Item::Approval(v.clone())),
         Some(other) => Err(invalid_value(
             &format!("{param}.type"),
-            format!("Invalid value for '{param}.type': input items of type '{other}' are not supported (supported: message, function_call, function_call_output, reasoning, mcp_approval_request, mcp_approval_response)."),
+            format!("Invalid value for '{param}.type': input items of type '{other}' are not supported (supported: message, function_call, function_call_output, reasoning, item_reference, mcp_approval_request, mcp_approval_response)."),
         )),
     }
 }

@@ -5,12 +5,26 @@
 //! indices and the final object are the same whichever way (and however often, after a
 //! reconnect) a client reads the run.
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use session_log::{Event, EventType, RunStatus};
 
+use crate::item::Item;
 use crate::sse::SseFrame;
 use crate::surface::{RunInfo, StreamRenderer};
+use crate::turn::REQUEST_PARAMS;
 use crate::usage::Usage;
+
+/// The run an output item id names (`msg_`, `rs_`, `fc_` or `mcpr_`, then the run's hex and
+/// the item's output index in 8 hex digits: see `Renderer::push`), if it is one Tether gave.
+pub(crate) fn item_run_id(item_id: &str) -> Option<String> {
+    let (prefix, rest) = item_id.split_once('_')?;
+    let ours = matches!(prefix, "msg" | "rs" | "fc" | "mcpr")
+        && rest.len() == 40
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    ours.then(|| format!("run_{}", &rest[..32]))
+}
 
 /// The hex part shared by a run id and its response id (`run_<hex>` ↔ `resp_<hex>`).
 pub(crate) fn run_hex(run_id: &str) -> &str {
@@ -71,6 +85,22 @@ impl OutItem {
         }
     }
 
+    /// The history item this output item is (what an `item_reference` to it stands for).
+    fn to_item(&self) -> Item {
+        match self.kind {
+            Kind::Message => Item::assistant_text(&self.text),
+            Kind::Reasoning => Item::Reasoning {
+                text: self.text.clone(),
+            },
+            Kind::FunctionCall => Item::ToolCall {
+                call_id: self.call_id.clone(),
+                name: self.name.clone(),
+                arguments: self.text.clone(),
+            },
+            Kind::Approval => Item::Approval(self.raw.clone()),
+        }
+    }
+
     /// The item as `response.output_item.added` shows it: nothing produced yet.
     fn added_json(&self) -> Value {
         let mut v = self.to_json();
@@ -84,6 +114,26 @@ impl OutItem {
         }
         v
     }
+}
+
+/// The request's tools as a response shows them: a function tool with every field of
+/// its schema, null where the request left one out.
+fn shown_tools(tools: Value) -> Value {
+    let Value::Array(tools) = tools else {
+        return json!([]);
+    };
+    let shown = tools.into_iter().map(|mut tool| {
+        if let Some(fields) = tool
+            .as_object_mut()
+            .filter(|t| t.get("type").and_then(Value::as_str) == Some("function"))
+        {
+            for k in ["description", "parameters", "strict"] {
+                fields.entry(k).or_insert(Value::Null);
+            }
+        }
+        tool
+    });
+    Value::Array(shown.collect())
 }
 
 fn output_text_part(text: &str) -> Value {
@@ -112,6 +162,8 @@ pub(crate) struct Renderer {
     error: Option<Value>,
     usage: Option<Value>,
     completed_at: Option<i64>,
+    /// What the response repeats of the request (`REQUEST_PARAMS` of its first start).
+    params: Map<String, Value>,
 }
 
 impl Renderer {
@@ -129,15 +181,29 @@ impl Renderer {
             error: None,
             usage: None,
             completed_at: None,
+            params: Map::new(),
         }
     }
 
-    /// The `response` object as of the events seen so far.
+    /// The response's output items (as `response().output` lists them) with their ids.
+    pub(crate) fn output_items(&self) -> Vec<(String, Item)> {
+        self.items
+            .iter()
+            .filter(|i| !i.superseded)
+            .map(|i| (i.id.clone(), i.to_item()))
+            .collect()
+    }
+
+    /// The `response` object as of the events seen so far: every field of the Open
+    /// Responses `ResponseResource`, the request's own values where it gave them (recorded
+    /// with the run's start, so a replay shows the same), else what Tether and an agent
+    /// that was told nothing use.
     pub(crate) fn response(&self) -> Value {
         let error = match self.status {
             "in_progress" | "completed" => Value::Null,
             _ => self.error.clone().unwrap_or(Value::Null),
         };
+        let asked = |k: &str, default: Value| self.params.get(k).cloned().unwrap_or(default);
         json!({
             "id": format!("resp_{}", self.hex),
             "object": "response",
@@ -146,8 +212,9 @@ impl Renderer {
             "status": self.status,
             "error": error,
             "incomplete_details": null,
-            "instructions": null,
-            "max_output_tokens": null,
+            "instructions": asked("instructions", Value::Null),
+            "max_output_tokens": asked("max_output_tokens", Value::Null),
+            "max_tool_calls": asked("max_tool_calls", Value::Null),
             "model": self.run.model,
             "output": self
                 .items
@@ -155,14 +222,28 @@ impl Renderer {
                 .filter(|i| !i.superseded)
                 .map(OutItem::to_json)
                 .collect::<Vec<_>>(),
-            "parallel_tool_calls": true,
-            "previous_response_id": null,
-            "temperature": null,
-            "tool_choice": "auto",
-            "tools": [],
-            "top_p": null,
+            "parallel_tool_calls": asked("parallel_tool_calls", json!(true)),
+            "previous_response_id": asked("previous_response_id", Value::Null),
+            "temperature": asked("temperature", json!(1.0)),
+            "top_p": asked("top_p", json!(1.0)),
+            "presence_penalty": asked("presence_penalty", json!(0.0)),
+            "frequency_penalty": asked("frequency_penalty", json!(0.0)),
+            "top_logprobs": asked("top_logprobs", json!(0)),
+            "tool_choice": asked("tool_choice", json!("auto")),
+            "tools": shown_tools(asked("tools", json!([]))),
+            "truncation": asked("truncation", json!("disabled")),
+            "text": asked("text", json!({ "format": { "type": "text" } })),
+            "reasoning": asked("reasoning", json!({ "effort": null, "summary": null })),
+            // Every response is in Tether's log, whatever the request said, and every run
+            // outlives its connection (`background` is repeated as asked).
+            "store": true,
+            "background": asked("background", json!(false)),
+            "service_tier": asked("service_tier", json!("default")),
+            "safety_identifier": asked("safety_identifier", Value::Null),
+            "prompt_cache_key": asked("prompt_cache_key", Value::Null),
+            "user": asked("user", Value::Null),
             "usage": self.usage,
-            "metadata": {},
+            "metadata": asked("metadata", json!({})),
             "conversation": { "id": self.run.session_id },
         })
     }
@@ -430,12 +511,18 @@ impl Renderer {
         out.push(f);
     }
 
-    fn start(&mut self, seq: i64, out: &mut Vec<SseFrame>) {
+    fn start(&mut self, event: &Event, out: &mut Vec<SseFrame>) {
+        let seq = event.seq;
         self.status = "in_progress";
         self.error = None;
         self.active = true;
         if !self.started {
             self.started = true;
+            if let Some(Value::Object(params)) = event.metadata.get(REQUEST_PARAMS) {
+                self.params = params.clone();
+            }
+            // From the log, not the clock: the live stream and every replay agree.
+            self.run.created_at = event.created_at.timestamp();
             self.lifecycle(seq, "response.created", out);
         } else {
             // What an interrupted invocation left half-written is redone by this one.
@@ -516,7 +603,7 @@ impl StreamRenderer for Renderer {
         let c = &event.content;
         if let Some(status) = event.run_status() {
             match status {
-                RunStatus::InProgress => self.start(seq, &mut out),
+                RunStatus::InProgress => self.start(event, &mut out),
                 _ => self.terminal(event, status, &mut out),
             }
             return out;

@@ -100,6 +100,30 @@ fn every_input_item_kind_is_parsed() {
 }
 
 #[test]
+fn item_references_are_kept_apart_with_their_place_in_the_input() {
+    let t = parse(json!({"input": [
+        {"role": "user", "content": "one"},
+        {"type": "item_reference", "id": "msg_a"},
+        {"id": "fc_b"},
+        {"role": "user", "content": "two"},
+    ]}))
+    .unwrap();
+    assert_eq!(
+        t.input,
+        vec![Item::user_text("one"), Item::user_text("two")]
+    );
+    let refs: Vec<_> = t
+        .references
+        .iter()
+        .map(|r| (r.position, r.id.as_str(), r.param.as_str()))
+        .collect();
+    assert_eq!(
+        refs,
+        [(1, "msg_a", "input[1].id"), (1, "fc_b", "input[2].id")]
+    );
+}
+
+#[test]
 fn known_fields_are_typed_and_the_rest_is_extra() {
     let t = parse(json!({
         "model": "m", "input": "x", "instructions": "Talk like a pirate.",
@@ -394,7 +418,17 @@ fn malformed_requests_get_precise_errors() {
             "input[0].content[0].file_data",
         ),
         (
-            json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
+            json!({"input": [{"type": "item_reference"}]}),
+            "missing_required_parameter",
+            "input[0].id",
+        ),
+        (
+            json!({"input": [{"type": "item_reference", "id": 7}]}),
+            "invalid_type",
+            "input[0].id",
+        ),
+        (
+            json!({"input": [{"type": "computer_call_output", "call_id": "c"}]}),
             "invalid_value",
             "input[0].type",
         ),

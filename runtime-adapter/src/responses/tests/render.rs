@@ -468,3 +468,124 @@ fn response_ids_map_to_run_ids_and_back() {
     assert_eq!(s.run_id("resp_0123456789ABCDEF0123456789ABCDEF"), None);
     assert_eq!(s.run_id("resp_0123456789abcdef0123456789abcdeg"), None);
 }
+
+#[test]
+fn output_item_ids_name_their_run_and_stand_for_history_items() {
+    let events = vec![
+        item(1, Item::user_text("Weather in Paris?")),
+        status(2, RunStatus::InProgress),
+        item(
+            3,
+            Item::Reasoning {
+                text: "Need weather.".into(),
+            },
+        ),
+        item(
+            4,
+            Item::ToolCall {
+                call_id: "call_1".into(),
+                name: "get_weather".into(),
+                arguments: "{}".into(),
+            },
+        ),
+        item(5, Item::assistant_text("Sunny.")),
+        status(6, RunStatus::Completed),
+    ];
+    let items = super::super::output_items(&run(), &events);
+    let call = Item::ToolCall {
+        call_id: "call_1".into(),
+        name: "get_weather".into(),
+        arguments: "{}".into(),
+    };
+    assert_eq!(
+        items,
+        vec![
+            (
+                item_id("rs", 0),
+                Item::Reasoning {
+                    text: "Need weather.".into()
+                }
+            ),
+            (item_id("fc", 1), call),
+            (item_id("msg", 2), Item::assistant_text("Sunny.")),
+        ]
+    );
+    // The ids are the ones the response object shows.
+    let body = ResponsesSurface.final_body(&run(), &events);
+    let shown: Vec<&str> = body["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        shown,
+        items.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>()
+    );
+    for (id, _) in &items {
+        assert_eq!(super::super::item_run_id(id), Some(format!("run_{HEX}")));
+    }
+    for other in [
+        "msg_1",
+        "msg_",
+        "call_1",
+        &format!("resp_{HEX}00000000"),
+        &format!("msg_{HEX}0000000g"),
+    ] {
+        assert_eq!(super::super::item_run_id(other), None, "{other}");
+    }
+}
+
+#[test]
+fn the_response_repeats_the_requests_parameters_recorded_with_its_start() {
+    let turn = parse(json!({
+        "model": "m", "input": "hi", "temperature": 0.2, "top_p": 0.5,
+        "text": {"format": {"type": "json_object"}}, "reasoning": {"effort": "low", "summary": null},
+        "truncation": "auto", "service_tier": "flex", "metadata": {"k": "v"},
+        "max_tool_calls": 3, "prompt_cache_key": "pk", "safety_identifier": "u1",
+        "tools": [{"type": "function", "name": "f"}], "tool_choice": "required",
+    }))
+    .unwrap();
+    let start = ev(
+        2,
+        NewEvent::new(
+            "acct",
+            "sess-1",
+            EventType::RunStatus,
+            run_status_content(RunStatus::InProgress, None),
+        )
+        .with_metadata(json!({ crate::turn::REQUEST_PARAMS: turn.echo })),
+    );
+    let events = vec![
+        start,
+        item(3, Item::assistant_text("ok")),
+        status(4, RunStatus::Completed),
+    ];
+    let body = ResponsesSurface.final_body(&run(), &events);
+    for (k, v) in [
+        ("temperature", json!(0.2)),
+        ("top_p", json!(0.5)),
+        ("text", json!({"format": {"type": "json_object"}})),
+        ("reasoning", json!({"effort": "low", "summary": null})),
+        ("truncation", json!("auto")),
+        ("service_tier", json!("flex")),
+        ("metadata", json!({"k": "v"})),
+        ("max_tool_calls", json!(3)),
+        ("prompt_cache_key", json!("pk")),
+        ("safety_identifier", json!("u1")),
+        (
+            "tools",
+            json!([{"type": "function", "name": "f", "description": null, "parameters": null, "strict": null}]),
+        ),
+        ("tool_choice", json!("required")),
+        ("store", json!(true)),
+        ("background", json!(false)),
+    ] {
+        assert_eq!(body[k], v, "{k}");
+    }
+    // The stream's created and completed events carry the same object.
+    let frames = decode(&render_all(&events));
+    let completed = &frames.last().unwrap().2["response"];
+    assert_eq!(completed, &body);
+    assert_eq!(frames[0].2["response"]["temperature"], json!(0.2));
+}
