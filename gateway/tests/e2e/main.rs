@@ -12,6 +12,7 @@ mod chaos;
 mod checkpoints;
 mod cli;
 mod clients;
+mod conformance;
 mod console;
 mod control;
 mod deploy;

@@ -435,3 +435,63 @@ fn a_retry_after_the_agent_was_down_continues_its_session_sqlite() {
 fn a_retry_after_the_agent_was_down_continues_its_session_postgres() {
     retries_continue_on(StoreKind::Postgres);
 }
+
+/// A Response object repeats what the request asked for, and is the same in the live
+/// stream, retrieved, and in the stream rendered again.
+#[test]
+fn a_response_repeats_its_request_live_retrieved_and_replayed() {
+    let (_store, _agent, tether) = chat_gateway(&[]);
+    let url = format!("{}/v1/responses", tether.url());
+    let asked = json!({
+        "instructions": "Be brief.",
+        "max_output_tokens": 50,
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.25,
+        "top_logprobs": 2,
+        "text": { "format": { "type": "text" }, "verbosity": "low" },
+        "reasoning": { "effort": "low", "summary": null },
+        "truncation": "auto",
+        "service_tier": "flex",
+        "metadata": { "k": "v" },
+        "max_tool_calls": 2,
+        "prompt_cache_key": "pk",
+        "safety_identifier": "sid",
+        "parallel_tool_calls": false,
+        "tool_choice": "none",
+        "tools": [{ "type": "function", "name": "f", "parameters": { "type": "object" } }],
+    });
+    let mut body = json!({ "model": "fake", "input": "slow:3:10", "stream": true });
+    for (k, v) in asked.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let live = SseStream::post(&url, &body).collect();
+    let created = live[0].json()["response"].clone();
+    let completed = live.last().unwrap().json()["response"].clone();
+    assert_eq!(completed["status"], "completed", "{completed}");
+    let mut tools = asked["tools"].clone();
+    tools[0]["description"] = Value::Null;
+    tools[0]["strict"] = Value::Null;
+    for (k, v) in asked.as_object().unwrap() {
+        let v = if k == "tools" { &tools } else { v };
+        assert_eq!(&completed[k], v, "{k} in response.completed");
+        assert_eq!(&created[k], v, "{k} in response.created");
+    }
+    for (k, v) in [
+        ("store", json!(true)),
+        ("background", json!(false)),
+        ("model", json!("fake")),
+    ] {
+        assert_eq!(completed[k], v, "{k}");
+    }
+    let id = completed["id"].as_str().unwrap();
+    let (status, retrieved) = get_json(&format!("{url}/{id}"));
+    assert_eq!(status, 200);
+    assert_eq!(retrieved, completed, "retrieved as streamed");
+    let replay = SseStream::get(&format!("{url}/{id}?stream=true"), &[]).collect();
+    let frames = |s: &[SseEvent]| -> Vec<(Option<String>, String)> {
+        s.iter().map(|f| (f.id.clone(), f.data.clone())).collect()
+    };
+    assert_eq!(frames(&replay), frames(&live), "replayed as streamed");
+}

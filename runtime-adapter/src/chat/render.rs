@@ -16,7 +16,8 @@ pub(super) fn final_body(run: &RunInfo, id: String, events: &[Event]) -> Value {
         out.add(event);
     }
     let text = out.text();
-    let mut message = json!({ "role": "assistant", "content": text, "refusal": null });
+    let mut message =
+        json!({ "role": "assistant", "content": text, "refusal": null, "annotations": [] });
     if text.is_empty() && !out.tool_calls.is_empty() {
         message["content"] = Value::Null;
     }

@@ -280,7 +280,7 @@ fn the_turns_own_input_is_not_rendered() {
     let body = ChatSurface.final_body(&run_info(), &log.events);
     assert_eq!(
         body["choices"][0]["message"],
-        json!({"role": "assistant", "content": "42.", "refusal": null})
+        json!({"role": "assistant", "content": "42.", "refusal": null, "annotations": []})
     );
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
 }
@@ -347,7 +347,7 @@ fn final_body_is_a_chat_completion() {
             "model": "gpt-test",
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": "Hello", "refusal": null,
+                "message": {"role": "assistant", "content": "Hello", "refusal": null, "annotations": [],
                             "reasoning_content": "hm"},
                 "finish_reason": "stop",
                 "logprobs": null,
@@ -372,7 +372,7 @@ fn final_body_with_only_tool_calls_has_null_content() {
         body["choices"][0],
         json!({
             "index": 0,
-            "message": {"role": "assistant", "content": null, "refusal": null, "tool_calls": [
+            "message": {"role": "assistant", "content": null, "refusal": null, "annotations": [], "tool_calls": [
                 {"id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
             ]},
             "finish_reason": "tool_calls",
