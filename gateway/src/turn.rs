@@ -728,7 +728,8 @@ async fn stream_run(
         held.push((*event).clone());
         if step.last && event.run_status() != Some(session_log::RunStatus::Completed) {
             let (status, body) = surface.final_response(info, &held);
-            let _ = reply.json(session, status, &body, headers).await;
+            let headers = with_retry_after(&held, headers);
+            let _ = reply.json(session, status, &body, &headers).await;
             return;
         }
         pending.extend(step.frames);
@@ -810,7 +811,29 @@ async fn respond_when_done(
         }
     }
     let (status, body) = surface.final_response(info, &collected);
-    reply.json(session, status, &body, headers).await
+    let headers = with_retry_after(&collected, headers);
+    reply.json(session, status, &body, &headers).await
+}
+
+/// The `Retry-After` (seconds) of a run refused because the agent could not be reached. A
+/// restarting agent listens again within seconds; SDKs that honour the header (the OpenAI
+/// SDKs, the Vercel AI SDK) wait that long between their retries, where their own backoff
+/// (0.5 s, then 1 s) would be spent before a restarted agent is back.
+const AGENT_RETRY_AFTER_SECS: &str = "2";
+
+/// `headers`, and `Retry-After` when the run whose `events` these are ended because the
+/// agent was unreachable.
+fn with_retry_after<'a>(
+    events: &[Event],
+    headers: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut headers = headers.to_vec();
+    let terminal = events.last().and_then(Event::run_status);
+    let (code, _) = runtime_adapter::surface::run_error(events, terminal);
+    if code == "agent_unreachable" {
+        headers.push(("retry-after", AGENT_RETRY_AFTER_SECS));
+    }
+    headers
 }
 
 /// Every event of the invocation's run (all its invocations), in seq order.

@@ -28,6 +28,7 @@ mod passthrough;
 mod process;
 mod rate_limits;
 mod replicas;
+mod sdk_clients;
 mod seed;
 mod smuggling;
 mod tour;

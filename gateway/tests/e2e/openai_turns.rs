@@ -247,6 +247,13 @@ fn a_streamed_turn_the_agent_never_answered_is_refused_like_an_unstreamed_one() 
                 content_type.starts_with("application/json"),
                 "{content_type}"
             );
+            for reply in [&plain, &streamed] {
+                assert_eq!(
+                    reply.header("retry-after"),
+                    Some("2"),
+                    "a restarting agent is back soon"
+                );
+            }
             let (a, b) = (plain.json(), streamed.json());
             assert_eq!(b["error"]["code"], "agent_unreachable", "{b}");
             assert_eq!(a["error"]["code"], b["error"]["code"]);
