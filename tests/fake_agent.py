@@ -692,6 +692,9 @@ class ResponsesReply:
     def response(self, status: str) -> dict:
         done = status == "completed"
         echo = {k: self.request[k] if self.request.get(k) is not None else v for k, v in RESPONSE_ECHO.items()}
+        # As OpenAI's API: a request for the "auto" tier is served, and answered, as "default".
+        if echo["service_tier"] == "auto":
+            echo["service_tier"] = "default"
         # A function tool is shown with every field, null where the request left one out.
         echo["tools"] = [
             {"description": None, "parameters": None, "strict": None, **t} if t.get("type") == "function" else t

@@ -31,7 +31,7 @@ pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, ItemReference, SessionRef, Tool, TurnRequest, REQUEST_PARAMS};
 pub use upstream::{
     AgentRequest, AgentTransport, Answer, Cancel, GrpcLocator, Output, Probe, Restore,
-    StreamParser, TurnCall, Upstream,
+    StreamParser, TurnCall, Upstream, AGENT_PARAMS,
 };
 
 /// The surface a client speaks (its request and response wire format).

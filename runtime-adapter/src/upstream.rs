@@ -8,6 +8,9 @@ use crate::item::Item;
 use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
 
+/// Terminal `run_status` metadata: the agent's [`Output::Answered`].
+pub const AGENT_PARAMS: &str = "agent_params";
+
 /// Something the agent produced, in the order it produced it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
@@ -31,6 +34,10 @@ pub enum Output {
     /// The agent's own handle for this run (an A2A task id): cancel requests name it, and
     /// clients find the run by it.
     AgentRef(String),
+    /// What the agent said it used for its answer that the client's response object shows
+    /// too (a Responses agent's `service_tier`, `temperature`, `text`, …): recorded on the
+    /// run's terminal status as [`AGENT_PARAMS`], and shown over the request's values.
+    Answered(serde_json::Map<String, Value>),
     /// The agent said the turn is complete (`finish_reason`, `[DONE]` or
     /// `response.completed`). `usage` is the agent's token usage, when given.
     Done {

@@ -65,6 +65,7 @@ pub(super) async fn drive(
         done: None,
         error: None,
         produced: false,
+        answered: None,
         trace: tracing::Span::current(),
     };
     let mut response = match answer {
@@ -242,6 +243,8 @@ struct Recorder<'a> {
     error: Option<(String, String)>,
     /// Whether the agent produced any text, reasoning or item.
     produced: bool,
+    /// What the agent said it used for its answer (`Output::Answered`).
+    answered: Option<serde_json::Map<String, Value>>,
     /// The run's span (see `telemetry::spans::run`).
     trace: tracing::Span,
 }
@@ -289,6 +292,7 @@ impl Recorder<'_> {
             ),
         };
         outcome.produced |= produced;
+        outcome.agent_params = self.answered.map(Value::Object);
         outcome
     }
 
@@ -363,6 +367,7 @@ impl Recorder<'_> {
                 Output::Error { code, message } => {
                     self.error.get_or_insert((code, message));
                 }
+                Output::Answered(params) => self.answered = Some(params),
                 Output::Done { usage } => self.done = Some(usage),
             }
             if let Some((phase, id)) = step {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use runtime_adapter::compaction::estimate_tokens;
 use runtime_adapter::{
-    project, Cancel, Item, RunInfo, SessionRef, TurnRequest, Upstream, REQUEST_PARAMS,
+    project, Cancel, Item, RunInfo, SessionRef, TurnRequest, Upstream, AGENT_PARAMS, REQUEST_PARAMS,
 };
 use serde_json::{json, Value};
 use session_log::branch::INPUT_SUPERSEDED;
@@ -169,6 +169,8 @@ struct Outcome {
     usage: Option<Value>,
     /// Whether the agent produced anything (text, reasoning, an item) before the end.
     produced: bool,
+    /// What the agent said it used for its answer (`Output::Answered`).
+    agent_params: Option<Value>,
 }
 
 /// A run's driver task ended without an outcome: it panicked (logged and counted in
@@ -197,6 +199,7 @@ impl Outcome {
             error: None,
             usage,
             produced: true,
+            agent_params: None,
         }
     }
 
@@ -206,6 +209,7 @@ impl Outcome {
             error: Some((code.to_owned(), message.into())),
             usage: None,
             produced: false,
+            agent_params: None,
         }
     }
 
@@ -216,6 +220,7 @@ impl Outcome {
                 error: None,
                 usage: None,
                 produced: true,
+                agent_params: None,
             },
             Stop::Shutdown => Outcome {
                 status: RunStatus::Interrupted,
@@ -225,6 +230,7 @@ impl Outcome {
                 )),
                 usage: None,
                 produced: true,
+                agent_params: None,
             },
             Stop::LeaseLost => Outcome {
                 status: RunStatus::Interrupted,
@@ -234,6 +240,7 @@ impl Outcome {
                 )),
                 usage: None,
                 produced: true,
+                agent_params: None,
             },
         }
     }
@@ -878,6 +885,9 @@ impl Runs {
         let mut metadata = serde_json::Map::new();
         if let Some(usage) = outcome.usage {
             metadata.insert("usage".into(), usage);
+        }
+        if let Some(params) = outcome.agent_params {
+            metadata.insert(AGENT_PARAMS.into(), params);
         }
         // A run that failed before the agent produced anything leaves its input in the
         // log but out of later histories (see `session_log::branch`): a client's retry

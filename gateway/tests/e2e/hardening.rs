@@ -563,7 +563,11 @@ fn a_panicking_run_is_closed_failed_and_the_gateway_keeps_serving() {
             &Surface::Chat.body("hi", Some(session), true).to_string(),
             &[],
         );
-        assert_eq!(r.status, 200, "{}", r.body);
+        // The run fails before the agent has answered: refused as the same request
+        // unstreamed is, with the gateway's error and not the panic's message.
+        assert_eq!(r.status, 502, "{}", r.body);
+        assert_eq!(r.json()["error"]["code"], "internal_error", "{}", r.body);
+        assert!(!r.body.contains("injected fault"), "{}", r.body);
         let events = store.wait_for_terminal("local", session, 1);
         let terminals: Vec<_> = events
             .iter()

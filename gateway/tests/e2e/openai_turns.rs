@@ -502,3 +502,30 @@ fn a_response_repeats_its_request_live_retrieved_and_replayed() {
     };
     assert_eq!(frames(&replay), frames(&live), "replayed as streamed");
 }
+
+/// In front of an agent that speaks Responses, the response shows what the agent says it
+/// used (the fake agent serves `service_tier: "auto"` as `"default"`, as OpenAI does):
+/// `response.completed` and the retrieved response alike; `response.created`, before the
+/// agent has said anything, shows what the request asked for.
+#[test]
+fn in_front_of_a_responses_agent_the_response_shows_what_the_agent_used() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-responses", &store.url, &[]);
+    let url = format!("{}/v1/responses", tether.url());
+    let body = json!({ "model": "fake", "input": "hi", "stream": true, "service_tier": "auto", "temperature": 0.4 });
+    let live = SseStream::post(&url, &body).collect();
+    let created = &live[0].json()["response"];
+    let completed = live.last().unwrap().json()["response"].clone();
+    assert_eq!(created["service_tier"], "auto");
+    assert_eq!(completed["service_tier"], "default", "{completed}");
+    assert_eq!(completed["temperature"], json!(0.4));
+    let sent = agent.requests().last().unwrap()["body"].clone();
+    assert_eq!(
+        sent["service_tier"], "auto",
+        "the agent was asked as the client asked"
+    );
+    let id = completed["id"].as_str().unwrap();
+    let (_, retrieved) = get_json(&format!("{url}/{id}"));
+    assert_eq!(retrieved, completed);
+}

@@ -12,6 +12,7 @@ use crate::item::Item;
 use crate::sse::SseFrame;
 use crate::surface::{RunInfo, StreamRenderer};
 use crate::turn::REQUEST_PARAMS;
+use crate::upstream::AGENT_PARAMS;
 use crate::usage::Usage;
 
 /// The run an output item id names (`msg_`, `rs_`, `fc_` or `mcpr_`, then the run's hex and
@@ -162,7 +163,8 @@ pub(crate) struct Renderer {
     error: Option<Value>,
     usage: Option<Value>,
     completed_at: Option<i64>,
-    /// What the response repeats of the request (`REQUEST_PARAMS` of its first start).
+    /// What the response repeats of the request (`REQUEST_PARAMS` of its first start),
+    /// with what the agent said it used (`AGENT_PARAMS` of a terminal status) over it.
     params: Map<String, Value>,
 }
 
@@ -542,6 +544,12 @@ impl Renderer {
             self.lifecycle(seq, "response.created", out);
         }
         self.active = false;
+        // What the agent says it used stands over what the request asked for.
+        if let Some(Value::Object(answered)) = event.metadata.get(AGENT_PARAMS) {
+            for (k, v) in answered {
+                self.params.insert(k.clone(), v.clone());
+            }
+        }
         self.usage = event
             .metadata
             .get("usage")

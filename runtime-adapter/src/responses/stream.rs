@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::wire::reasoning_text;
 use crate::body_parser::{BodyParser, BodyReader};
@@ -29,6 +29,22 @@ struct ResponsesReader {
 }
 
 const UPSTREAM_ERROR: &str = "upstream_error";
+
+/// What a Responses agent's finished response says it used, shown to the client in place
+/// of what the request asked for (an agent may serve `service_tier: "auto"` as
+/// `"default"`, or clamp a parameter). The rest of the object is Tether's own.
+const AGENT_ECHOED: [&str; 10] = [
+    "service_tier",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "truncation",
+    "reasoning",
+    "text",
+    "max_tool_calls",
+];
 
 fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
@@ -109,6 +125,18 @@ impl ResponsesReader {
             out.push(Output::Item(Item::assistant_text(&text)));
         }
         self.finished = true;
+        let answered: Map<String, Value> = AGENT_ECHOED
+            .iter()
+            .filter_map(|k| {
+                Some((
+                    (*k).to_owned(),
+                    response.get(*k).filter(|v| !v.is_null())?.clone(),
+                ))
+            })
+            .collect();
+        if !answered.is_empty() {
+            out.push(Output::Answered(answered));
+        }
         match str_at(response, "status").unwrap_or("completed") {
             "completed" => out.push(Output::Done {
                 usage: response.get("usage").filter(|u| !u.is_null()).cloned(),

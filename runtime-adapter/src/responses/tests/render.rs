@@ -589,3 +589,39 @@ fn the_response_repeats_the_requests_parameters_recorded_with_its_start() {
     assert_eq!(completed, &body);
     assert_eq!(frames[0].2["response"]["temperature"], json!(0.2));
 }
+
+#[test]
+fn what_the_agent_answered_stands_over_what_the_request_asked() {
+    let start = ev(
+        2,
+        NewEvent::new(
+            "acct",
+            "sess-1",
+            EventType::RunStatus,
+            run_status_content(RunStatus::InProgress, None),
+        )
+        .with_metadata(
+            json!({ crate::turn::REQUEST_PARAMS: {"service_tier": "auto", "top_p": 0.5} }),
+        ),
+    );
+    let end = ev(
+        4,
+        NewEvent::new(
+            "acct",
+            "sess-1",
+            EventType::RunStatus,
+            run_status_content(RunStatus::Completed, None),
+        )
+        .with_metadata(json!({ crate::upstream::AGENT_PARAMS: {"service_tier": "default"} })),
+    );
+    let events = vec![start, item(3, Item::assistant_text("ok")), end];
+    let frames = decode(&render_all(&events));
+    assert_eq!(
+        frames[0].2["response"]["service_tier"], "auto",
+        "as asked, until the agent says"
+    );
+    let completed = &frames.last().unwrap().2["response"];
+    assert_eq!(completed["service_tier"], "default");
+    assert_eq!(completed["top_p"], json!(0.5));
+    assert_eq!(&ResponsesSurface.final_body(&run(), &events), completed);
+}

@@ -211,7 +211,8 @@ fn a_json_body_is_parsed_at_finish() {
             {"id": "msg_1", "type": "message", "role": "assistant",
              "content": [{"type": "output_text", "text": "Hello", "annotations": []}]},
         ],
-        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}});
+        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+        "service_tier": "default", "temperature": 0.7, "top_p": null, "model": "m", "store": false});
     let mut p = ResponsesUpstream.body_parser("application/json");
     let bytes = body.to_string();
     let (a, b) = bytes.as_bytes().split_at(10);
@@ -222,6 +223,13 @@ fn a_json_body_is_parsed_at_finish() {
         vec![
             Output::Item(Item::Reasoning { text: "hmm".into() }),
             Output::Item(Item::assistant_text("Hello")),
+            // What it says it used (null is saying nothing; model and store are Tether's).
+            Output::Answered(
+                json!({"service_tier": "default", "temperature": 0.7})
+                    .as_object()
+                    .unwrap()
+                    .clone()
+            ),
             Output::Done {
                 usage: Some(json!({"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}))
             },
@@ -260,6 +268,18 @@ fn what_the_upstream_parser_reads_the_renderer_can_write() {
             Output::TextDelta("Hel".into()),
             Output::TextDelta("lo!".into()),
             Output::Item(Item::assistant_text("Hello!")),
+            // The downstream Tether's defaults, which the upstream one shows as used.
+            Output::Answered(
+                json!({
+                    "service_tier": "default", "temperature": 1.0, "top_p": 1.0,
+                    "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0,
+                    "truncation": "disabled", "reasoning": {"effort": null, "summary": null},
+                    "text": {"format": {"type": "text"}},
+                })
+                .as_object()
+                .unwrap()
+                .clone()
+            ),
             Output::Done {
                 usage: Some(json!({
                     "input_tokens": 12,
