@@ -446,7 +446,8 @@ class Handler(BaseHTTPRequestHandler):
         history = chat_history(body) if is_chat else responses_history(body)
         plan = plan_answer(history)
         required = required_tool(body)
-        answered = any(t.role == "tool" for t in history)
+        users = [i for i, t in enumerate(history) if t.role == "user"]
+        answered = any(t.role == "tool" for t in history[(users[-1] if users else 0):])
         if required and not plan.tool_name and not plan.error and not answered:
             plan = Plan(tool_name=required)
         if plan.error:
