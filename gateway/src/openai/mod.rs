@@ -1,8 +1,10 @@
 //! The OpenAI routes Tether answers itself: `POST /v1/responses` and
 //! `POST /v1/chat/completions` start a run, and the stored-response routes under
 //! `/v1/responses/{id}` and `/v1/chat/completions/{id}` (in `stored`) read one back from
-//! the log.
+//! the log; the Conversations API (in `conversations`) reads and changes sessions as
+//! conversations.
 
+pub mod conversations;
 pub mod stored;
 
 use pingora::proxy::Session;

@@ -1,12 +1,14 @@
 //! The OpenAI surfaces' stored-response routes, served from the log for any agent:
 //! `GET /v1/responses/{id}` and `GET /v1/chat/completions/{id}` (retrieve),
-//! `GET …/{id}?stream=true&starting_after=N` (the run's stream again, after the frame whose
-//! `id:` is N; a `Last-Event-ID` header is the same cursor, so an `EventSource` reconnect
-//! resumes where it stopped) and `POST …/{id}/cancel`.
+//! `GET …/{id}?stream=true&starting_after=N` (the run's stream again, after the frame
+//! numbered N, Responses' `sequence_number`, or whose `id:` is N; a `Last-Event-ID` header
+//! is the same cursor, so an `EventSource` reconnect resumes where it stopped) and
+//! `POST …/{id}/cancel`.
 //!
-//! Frame ids: each surface numbers a run's frames from 0 in the order its events render
-//! them (for Responses, the `id:` is the frame's `sequence_number`), and a replay renders
-//! the run from its first event, so the ids match the original stream's.
+//! Frame ids (`runtime_adapter::cursor`): each surface numbers a run's frames from 0 in
+//! the order its events render them, and a replay renders the run from its first event,
+//! so the ids match the original stream's. A bare number as `Last-Event-ID` is an earlier
+//! release's id, a log seq.
 
 use http::Method;
 use pingora::proxy::Session;
@@ -76,11 +78,21 @@ async fn find(
         )
     };
     let run_id = surface.run_id(id).ok_or_else(not_found)?;
-    match state.store.run(account_id, &run_id).await {
-        Ok(Some(invocation)) => Ok(invocation),
-        Ok(None) => Err(not_found()),
-        Err(e) => Err(ApiError::store_unavailable(&e, "cannot look up a response")),
+    let unavailable = |e| ApiError::store_unavailable(&e, "cannot look up a response");
+    let invocation = state
+        .store
+        .run(account_id, &run_id)
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(not_found)?;
+    // A deleted conversation's responses are gone with it.
+    if crate::turn::session_deleted(state, account_id, &invocation.session_id)
+        .await
+        .map_err(unavailable)?
+    {
+        return Err(not_found());
     }
+    Ok(invocation)
 }
 
 /// The first value of the query parameter `name`, decoded.
@@ -107,7 +119,8 @@ async fn retrieve(
         query_param(session, "starting_after").as_deref(),
         &session.req_header().headers,
     )
-    .map_err(|e| e.to_api())?;
+    .map_err(|e| e.to_api())?
+    .map(|c| c.openai_resume());
     let events = run_events(state, account_id, inv).await?;
     let info = run_info(inv, &events, Value::Null);
     let headers = [("x-session-id", inv.session_id.as_str())];

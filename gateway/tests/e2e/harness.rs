@@ -440,6 +440,21 @@ pub fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
     reply(req.call())
 }
 
+/// Any method, with a JSON body when given.
+pub fn request(method: &str, url: &str, body: Option<&Value>, headers: &[(&str, &str)]) -> Reply {
+    let mut req = agent().request(method, url);
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    match body {
+        Some(body) => reply(
+            req.set("content-type", "application/json")
+                .send_string(&body.to_string()),
+        ),
+        None => reply(req.call()),
+    }
+}
+
 pub fn get_json(url: &str) -> (u16, Value) {
     let r = get(url, &[]);
     (r.status, r.json())

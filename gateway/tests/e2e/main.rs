@@ -5,6 +5,7 @@ mod harness;
 
 mod accounts;
 mod agents;
+mod agents_sdk;
 mod auth;
 mod bad_input;
 mod browser;
@@ -14,6 +15,7 @@ mod cli;
 mod clients;
 mod console;
 mod control;
+mod conversations;
 mod deploy;
 mod failures;
 mod hardening;

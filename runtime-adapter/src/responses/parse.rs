@@ -221,7 +221,8 @@ fn parse_tool(v: &Value, param: &str) -> Result<Option<Tool>, InputError> {
     }))
 }
 
-fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
+/// One Responses input item (`param` names it in errors).
+pub(crate) fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
     let Value::Object(o) = v else {
         return Err(PARAMS.invalid_type(param, "an object", v));
     };

@@ -1316,9 +1316,21 @@ impl Store for JournaledStore {
                     forked_from: (first.seq == 1 && first.event_type == EventType::SessionFork)
                         .then(|| ForkPoint::of(&first.content))
                         .flatten(),
+                    metadata: None,
+                    deleted: false,
                 });
                 s.last_seq = s.last_seq.max(last.seq);
                 s.updated_at = s.updated_at.max(last.created_at);
+                // Updates made while PostgreSQL was down.
+                for e in &journaled {
+                    match e.event_type {
+                        EventType::SessionMetadata => {
+                            s.metadata = e.content.get("metadata").cloned()
+                        }
+                        EventType::SessionDeleted => s.deleted = true,
+                        _ => {}
+                    }
+                }
             }
         }
         Ok(session)
