@@ -101,16 +101,30 @@ pub struct StreamCursor {
 }
 
 impl StreamCursor {
+    /// A bare number sent as `Last-Event-ID`: an id of a release before frame ids, whose
+    /// meaning on Chat and Responses depends on which release streamed the run
+    /// ([`StreamCursor::openai_resume`]).
+    pub fn is_bare_header(self) -> bool {
+        self.from_header && matches!(self.cursor, Cursor::Number(_))
+    }
+
     /// Where a Chat or Responses run's replay resumes: after the frame a frame id or
-    /// `starting_after` names; a bare `Last-Event-ID` is an id of the releases before
-    /// frame ids, a log seq (repeated across an event's frames), so after that event.
-    pub fn openai_resume(self) -> Resume {
+    /// `starting_after` names. A bare `Last-Event-ID` is an id of a release before frame
+    /// ids: a frame number when that release numbered frames (`frames_numbered`), else
+    /// the release before it, a log seq (repeated across an event's frames), so after
+    /// that event.
+    pub fn openai_resume(self, frames_numbered: bool) -> Resume {
         match self.cursor {
-            Cursor::Number(seq) if self.from_header => Resume::AfterSeq(seq),
+            Cursor::Number(seq) if self.from_header && !frames_numbered => Resume::AfterSeq(seq),
             cursor => Resume::AfterFrame(cursor.frame()),
         }
     }
 }
+
+/// The migration that came with the release that numbered Chat and Responses frames with
+/// bare numbers (the one before `v1` frame ids): a run started before this store took it
+/// was streamed by the release before that, whose ids were log seqs.
+pub const FRAME_NUMBERS_MIGRATION: &str = "idempotency keys";
 
 #[cfg(test)]
 mod tests {
@@ -142,7 +156,7 @@ mod tests {
         let frame = stream_cursor("AfterSeqId", None, &headers)
             .unwrap()
             .unwrap();
-        assert_eq!(frame.openai_resume(), Resume::AfterFrame(4));
+        assert_eq!(frame.openai_resume(false), Resume::AfterFrame(4));
         let bad = stream_cursor("starting_after", Some("-1"), &headers).unwrap_err();
         assert_eq!(bad.field, "starting_after");
         assert_eq!(
@@ -167,12 +181,15 @@ mod tests {
             cursor: Cursor::Number(5),
             from_header: true,
         };
-        assert_eq!(header.openai_resume(), Resume::AfterSeq(5));
+        assert!(header.is_bare_header());
+        assert_eq!(header.openai_resume(false), Resume::AfterSeq(5));
+        assert_eq!(header.openai_resume(true), Resume::AfterFrame(5));
         let query = StreamCursor {
             from_header: false,
             ..header
         };
-        assert_eq!(query.openai_resume(), Resume::AfterFrame(5));
+        assert!(!query.is_bare_header());
+        assert_eq!(query.openai_resume(false), Resume::AfterFrame(5));
     }
 
     proptest! {

@@ -8,7 +8,9 @@
 //! Frame ids (`runtime_adapter::cursor`): each surface numbers a run's frames from 0 in
 //! the order its events render them, and a replay renders the run from its first event,
 //! so the ids match the original stream's. A bare number as `Last-Event-ID` is an earlier
-//! release's id, a log seq.
+//! release's id: a frame number from the release that numbered frames so, a log seq from
+//! the one before; the run's start, against when the store took the first one's
+//! migration, says which.
 
 use http::Method;
 use pingora::proxy::Session;
@@ -119,8 +121,11 @@ async fn retrieve(
         query_param(session, "starting_after").as_deref(),
         &session.req_header().headers,
     )
-    .map_err(|e| e.to_api())?
-    .map(|c| c.openai_resume());
+    .map_err(|e| e.to_api())?;
+    let starting_after = match starting_after {
+        Some(cursor) => Some(cursor.openai_resume(frames_numbered(state, cursor, inv).await?)),
+        None => None,
+    };
     let events = run_events(state, account_id, inv).await?;
     let info = run_info(inv, &events, Value::Null);
     let headers = [("x-session-id", inv.session_id.as_str())];
@@ -142,6 +147,28 @@ async fn retrieve(
     })
     .await;
     Ok(Ok(()))
+}
+
+/// Whether the run was streamed by the release whose Chat and Responses ids were bare
+/// frame numbers (it started after the store took that release's migration), as a bare
+/// `Last-Event-ID` from an earlier release is read by; asked of the store only then.
+async fn frames_numbered(
+    state: &State,
+    cursor: crate::ids::StreamCursor,
+    inv: &Invocation,
+) -> std::result::Result<bool, ApiError> {
+    if !cursor.is_bare_header() {
+        return Ok(false);
+    }
+    let since = state
+        .store
+        .migrated_at(crate::ids::FRAME_NUMBERS_MIGRATION)
+        .await
+        .map_err(|e| ApiError::store_unavailable(&e, "cannot read the store's migrations"))?;
+    // SQLite dates a migration to the second: a run that started within that second may
+    // have come before it, and is read as the older release's.
+    let surely_after = |since: chrono::DateTime<chrono::Utc>| since + chrono::Duration::seconds(1);
+    Ok(since.is_some_and(|since| inv.started_at >= surely_after(since)))
 }
 
 async fn cancel(

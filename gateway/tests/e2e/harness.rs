@@ -26,7 +26,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ready() {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");

@@ -32,3 +32,4 @@ mod seed;
 mod smuggling;
 mod tour;
 mod traces;
+mod upgrade;

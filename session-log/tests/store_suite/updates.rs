@@ -13,7 +13,18 @@ use super::*;
 store_suite!(
     metadata_and_deletion_are_read_with_the_session,
     a_deleted_item_is_on_no_branch,
+    migrations_are_dated,
 );
+
+/// What the gateway dates an earlier release's stream ids by.
+async fn migrations_are_dated(b: Backend) {
+    let store = &*b.store;
+    let at = store.migrated_at("idempotency keys").await.unwrap();
+    let at = at.expect("the store took it");
+    let now = chrono::Utc::now();
+    assert!(at <= now && at > now - chrono::Duration::days(3650), "{at}");
+    assert_eq!(store.migrated_at("no such migration").await.unwrap(), None);
+}
 
 fn update(account: &str, session: &str, kind: EventType, content: serde_json::Value) -> NewEvent {
     NewEvent::new(account, session, kind, content).with_metadata(json!({ "actor": "key:a" }))
@@ -35,14 +46,23 @@ async fn metadata_and_deletion_are_read_with_the_session(b: Backend) {
         .await
         .unwrap();
     let session = store.session(&account, &kept).await.unwrap().unwrap();
-    assert_eq!(session.metadata, Some(json!({ "topic": "b" })), "the latest wins");
+    assert_eq!(
+        session.metadata,
+        Some(json!({ "topic": "b" })),
+        "the latest wins"
+    );
     assert!(!session.deleted);
     let plain = store.session(&account, &gone).await.unwrap().unwrap();
     assert_eq!(plain.metadata, None);
     assert_eq!(store.list_sessions(&account, 0, 10).await.unwrap().1, 2);
 
     store
-        .append(&[update(&account, &gone, EventType::SessionDeleted, json!({}))])
+        .append(&[update(
+            &account,
+            &gone,
+            EventType::SessionDeleted,
+            json!({}),
+        )])
         .await
         .unwrap();
     let deleted = store.session(&account, &gone).await.unwrap().unwrap();
@@ -50,11 +70,17 @@ async fn metadata_and_deletion_are_read_with_the_session(b: Backend) {
     let (listed, total) = store.list_sessions(&account, 0, 10).await.unwrap();
     assert_eq!(total, 1);
     assert_eq!(
-        listed.iter().map(|s| s.session_id.as_str()).collect::<Vec<_>>(),
+        listed
+            .iter()
+            .map(|s| s.session_id.as_str())
+            .collect::<Vec<_>>(),
         [kept.as_str()]
     );
     assert!(
-        Lineage::resolve(store, &account, &gone).await.unwrap().is_none(),
+        Lineage::resolve(store, &account, &gone)
+            .await
+            .unwrap()
+            .is_none(),
         "no history read finds it"
     );
     let events = store

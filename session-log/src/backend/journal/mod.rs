@@ -1257,6 +1257,10 @@ impl Store for JournaledStore {
         self.inner.pg.ping().await
     }
 
+    async fn migrated_at(&self, description: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.inner.pg.migrated_at(description).await
+    }
+
     async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
         if batch.is_empty() {
             return Ok(Appended::default());
