@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use session_log::{
     Appended, Event, EventQuery, Imported, Invocation, NewEvent, Session, Store, StoreError,
 };
@@ -98,6 +99,11 @@ impl Store for CoreStore {
     async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
         let q = query.clone();
         delegate!(self, |s| s.events(&q))
+    }
+
+    async fn migrated_at(&self, description: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let d = description.to_owned();
+        delegate!(self, |s| s.migrated_at(&d))
     }
 
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {

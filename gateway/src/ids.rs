@@ -2,6 +2,8 @@
 //! exchanges, requests), which client-chosen session ids it accepts, and the cursors a
 //! reconnecting stream client sends.
 
+use runtime_adapter::cursor::{Cursor, CursorError, Resume};
+
 /// A new session, run, invocation or checkpoint id. Time-ordered (UUIDv7: milliseconds,
 /// then 74 random bits), so the log's indexes, which lead with these ids, take new entries
 /// at one edge instead of at random pages all over a large file.
@@ -50,45 +52,79 @@ pub fn client_id<'a>(field: &str, id: &'a str) -> Result<&'a str, IdError> {
     }
 }
 
-/// The one parser for client-supplied cursors (a seq to resume after): a decimal number
-/// from 0 up, nothing else.
-pub fn cursor(field: &str, value: &str) -> Result<i64, IdError> {
-    let v = value.trim();
-    match v.parse::<i64>() {
-        Ok(n) if n >= 0 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
-        _ => Err(IdError {
-            field: field.to_owned(),
-            message: format!("{field} must be a non-negative integer, got {value:?}"),
-        }),
-    }
-}
-
 /// The cursor a stream reconnect resumes after, for every surface that takes one: the
 /// surface's query parameter `param` (`value`, when the request has it), else the
 /// `Last-Event-ID` header an `EventSource` sends on reconnecting; `None` with neither (an
-/// empty header is none), the stream from its start. Both parse as [`cursor`], and an
-/// error names where the bad value came from.
+/// empty header is none), the stream from its start. Either is a bare number or a frame id
+/// (`runtime_adapter::cursor`, which says what each means where), and an error names
+/// where the bad value came from. `from_header` says which one it was.
 pub fn stream_cursor(
     param: &str,
     value: Option<&str>,
     headers: &http::HeaderMap,
-) -> Result<Option<i64>, IdError> {
+) -> Result<Option<StreamCursor>, IdError> {
     const HEADER: &str = "Last-Event-ID";
+    let bad = |field: &str, value: &str| IdError {
+        field: field.to_owned(),
+        message: format!("{field} {CursorError}, got {value:?}"),
+    };
     if let Some(value) = value {
-        return cursor(param, value).map(Some);
+        let cursor = Cursor::parse(value).map_err(|_| bad(param, value))?;
+        return Ok(Some(StreamCursor {
+            cursor,
+            from_header: false,
+        }));
     }
     let Some(header) = headers.get(HEADER) else {
         return Ok(None);
     };
     let value = header.to_str().map_err(|_| IdError {
         field: HEADER.to_owned(),
-        message: format!("{HEADER} must be a non-negative integer, got bytes that are not text"),
+        message: format!("{HEADER} {CursorError}, got bytes that are not text"),
     })?;
     if value.trim().is_empty() {
         return Ok(None);
     }
-    cursor(HEADER, value).map(Some)
+    let cursor = Cursor::parse(value).map_err(|_| bad(HEADER, value))?;
+    Ok(Some(StreamCursor {
+        cursor,
+        from_header: true,
+    }))
 }
+
+/// A reconnecting client's cursor and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamCursor {
+    pub cursor: Cursor,
+    /// From `Last-Event-ID` rather than the surface's query parameter.
+    pub from_header: bool,
+}
+
+impl StreamCursor {
+    /// A bare number sent as `Last-Event-ID`: an id of a release before frame ids, whose
+    /// meaning on Chat and Responses depends on which release streamed the run
+    /// ([`StreamCursor::openai_resume`]).
+    pub fn is_bare_header(self) -> bool {
+        self.from_header && matches!(self.cursor, Cursor::Number(_))
+    }
+
+    /// Where a Chat or Responses run's replay resumes: after the frame a frame id or
+    /// `starting_after` names. A bare `Last-Event-ID` is an id of a release before frame
+    /// ids: a frame number when that release numbered frames (`frames_numbered`), else
+    /// the release before it, a log seq (repeated across an event's frames), so after
+    /// that event.
+    pub fn openai_resume(self, frames_numbered: bool) -> Resume {
+        match self.cursor {
+            Cursor::Number(seq) if self.from_header && !frames_numbered => Resume::AfterSeq(seq),
+            cursor => Resume::AfterFrame(cursor.frame()),
+        }
+    }
+}
+
+/// The migration that came with the release that numbered Chat and Responses frames with
+/// bare numbers (the one before `v1` frame ids): a run started before this store took it
+/// was streamed by the release before that, whose ids were log seqs.
+pub const FRAME_NUMBERS_MIGRATION: &str = "idempotency keys";
 
 #[cfg(test)]
 mod tests {
@@ -97,21 +133,36 @@ mod tests {
 
     #[test]
     fn a_stream_cursor_is_the_query_parameter_else_the_header() {
+        let at = |cursor, from_header| {
+            Ok(Some(StreamCursor {
+                cursor,
+                from_header,
+            }))
+        };
         let mut headers = http::HeaderMap::new();
         assert_eq!(stream_cursor("starting_after", None, &headers), Ok(None));
         headers.insert("last-event-id", http::HeaderValue::from_static(" "));
         assert_eq!(stream_cursor("AfterSeqId", None, &headers), Ok(None));
         headers.insert("last-event-id", http::HeaderValue::from_static(" 7 "));
-        assert_eq!(stream_cursor("AfterSeqId", None, &headers), Ok(Some(7)));
+        assert_eq!(
+            stream_cursor("AfterSeqId", None, &headers),
+            at(Cursor::Number(7), true)
+        );
         assert_eq!(
             stream_cursor("AfterSeqId", Some("3"), &headers),
-            Ok(Some(3))
+            at(Cursor::Number(3), false)
         );
+        headers.insert("last-event-id", http::HeaderValue::from_static("v1.9.4"));
+        let frame = stream_cursor("AfterSeqId", None, &headers)
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame.openai_resume(false), Resume::AfterFrame(4));
         let bad = stream_cursor("starting_after", Some("-1"), &headers).unwrap_err();
         assert_eq!(bad.field, "starting_after");
         assert_eq!(
             bad.message,
-            "starting_after must be a non-negative integer, got \"-1\""
+            "starting_after must be a non-negative integer or a stream event id \
+             (v1.<seq>.<frame>), got \"-1\""
         );
         headers.insert("last-event-id", http::HeaderValue::from_static("soon"));
         let bad = stream_cursor("starting_after", None, &headers).unwrap_err();
@@ -122,6 +173,23 @@ mod tests {
         );
         let bad = stream_cursor("AfterSeqId", None, &headers).unwrap_err();
         assert_eq!(bad.field, "Last-Event-ID");
+    }
+
+    #[test]
+    fn a_bare_last_event_id_on_chat_and_responses_is_an_earlier_release_seq() {
+        let header = StreamCursor {
+            cursor: Cursor::Number(5),
+            from_header: true,
+        };
+        assert!(header.is_bare_header());
+        assert_eq!(header.openai_resume(false), Resume::AfterSeq(5));
+        assert_eq!(header.openai_resume(true), Resume::AfterFrame(5));
+        let query = StreamCursor {
+            from_header: false,
+            ..header
+        };
+        assert!(!query.is_bare_header());
+        assert_eq!(query.openai_resume(false), Resume::AfterFrame(5));
     }
 
     proptest! {
@@ -137,15 +205,6 @@ mod tests {
                     prop_assert!(e.message.starts_with("x-session-id "));
                 }
             }
-        }
-
-        #[test]
-        fn cursors_round_trip_and_nothing_else_parses(n in 0i64..i64::MAX, junk in "[^0-9\\s]{1,4}") {
-            prop_assert_eq!(cursor("c", &n.to_string()), Ok(n));
-            let bad = format!("{n}{junk}");
-            prop_assert!(cursor("c", &bad).is_err());
-            let negative = format!("-{n}");
-            prop_assert!(cursor("c", &negative).is_err() || n == 0);
         }
     }
 }

@@ -6,6 +6,7 @@
 
 use pingora::proxy::Session;
 use pingora::Result;
+use runtime_adapter::cursor::Resume;
 use runtime_adapter::{AgentRequest, ClientRequest, Route, Surface};
 use serde_json::{json, Value};
 use session_log::{Event, EventType, Invocation, NewEvent, Subscription};
@@ -179,7 +180,7 @@ pub async fn serve(
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => {
                 let from = Cursor {
-                    after: last_event_id,
+                    after: last_event_id.map(Resume::AfterFrame),
                     client: info_client,
                 };
                 subscribe(state, session, reply, account_id, surface, &inv, from).await
@@ -193,7 +194,7 @@ pub async fn serve(
 /// Where a subscriber picks a run up: after which frame id (from the start when `None`),
 /// and how it asked (for its renderer).
 struct Cursor {
-    after: Option<i64>,
+    after: Option<Resume>,
     client: Value,
 }
 

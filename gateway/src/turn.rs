@@ -448,10 +448,23 @@ async fn resolve_session(
 ) -> std::result::Result<Target, ApiError> {
     match reference {
         SessionRef::New => Ok(Target::Session(new_id("sess"))),
-        SessionRef::Named(id) => match client_id("conversation", id) {
-            Ok(_) => Ok(Target::Session(id.clone())),
-            Err(e) => Err(e.to_api()),
-        },
+        SessionRef::Named(id) => {
+            client_id("conversation", id).map_err(|e| e.to_api())?;
+            // A deleted conversation stays deleted: its id names nothing any more.
+            let deleted = session_deleted(state, account_id, id)
+                .await
+                .map_err(|e| ApiError::store_unavailable(&e, "cannot resolve the conversation"))?;
+            if deleted {
+                return Err(ApiError::new(
+                    404,
+                    "invalid_request_error",
+                    "conversation_not_found",
+                    format!("Conversation with id '{id}' not found."),
+                )
+                .with_param("conversation"));
+            }
+            Ok(Target::Session(id.clone()))
+        }
         SessionRef::AfterResponse(response_id) => {
             let run_id = surface
                 .run_id(response_id)
@@ -465,11 +478,28 @@ async fn resolve_session(
                 .await
                 .map_err(unavailable)?
                 .ok_or_else(|| previous_response_not_found(response_id))?;
+            if session_deleted(state, account_id, &run.session_id)
+                .await
+                .map_err(unavailable)?
+            {
+                return Err(previous_response_not_found(response_id));
+            }
             continue_after(state, account_id, &run)
                 .await
                 .map_err(unavailable)
         }
     }
+}
+
+/// Whether the account's session `session_id` was deleted (Conversations API): its runs
+/// and its id then answer as unknown.
+pub async fn session_deleted(
+    state: &State,
+    account_id: &str,
+    session_id: &str,
+) -> std::result::Result<bool, StoreError> {
+    let session = state.store.session(account_id, session_id).await?;
+    Ok(session.is_some_and(|s| s.deleted))
 }
 
 fn previous_response_not_found(response_id: &str) -> ApiError {

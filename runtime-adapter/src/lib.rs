@@ -9,6 +9,7 @@ pub mod adk;
 mod body_parser;
 pub mod chat;
 pub mod compaction;
+pub mod cursor;
 pub mod grpc;
 pub mod item;
 pub mod langgraph;

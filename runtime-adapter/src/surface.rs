@@ -4,6 +4,7 @@
 use serde_json::Value;
 use session_log::{Event, EventType, RunStatus};
 
+use crate::cursor::FrameId;
 use crate::grpc::GrpcService;
 use crate::sse::SseFrame;
 use crate::turn::{InputError, TurnRequest};
@@ -44,14 +45,11 @@ impl ClientRequest<'_> {
     }
 
     /// A reconnecting client's cursor on the stateful protocols' surfaces: the SSE
-    /// `Last-Event-ID` (the id of the last frame it got), when it is one Tether could have
-    /// sent; otherwise the stream starts over, as those protocols' own servers do.
+    /// `Last-Event-ID` (the id of the last frame it got) as the frame number it names,
+    /// when it is one Tether could have sent; otherwise the stream starts over, as those
+    /// protocols' own servers do.
     pub fn last_event_id(&self) -> Option<i64> {
-        self.header("Last-Event-ID")?
-            .trim()
-            .parse()
-            .ok()
-            .filter(|id| *id >= 0)
+        crate::cursor::frame_number(self.header("Last-Event-ID")?)
     }
 
     /// The first value of a query-string parameter, decoded as a form encodes it.
@@ -118,39 +116,78 @@ pub enum Route {
     Reply { status: u16, body: Value },
 }
 
-/// Renders a run's committed events as SSE frames. Every frame carries an `id:`: its
-/// number in the run's stream, from 0 (so distinct and increasing even when one event
-/// renders as several frames), which is the cursor a reconnect resumes after ([`Numbered`]
-/// numbers them; Responses numbers its own, its `sequence_number`). Stateful: feed events
-/// in seq order, from the run's first (a reconnecting client's renderer is fed the run
-/// again from its start and the frames up to its cursor are discarded, so the numbers
-/// match the ones it saw).
+/// Renders a run's committed events as SSE frames. Every frame carries an `id:`, the
+/// cursor a reconnect resumes after, given by [`Numbered`]: on Chat and Responses a `v1`
+/// frame id (`crate::cursor`: its number in the run's stream from 0, which is Responses'
+/// `sequence_number` too, and the log seq it leaves a `SubscribeRunEvents` client at);
+/// on the other surfaces the frame's number alone. Stateful: feed events in seq order,
+/// from the run's first (a reconnecting client's renderer is fed the run again from its
+/// start and the frames up to its cursor are discarded, so the ids match the ones it
+/// saw).
 pub trait StreamRenderer: Send {
     fn render(&mut self, event: &Event) -> Vec<SseFrame>;
     /// Frames that end the stream after the terminal event (e.g. `data: [DONE]`).
     fn end(&mut self) -> Vec<SseFrame>;
 }
 
-/// A renderer whose frames get their `id:` here: each its number in the run's stream.
+/// A renderer whose frames get their `id:` here: each its number in the run's stream,
+/// alone or as a `v1` frame id.
 pub struct Numbered<R> {
     inner: R,
     next: i64,
+    frame_ids: bool,
+    /// The seq of the last event rendered.
+    seq: i64,
 }
 
 impl<R: StreamRenderer + 'static> Numbered<R> {
+    /// Frame ids that are the frame's number (A2A, ADK, LangGraph).
     pub fn boxed(inner: R) -> Box<dyn StreamRenderer> {
-        Box::new(Numbered { inner, next: 0 })
+        Box::new(Numbered {
+            inner,
+            next: 0,
+            frame_ids: false,
+            seq: 0,
+        })
+    }
+
+    /// `v1` frame ids (Chat, Responses): one cursor for the surface and
+    /// `SubscribeRunEvents`.
+    pub fn with_frame_ids(inner: R) -> Box<dyn StreamRenderer> {
+        Box::new(Numbered {
+            inner,
+            next: 0,
+            frame_ids: true,
+            seq: 0,
+        })
     }
 }
 
 impl<R> Numbered<R> {
     fn number(&mut self, frames: Vec<SseFrame>) -> Vec<SseFrame> {
+        let count = frames.len();
         frames
             .into_iter()
-            .map(|f| {
-                let id = self.next;
+            .enumerate()
+            .map(|(i, mut f)| {
+                let frame = self.next;
                 self.next += 1;
-                f.with_id(id)
+                f.id = Some(if self.frame_ids {
+                    // Until its last frame is out, the event is not all seen.
+                    let after_seq = if i + 1 == count {
+                        self.seq
+                    } else {
+                        self.seq - 1
+                    };
+                    let id = FrameId {
+                        after_seq: after_seq.max(0),
+                        frame,
+                    };
+                    id.to_string()
+                } else {
+                    frame.to_string()
+                });
+                f
             })
             .collect()
     }
@@ -158,6 +195,7 @@ impl<R> Numbered<R> {
 
 impl<R: StreamRenderer> StreamRenderer for Numbered<R> {
     fn render(&mut self, event: &Event) -> Vec<SseFrame> {
+        self.seq = event.seq;
         let frames = self.inner.render(event);
         self.number(frames)
     }

@@ -17,7 +17,7 @@
 //! no answer) stays in the log but is superseded too, so that a client retrying after an
 //! outage does not find copies of its message stacked in the history.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -27,6 +27,9 @@ use crate::event::{Event, EventType, RunStatus, Seq};
 /// Metadata key on a terminal `run_status`: the invocation failed before the agent
 /// produced anything, and its transcript (its input) is superseded.
 pub const INPUT_SUPERSEDED: &str = "input_superseded";
+
+/// Content key of an `item_deleted` event: the history position of the item deleted.
+pub const DELETED_POSITION: &str = "position";
 
 /// A resume: where its segment starts and the checkpoint position it continues after.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +47,8 @@ pub struct Branch {
     resumed: HashMap<String, Seq>,
     /// Invocations whose transcript is superseded because they failed with no answer.
     unanswered: std::collections::HashSet<String>,
+    /// Positions of items a client deleted (`item_deleted` events): on no branch.
+    deleted: HashSet<Seq>,
 }
 
 impl Branch {
@@ -115,11 +120,27 @@ impl Branch {
             active,
             resumed,
             unanswered,
+            deleted: Default::default(),
         }
+    }
+
+    /// The branch without the items at `deleted` (`Lineage::deleted_items`): deleted
+    /// ones are on no branch, so no projection or read shows them.
+    pub fn without_deleted(mut self, deleted: HashSet<Seq>) -> Self {
+        self.deleted = deleted;
+        self
+    }
+
+    /// Whether a client deleted the item at `position`.
+    pub fn is_deleted(&self, position: Seq) -> bool {
+        self.deleted.contains(&position)
     }
 
     /// Whether the event at `position` is on the branch.
     pub fn is_active(&self, position: Seq, event: &Event) -> bool {
+        if self.is_deleted(position) {
+            return false;
+        }
         if event.event_type.is_transcript()
             && event
                 .invocation_id

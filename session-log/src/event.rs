@@ -67,10 +67,17 @@ pub enum EventType {
     SessionFork,
     CompactionBoundary,
     ContextCheckpoint,
+    /// The session's metadata from here on (`{"metadata": {...}}`), as a client set it.
+    SessionMetadata,
+    /// The session was deleted: hidden from every read from here on.
+    SessionDeleted,
+    /// An item of the session was deleted (`{"item_id", "position"}`): hidden from every
+    /// projection and read from here on.
+    ItemDeleted,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 21] = [
+    pub const ALL: [EventType; 24] = [
         EventType::Message,
         EventType::Reasoning,
         EventType::ToolCall,
@@ -92,6 +99,18 @@ impl EventType {
         EventType::SessionFork,
         EventType::CompactionBoundary,
         EventType::ContextCheckpoint,
+        EventType::SessionMetadata,
+        EventType::SessionDeleted,
+        EventType::ItemDeleted,
+    ];
+
+    /// What a client changed about a session other than by a turn: its metadata, its
+    /// deletion, an item's deletion. Rare, and indexed apart (in this order, which the
+    /// index's condition repeats), so reading them costs nothing in a session without.
+    pub const UPDATES: [EventType; 3] = [
+        EventType::SessionMetadata,
+        EventType::SessionDeleted,
+        EventType::ItemDeleted,
     ];
 
     /// The events that shape a session's history rather than its transcript: run
@@ -130,6 +149,9 @@ impl EventType {
             EventType::SessionFork => "session_fork",
             EventType::CompactionBoundary => "compaction_boundary",
             EventType::ContextCheckpoint => "context_checkpoint",
+            EventType::SessionMetadata => "session_metadata",
+            EventType::SessionDeleted => "session_deleted",
+            EventType::ItemDeleted => "item_deleted",
         }
     }
 
@@ -341,6 +363,13 @@ pub struct Session {
     pub updated_at: DateTime<Utc>,
     /// Where the session's history starts, when it is a fork (read from its seq 1).
     pub forked_from: Option<ForkPoint>,
+    /// The metadata a client last set (its latest `session_metadata` event's), if any.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    /// A client deleted the session (a `session_deleted` event): its events stay in the
+    /// log, and no read shows it.
+    #[serde(default)]
+    pub deleted: bool,
 }
 
 /// Where a fork's history comes from: its parent's history up to and including the

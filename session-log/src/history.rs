@@ -14,12 +14,12 @@
 //! `Lineage::history` is what the agent's history is made of: the active branch, with
 //! the transcript a compaction stands for left out and its summary given instead.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::branch::Branch;
+use crate::branch::{Branch, DELETED_POSITION};
 use crate::checkpoints::RESUMED_FROM;
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 use crate::store::{EventQuery, Store, StoreError};
@@ -47,7 +47,8 @@ pub struct Lineage {
 }
 
 impl Lineage {
-    /// The chain of `session_id`, or `None` when the account has no such session.
+    /// The chain of `session_id`, or `None` when the account has no such session (or a
+    /// client deleted it).
     pub async fn resolve(
         store: &dyn Store,
         account_id: &str,
@@ -56,6 +57,9 @@ impl Lineage {
         let Some(session) = store.session(account_id, session_id).await? else {
             return Ok(None);
         };
+        if session.deleted {
+            return Ok(None);
+        }
         let mut links = vec![(session_id.to_owned(), None)];
         let mut parent = session.forked_from.clone();
         while let Some(point) = parent {
@@ -201,8 +205,22 @@ impl Lineage {
             markers.iter().map(|e| (self.position(e), e)),
             &checkpoints,
             at,
-        );
+        )
+        .without_deleted(self.deleted_items(store).await?);
         Ok((branch, markers))
+    }
+
+    /// Positions of the items a client deleted from this history (its `item_deleted`
+    /// events, wherever a read stops: a deleted item is in no read). A lookup in a
+    /// partial index, empty for most sessions.
+    pub async fn deleted_items(&self, store: &dyn Store) -> Result<HashSet<Seq>, StoreError> {
+        let deletions = self
+            .events(store, 0, None, Some(&[EventType::ItemDeleted]), i64::MAX)
+            .await?;
+        Ok(deletions
+            .iter()
+            .filter_map(|e| e.content.get(DELETED_POSITION)?.as_i64())
+            .collect())
     }
 
     /// Where the history's checkpoint `id` is, up to position `at`.

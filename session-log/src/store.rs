@@ -447,6 +447,14 @@ pub trait Store: Send + Sync + 'static {
         run_id: &str,
     ) -> Result<(), StoreError>;
 
+    /// When this database took the migration `description` (as sqlx names it, from the
+    /// file: `idempotency keys`), `None` when it has not. A release's migrations date what
+    /// that release first wrote, which tells apart what earlier releases left in the log
+    /// (the gateway reads an earlier release's stream ids so).
+    async fn migrated_at(&self, _description: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        Ok(None)
+    }
+
     /// Stores one feedback record.
     async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError>;
 

@@ -41,6 +41,10 @@ const SQLITE: &[(i64, &str)] = &[
         9,
         "c72443ce002d3617dab141423a5dde24fb5519756a6b1860e0eb0e1ccca986f1f785711b622fb16a01a22f0c8f07426d",
     ),
+    (
+        10,
+        "0af047ce02f7f30a860ec648c08d65abb968a3117d566319088c9b680366b456752b52247e44fffb34adbe4bd3f1e2c2",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -86,6 +90,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         11,
         "9444a378eb247ac4752d46229b0acf69d63c52d0ebeea8aac6b47e6d0b5d08262c37fdd330876cd2f8b3e6662594f6d1",
+    ),
+    (
+        12,
+        "19bcf08cd961ed17017ff961088e841dea5ba008803598f0b4b8e426cf44e5bc4a3bc9b8463d20897d8e99f5a091c112",
     ),
 ];
 

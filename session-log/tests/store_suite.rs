@@ -2537,3 +2537,5 @@ async fn an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten(
 
 #[path = "store_suite/history.rs"]
 mod history;
+#[path = "store_suite/updates.rs"]
+mod updates;

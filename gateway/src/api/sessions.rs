@@ -52,6 +52,7 @@ pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
             "CreatedAt": s.created_at.to_rfc3339(),
             "UpdatedAt": s.updated_at.to_rfc3339(),
             "ForkedFrom": s.forked_from.as_ref().map(forked_from),
+            "Metadata": s.metadata,
         }));
     }
     Ok(json!({ "Sessions": rows, "Total": total, "Page": page, "PageSize": page_size }))
@@ -128,6 +129,8 @@ pub async fn list_session_events(call: &Call<'_>) -> ActionResult {
         page.extend(
             read.into_iter()
                 .map(|e| (Place::of(&lineage, &branch, &e), e))
+                // A deleted item is in no read; its `item_deleted` event says who.
+                .filter(|(place, _)| !branch.is_deleted(place.position))
                 .filter(|(place, _)| !(active_only && place.superseded)),
         );
         if !full || page.len() as i64 >= limit {

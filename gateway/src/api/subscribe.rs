@@ -6,12 +6,16 @@
 //! session that is not a fork; in a fork, what it inherited first (each at its own seq
 //! plus its session's base), then its own events at their seq plus the fork point. So a
 //! client that lost the stream anywhere, within the inherited part too, resumes after the
-//! last id it saw.
+//! last id it saw. The id of a Chat or Responses frame (`runtime_adapter::cursor`) is a
+//! cursor here too, for the session the run is in: the stream resumes after the last
+//! event that client was shown whole.
 
+use std::collections::HashSet;
 use std::io::Write as _;
 
 use pingora::proxy::Session;
 use pingora::Result;
+use runtime_adapter::cursor::Cursor;
 use runtime_adapter::sse::SseFrame;
 use session_log::branch::Branch;
 use session_log::{Event, EventQuery, Lineage, Subscription};
@@ -27,7 +31,9 @@ const ACTION: &str = "SubscribeRunEvents";
 struct Params {
     session_id: String,
     invocation_id: Option<String>,
-    /// The cursor: the position after which to start.
+    /// The cursor as sent.
+    cursor: Option<Cursor>,
+    /// The position after which to start (the cursor read in the session's lineage).
     after: i64,
 }
 
@@ -65,7 +71,8 @@ fn parse(session: &Session) -> std::result::Result<Params, ControlError> {
     Ok(Params {
         session_id,
         invocation_id: invocation_id.filter(|s| !s.is_empty()),
-        after: after.unwrap_or(0),
+        cursor: after.map(|c| c.cursor),
+        after: 0,
     })
 }
 
@@ -85,6 +92,7 @@ pub async fn handle(
         base,
         finished,
         inherited,
+        deleted,
     } = checked;
     respond::sse_start(session, &[("x-session-id", &params.session_id)]).await?;
     if let Some(Replay {
@@ -97,6 +105,9 @@ pub async fn handle(
         for event in events {
             let frame = out.len();
             let place = Place::of(lineage, branch, event);
+            if branch.is_deleted(place.position) {
+                continue;
+            }
             let _ = write!(out, "id: {}\ndata: ", place.position);
             if serde_json::to_writer(&mut out, &EventView::placed(event, place)).is_err() {
                 out.truncate(frame);
@@ -125,7 +136,9 @@ pub async fn handle(
     let deadline = Instant::now() + state.config.subscribe_timeout;
     let follows_one_run = params.invocation_id.is_some();
     let end = stream::pump_encoded(session, &mut events, Some(deadline), |event, out| {
-        encode_event(event, base + event.seq, out);
+        if !deleted.contains(&(base + event.seq)) {
+            encode_event(event, base + event.seq, out);
+        }
         let last = follows_one_run && event.is_terminal();
         if last {
             let _ = write!(out, "id: {}\ndata: [DONE]\n\n", done_id(base + event.seq));
@@ -171,6 +184,8 @@ struct Checked {
     base: i64,
     finished: bool,
     inherited: Option<Replay>,
+    /// Positions of the items a client deleted: not sent.
+    deleted: HashSet<i64>,
 }
 
 /// Events of a fork's inherited history after the cursor, replayed before its own (or an
@@ -190,12 +205,19 @@ async fn check(
     session: &Session,
     account_id: &str,
 ) -> std::result::Result<Checked, ControlError> {
-    let params = parse(session)?;
+    let mut params = parse(session)?;
     let store = &*state.store;
     let lineage = Lineage::resolve(store, account_id, &params.session_id)
         .await?
         .ok_or_else(|| ControlError::not_found("session", &params.session_id))?;
+    params.after = match params.cursor {
+        None => 0,
+        Some(Cursor::Number(position)) => position,
+        // A Chat or Responses frame's id: the seq is the run's session's own.
+        Some(Cursor::Frame(id)) => lineage.own_position(id.after_seq),
+    };
     let base = lineage.own_position(0);
+    let deleted = lineage.deleted_items(store).await?;
     let mut query = EventQuery {
         after_seq: (params.after - base).max(0),
         ..EventQuery::session(account_id, &params.session_id)
@@ -220,6 +242,7 @@ async fn check(
             base,
             finished: false,
             inherited,
+            deleted,
         });
     };
     let not_found = || ControlError::not_found("invocation", invocation_id);
@@ -260,6 +283,7 @@ async fn check(
                 branch,
                 events,
             }),
+            deleted,
         });
     }
     let finished = invocation.status.is_terminal() && {
@@ -275,6 +299,7 @@ async fn check(
         base,
         finished,
         inherited: None,
+        deleted,
     })
 }
 

@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use pingora::proxy::Session;
+use runtime_adapter::cursor::{frame_number, Resume};
 use runtime_adapter::sse::SseFrame;
 use runtime_adapter::StreamRenderer;
 use session_log::{Event, Subscription};
@@ -37,20 +38,20 @@ pub fn render_step(renderer: &mut dyn StreamRenderer, event: &Event) -> Step {
     Step { frames, last }
 }
 
-/// A step of a run replayed from its start to a client resuming after the frame whose id
-/// is `after` (from the start when `None`): the frames up to it are not sent again, and
-/// only the end of `invocation_id`, the run's latest invocation, ends the stream (an
-/// earlier one's end is followed by its resume).
+/// A step of a run replayed from its start to a client resuming at `after` (from the
+/// start when `None`): the frames it already has are not sent again, and only the end of
+/// `invocation_id`, the run's latest invocation, ends the stream (an earlier one's end is
+/// followed by its resume).
 pub fn replay_step(
     renderer: &mut dyn StreamRenderer,
     event: &Event,
-    after: Option<i64>,
+    after: Option<Resume>,
     invocation_id: &str,
 ) -> Step {
     let mut step = render_step(renderer, event);
     if let Some(after) = after {
-        let id = |f: &SseFrame| f.id.as_deref().and_then(|id| id.parse::<i64>().ok());
-        step.frames.retain(|f| id(f).is_none_or(|n| n > after));
+        step.frames
+            .retain(|f| !after.seen(f.id.as_deref().and_then(frame_number), event.seq));
     }
     step.last = step.last && event.invocation_id.as_deref() == Some(invocation_id);
     step

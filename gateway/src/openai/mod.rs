@@ -2,9 +2,11 @@
 //! `POST /v1/chat/completions` start a run (with `item_reference` inputs resolved in
 //! `references`), and the stored-response routes under
 //! `/v1/responses/{id}` and `/v1/chat/completions/{id}` (in `stored`) read one back from
-//! the log.
+//! the log; the Conversations API (in `conversations`) reads and changes sessions as
+//! conversations.
 
 pub mod references;
+pub mod conversations;
 pub mod stored;
 
 use pingora::proxy::Session;

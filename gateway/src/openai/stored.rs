@@ -1,12 +1,16 @@
 //! The OpenAI surfaces' stored-response routes, served from the log for any agent:
 //! `GET /v1/responses/{id}` and `GET /v1/chat/completions/{id}` (retrieve),
-//! `GET …/{id}?stream=true&starting_after=N` (the run's stream again, after the frame whose
-//! `id:` is N; a `Last-Event-ID` header is the same cursor, so an `EventSource` reconnect
-//! resumes where it stopped) and `POST …/{id}/cancel`.
+//! `GET …/{id}?stream=true&starting_after=N` (the run's stream again, after the frame
+//! numbered N, Responses' `sequence_number`, or whose `id:` is N; a `Last-Event-ID` header
+//! is the same cursor, so an `EventSource` reconnect resumes where it stopped) and
+//! `POST …/{id}/cancel`.
 //!
-//! Frame ids: each surface numbers a run's frames from 0 in the order its events render
-//! them (for Responses, the `id:` is the frame's `sequence_number`), and a replay renders
-//! the run from its first event, so the ids match the original stream's.
+//! Frame ids (`runtime_adapter::cursor`): each surface numbers a run's frames from 0 in
+//! the order its events render them, and a replay renders the run from its first event,
+//! so the ids match the original stream's. A bare number as `Last-Event-ID` is an earlier
+//! release's id: a frame number from the release that numbered frames so, a log seq from
+//! the one before; the run's start, against when the store took the first one's
+//! migration, says which.
 
 use http::Method;
 use pingora::proxy::Session;
@@ -76,11 +80,21 @@ async fn find(
         )
     };
     let run_id = surface.run_id(id).ok_or_else(not_found)?;
-    match state.store.run(account_id, &run_id).await {
-        Ok(Some(invocation)) => Ok(invocation),
-        Ok(None) => Err(not_found()),
-        Err(e) => Err(ApiError::store_unavailable(&e, "cannot look up a response")),
+    let unavailable = |e| ApiError::store_unavailable(&e, "cannot look up a response");
+    let invocation = state
+        .store
+        .run(account_id, &run_id)
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(not_found)?;
+    // A deleted conversation's responses are gone with it.
+    if crate::turn::session_deleted(state, account_id, &invocation.session_id)
+        .await
+        .map_err(unavailable)?
+    {
+        return Err(not_found());
     }
+    Ok(invocation)
 }
 
 /// The first value of the query parameter `name`, decoded.
@@ -108,6 +122,10 @@ async fn retrieve(
         &session.req_header().headers,
     )
     .map_err(|e| e.to_api())?;
+    let starting_after = match starting_after {
+        Some(cursor) => Some(cursor.openai_resume(frames_numbered(state, cursor, inv).await?)),
+        None => None,
+    };
     let events = run_events(state, account_id, inv).await?;
     let info = run_info(inv, &events, Value::Null);
     let headers = [("x-session-id", inv.session_id.as_str())];
@@ -129,6 +147,28 @@ async fn retrieve(
     })
     .await;
     Ok(Ok(()))
+}
+
+/// Whether the run was streamed by the release whose Chat and Responses ids were bare
+/// frame numbers (it started after the store took that release's migration), as a bare
+/// `Last-Event-ID` from an earlier release is read by; asked of the store only then.
+async fn frames_numbered(
+    state: &State,
+    cursor: crate::ids::StreamCursor,
+    inv: &Invocation,
+) -> std::result::Result<bool, ApiError> {
+    if !cursor.is_bare_header() {
+        return Ok(false);
+    }
+    let since = state
+        .store
+        .migrated_at(crate::ids::FRAME_NUMBERS_MIGRATION)
+        .await
+        .map_err(|e| ApiError::store_unavailable(&e, "cannot read the store's migrations"))?;
+    // SQLite dates a migration to the second: a run that started within that second may
+    // have come before it, and is read as the older release's.
+    let surely_after = |since: chrono::DateTime<chrono::Utc>| since + chrono::Duration::seconds(1);
+    Ok(since.is_some_and(|since| inv.started_at >= surely_after(since)))
 }
 
 async fn cancel(

@@ -50,12 +50,20 @@ impl Area {
             || path == "/v1/chat/completions"
             || path.starts_with("/v1/responses/")
             || path.starts_with("/v1/chat/completions/")
+            || is_conversations(path)
         {
             Area::OpenAi
         } else {
             Area::PassThrough
         }
     }
+}
+
+/// Whether `path` is the Conversations API's (`openai::conversations`): Tether's own,
+/// whatever the agent speaks, as its conversations are Tether's sessions.
+fn is_conversations(path: &str) -> bool {
+    path.strip_prefix(openai::conversations::PATH)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// Everything but health checks: authenticate, rate-limit, then route. `Ok(true)` when
@@ -91,6 +99,7 @@ pub async fn route(
         return Ok(true);
     }
     ctx.account_id = identity.account_id;
+    let credential_id = identity.credential_id;
     let account_id = ctx.account_id.as_str();
     // Body reads below (runs, control, pass-through) must not stall for the default
     // 60 s per read: a silent client is cut off after the grace time.
@@ -121,6 +130,17 @@ pub async fn route(
                 _ => Protocol::OpenAiChat,
             };
             Box::pin(openai::serve_turn(state, session, account_id, protocol)).await?;
+            Ok(true)
+        }
+        (method, path) if is_conversations(path) => {
+            let caller = openai::conversations::Caller {
+                account_id,
+                credential_id: &credential_id,
+            };
+            Box::pin(openai::conversations::handle(
+                state, session, &caller, method, path,
+            ))
+            .await?;
             Ok(true)
         }
         (method, path) if path.starts_with(api::PREFIX) => {

@@ -102,7 +102,7 @@ fn one_turn(port: u16, session: &str, words: u64, drop_after: Option<usize>) -> 
         }
         let line = line.trim_end();
         if let Some(v) = line.strip_prefix("id:") {
-            id = v.trim().parse::<i64>().ok();
+            id = runtime_adapter::cursor::frame_number(v.trim());
         } else if let Some(v) = line.strip_prefix("data:") {
             data = v.trim().to_owned();
         } else if line.is_empty() && !data.is_empty() {

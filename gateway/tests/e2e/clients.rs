@@ -19,13 +19,25 @@ fn expected_text() -> String {
     (1..=12).map(|i| format!("w{i} ")).collect()
 }
 
+/// A frame's number in its stream: a Chat or Responses frame id (`v1.<seq>.<frame>`)
+/// names it; a `SubscribeRunEvents` id is a position.
 fn id_of(frame: &SseEvent) -> i64 {
-    frame
+    let id = frame
         .id
         .as_deref()
-        .unwrap_or_else(|| panic!("a frame without id: {frame:?}"))
-        .parse()
-        .unwrap()
+        .unwrap_or_else(|| panic!("a frame without id: {frame:?}"));
+    runtime_adapter::cursor::frame_number(id).unwrap_or_else(|| panic!("not a stream id: {id}"))
+}
+
+/// The text deltas of a `SubscribeRunEvents` stream.
+fn subscribed_text(frames: &[SseEvent]) -> String {
+    frames
+        .iter()
+        .filter(|f| f.data != "[DONE]")
+        .map(SseEvent::json)
+        .filter(|v| v["EventType"] == "text_delta")
+        .map(|v| v["Content"]["delta"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Every id distinct and increasing, across the frames of a stream and its resumption.
@@ -75,15 +87,54 @@ fn resume_a_stream(tether: &Tether, surface: Surface) {
     );
     assert_eq!(sse.status, 200);
     let (seen, before) = read_deltas(&mut sse, surface, 3);
+    let (session, invocation) = (
+        sse.session_id.clone().unwrap(),
+        sse.invocation_id.clone().unwrap(),
+    );
     drop(sse);
     let ids: Vec<i64> = seen.iter().map(id_of).collect();
     assert_eq!(ids.first(), Some(&0), "ids count frames from 0");
     assert_increasing(&ids);
     let last = *ids.last().unwrap();
+    let last_id = seen.last().unwrap().id.clone().unwrap();
+    assert!(
+        last_id.starts_with("v1."),
+        "a frame id says its form: {last_id}"
+    );
     let id = response_id(surface, &seen);
     let stream_url = format!("{}{}/{id}?stream=true", tether.url(), surface.path());
 
-    let by_header = SseStream::get(&stream_url, &[("last-event-id", &last.to_string())]).collect();
+    // The same id resumes on SubscribeRunEvents, by header and as AfterSeqId: the log's
+    // events after the last one the client was shown, each once.
+    let subscribe = format!(
+        "{}/agentengine/api/v1/SubscribeRunEvents?SessionId={session}&InvocationId={invocation}",
+        tether.url()
+    );
+    let by_header = SseStream::get(&subscribe, &[("last-event-id", &last_id)]).collect();
+    let by_param = SseStream::get(&format!("{subscribe}&AfterSeqId={last_id}"), &[]).collect();
+    for (how, resumed) in [("Last-Event-ID", &by_header), ("AfterSeqId", &by_param)] {
+        assert_eq!(resumed.last().unwrap().data, "[DONE]", "{how}");
+        let after = subscribed_text(resumed);
+        assert_eq!(
+            format!("{before}{after}"),
+            expected_text(),
+            "SubscribeRunEvents {how}"
+        );
+    }
+    // The release before `v1` sent the frame's bare number; this store took that
+    // release's migration before the run started, so a bare Last-Event-ID here is that
+    // number and resumes after that frame. (The release before that sent log seqs:
+    // upgrade.rs resumes its ids, streamed by its own binary.)
+    let resumed = SseStream::get(&stream_url, &[("last-event-id", &last.to_string())]).collect();
+    let after: String = resumed.iter().map(|f| surface.delta(f)).collect();
+    assert_eq!(
+        format!("{before}{after}"),
+        expected_text(),
+        "the previous release's bare frame number"
+    );
+    assert_eq!(resumed.first().map(id_of), Some(last + 1));
+
+    let by_header = SseStream::get(&stream_url, &[("last-event-id", &last_id)]).collect();
     let by_query = SseStream::get(&format!("{stream_url}&starting_after={last}"), &[]).collect();
     for (how, resumed) in [("Last-Event-ID", &by_header), ("starting_after", &by_query)] {
         let resumed_ids: Vec<i64> = resumed.iter().map(id_of).collect();
@@ -166,6 +217,10 @@ fn stream_ids_on(kind: StoreKind) {
     };
     let agent = FakeAgent::start();
     let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    // A run that starts within the second the store was migrated is taken for the older
+    // release's (SQLite dates migrations to the second): the bare frame numbers resumed
+    // below are those of runs that start later.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     resume_a_stream(&tether, Surface::Chat);
     resume_a_stream(&tether, Surface::Responses);
 

@@ -26,7 +26,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ready() {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
@@ -438,6 +438,21 @@ pub fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
         req = req.set(k, v);
     }
     reply(req.call())
+}
+
+/// Any method, with a JSON body when given.
+pub fn request(method: &str, url: &str, body: Option<&Value>, headers: &[(&str, &str)]) -> Reply {
+    let mut req = agent().request(method, url);
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    match body {
+        Some(body) => reply(
+            req.set("content-type", "application/json")
+                .send_string(&body.to_string()),
+        ),
+        None => reply(req.call()),
+    }
 }
 
 pub fn get_json(url: &str) -> (u16, Value) {

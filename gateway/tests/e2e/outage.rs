@@ -286,7 +286,11 @@ fn a_restart_longer_than_a_lease_interrupts_no_live_run() {
             break;
         }
         let text = surface.delta(&event);
-        if let Some(id) = event.id.as_deref().and_then(|s| s.parse().ok()) {
+        if let Some(id) = event
+            .id
+            .as_deref()
+            .and_then(runtime_adapter::cursor::frame_number)
+        {
             if !text.is_empty() {
                 received.push((id, text));
             }

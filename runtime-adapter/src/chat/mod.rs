@@ -40,7 +40,7 @@ impl Surface for ChatSurface {
     }
 
     fn stream_renderer(&self, run: &RunInfo) -> Box<dyn StreamRenderer> {
-        Numbered::boxed(ChatRenderer::new(run, self.response_id(&run.run_id)))
+        Numbered::with_frame_ids(ChatRenderer::new(run, self.response_id(&run.run_id)))
     }
 
     fn final_body(&self, run: &RunInfo, events: &[Event]) -> Value {

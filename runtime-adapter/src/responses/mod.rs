@@ -21,7 +21,7 @@ use serde_json::Value;
 use session_log::Event;
 
 use crate::item::Item;
-use crate::surface::{RunInfo, StreamRenderer, Surface};
+use crate::surface::{Numbered, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 use render::{run_hex, Renderer};
 
@@ -41,6 +41,39 @@ pub fn output_items(run: &RunInfo, events: &[Event]) -> Vec<(String, Item)> {
     renderer.output_items()
 }
 
+/// One Responses input item as a client sends it (a Conversations API item too), read
+/// into an `Item`; `param` names it in errors.
+pub fn parse_item(v: &Value, param: &str) -> Result<crate::Item, InputError> {
+    parse::parse_input_item(v, param)
+}
+
+/// A history item as the Conversations API lists it: its Responses shape, with `id` and
+/// `status`.
+pub fn listed_item(item: &crate::Item, id: &str) -> Value {
+    let mut v = match item {
+        crate::Item::Reasoning { text } => serde_json::json!({
+            "type": "reasoning",
+            "summary": [],
+            "content": [{ "type": "reasoning_text", "text": text }],
+        }),
+        item => request::item_json(item).unwrap_or(Value::Null),
+    };
+    if let Some(parts) = v.get_mut("content").and_then(Value::as_array_mut) {
+        for part in parts {
+            if part["type"] == "output_text" {
+                part["annotations"] = serde_json::json!([]);
+            }
+        }
+    }
+    if let Value::Object(fields) = &mut v {
+        fields.insert("id".into(), Value::String(id.to_owned()));
+        fields
+            .entry("status")
+            .or_insert_with(|| Value::String("completed".into()));
+    }
+    v
+}
+
 pub struct ResponsesSurface;
 pub struct ResponsesUpstream;
 
@@ -54,7 +87,7 @@ impl Surface for ResponsesSurface {
     }
 
     fn stream_renderer(&self, run: &RunInfo) -> Box<dyn StreamRenderer> {
-        Box::new(Renderer::new(run))
+        Numbered::with_frame_ids(Renderer::new(run))
     }
 
     fn final_body(&self, run: &RunInfo, events: &[Event]) -> Value {

@@ -282,7 +282,8 @@ fn item_reference(v: &Value, param: &str) -> Result<Option<String>, InputError> 
     Ok(Some(id))
 }
 
-fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
+/// One Responses input item (`param` names it in errors).
+pub(crate) fn parse_input_item(v: &Value, param: &str) -> Result<Item, InputError> {
     let Value::Object(o) = v else {
         return Err(PARAMS.invalid_type(param, "an object", v));
     };

@@ -250,15 +250,16 @@ impl Renderer {
         })
     }
 
-    /// A frame numbered with the stream's next `sequence_number`, which is its `id:` as
-    /// well: a replay of the run numbers frames alike, so either is a reconnecting
-    /// client's cursor (`starting_after`, `Last-Event-ID`).
+    /// A frame numbered with the stream's next `sequence_number`. Every frame is made
+    /// here, so the numbers are the frame numbers `Numbered` puts in the frames' `id:`s
+    /// (`ResponsesSurface::stream_renderer`): a replay of the run numbers frames alike, and
+    /// either is a reconnecting client's cursor (`starting_after`, `Last-Event-ID`).
     fn frame(&mut self, _seq: i64, mut body: Value) -> SseFrame {
         let n = self.next_sequence;
         body["sequence_number"] = json!(n);
         self.next_sequence += 1;
         let event = body["type"].as_str().unwrap_or_default().to_owned();
-        SseFrame::json(&body).with_event(&event).with_id(n as i64)
+        SseFrame::json(&body).with_event(&event)
     }
 
     fn push(&mut self, kind: Kind) -> usize {

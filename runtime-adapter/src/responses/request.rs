@@ -20,7 +20,9 @@ const RESERVED_UPSTREAM: [&str; 6] = [
     "conversation",
 ];
 
-fn item_json(item: &Item) -> Option<Value> {
+/// An item as a Responses input item (`None` for reasoning, which an agent cannot take
+/// back without its original ids).
+pub(crate) fn item_json(item: &Item) -> Option<Value> {
     Some(match item {
         Item::Message { role, content } => {
             let assistant = role == "assistant";

@@ -523,6 +523,15 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn migrated_at(&self, description: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT installed_on FROM _sqlx_migrations WHERE description = $1 AND success",
+        )
+        .bind(description)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
         replace_nuls(batch);
         let batch: &[NewEvent] = batch;

@@ -46,17 +46,51 @@ macro_rules! invocation_columns {
 }
 pub(crate) use invocation_columns;
 
-/// The start of a read of session rows: their columns, and the content of a fork's
-/// `session_fork` (its seq 1, a lookup on the events' primary key) as `fork`. JSON text
+/// The start of a read of session rows: their columns, the content of a fork's
+/// `session_fork` (its seq 1, a lookup on the events' primary key) as `fork`, of its
+/// latest `session_metadata` as `metadata`, and its count of `session_deleted` events as
+/// `deleted` (both through `events_session_updates`, empty for most sessions). JSON text
 /// in both dialects (PostgreSQL casts its JSONB), so one decoder reads it.
 macro_rules! select_sessions {
     () => {
-        "SELECT s.account_id, s.session_id, s.last_seq, s.created_at, s.updated_at, \
-         CAST(f.content_json AS TEXT) AS fork FROM sessions AS s \
-         LEFT JOIN events AS f ON f.account_id = s.account_id AND f.session_id = s.session_id \
-         AND f.seq = 1 AND f.event_type = 'session_fork' "
+        concat!(
+            "SELECT s.account_id, s.session_id, s.last_seq, s.created_at, s.updated_at, \
+             CAST(f.content_json AS TEXT) AS fork, \
+             (SELECT CAST(m.content_json AS TEXT) FROM events AS m \
+             WHERE m.account_id = s.account_id AND m.session_id = s.session_id AND ",
+            $crate::backend::sql::updates_condition!(),
+            " AND m.event_type = 'session_metadata' ORDER BY m.seq DESC LIMIT 1) AS metadata, \
+             (SELECT COUNT(*) FROM events AS d \
+             WHERE d.account_id = s.account_id AND d.session_id = s.session_id AND ",
+            $crate::backend::sql::updates_condition!(),
+            " AND d.event_type = 'session_deleted') AS deleted \
+             FROM sessions AS s \
+             LEFT JOIN events AS f ON f.account_id = s.account_id AND f.session_id = s.session_id \
+             AND f.seq = 1 AND f.event_type = 'session_fork' "
+        )
     };
 }
+
+/// Of an account's sessions (`s`), those not deleted.
+macro_rules! not_deleted {
+    () => {
+        concat!(
+            " AND NOT EXISTS (SELECT 1 FROM events AS d \
+             WHERE d.account_id = s.account_id AND d.session_id = s.session_id AND ",
+            $crate::backend::sql::updates_condition!(),
+            " AND d.event_type = 'session_deleted')"
+        )
+    };
+}
+
+/// The session updates' condition, as `events_session_updates` (migrations
+/// `session_updates`) writes it: a query that repeats it word for word may use that index.
+macro_rules! updates_condition {
+    () => {
+        "event_type IN ('session_metadata', 'session_deleted', 'item_deleted')"
+    };
+}
+pub(crate) use updates_condition;
 
 /// The start of an insert of session rows; the values follow.
 macro_rules! insert_sessions {
@@ -126,14 +160,19 @@ where
 {
     sqlx::query(concat!(
         select_sessions!(),
-        "WHERE s.account_id = $1 ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
+        "WHERE s.account_id = $1",
+        not_deleted!(),
+        " ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
     ))
     .bind(account_id)
     .bind(non_negative(limit))
     .bind(non_negative(offset))
 }
 
-pub(crate) const COUNT_SESSIONS: &str = "SELECT COUNT(*) FROM sessions WHERE account_id = $1";
+pub(crate) const COUNT_SESSIONS: &str = concat!(
+    "SELECT COUNT(*) FROM sessions AS s WHERE s.account_id = $1",
+    not_deleted!()
+);
 
 /// Creates a session with `last_seq` 1 for the event its creator inserts next (`$1`
 /// account, `$2` session, `$3` now), unless the account has it already: then no row is
@@ -428,6 +467,8 @@ where
         // how SQLite recognises it can use the index.
         if types.iter().all(|t| EventType::MARKERS.contains(t)) {
             select.push(concat!(" AND ", markers_condition!()));
+        } else if types.iter().all(|t| EventType::UPDATES.contains(t)) {
+            select.push(concat!(" AND ", updates_condition!()));
         }
         select.push(" AND event_type IN (");
         for (i, t) in types.iter().enumerate() {
@@ -505,6 +546,18 @@ where
                 .ok_or_else(|| StoreError::Corrupt(format!("session_fork is not valid: {text}")))
         })
         .transpose()?;
+    let metadata: Option<&str> = row.try_get("metadata")?;
+    let metadata = metadata
+        .map(|text| {
+            serde_json::from_str::<serde_json::Value>(text)
+                .ok()
+                .and_then(|c| c.get("metadata").cloned())
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("session_metadata is not valid: {text}"))
+                })
+        })
+        .transpose()?;
+    let deleted: i64 = row.try_get("deleted")?;
     Ok(Session {
         account_id: row.try_get("account_id")?,
         session_id: row.try_get("session_id")?,
@@ -512,6 +565,8 @@ where
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         forked_from,
+        metadata,
+        deleted: deleted > 0,
     })
 }
 

@@ -549,6 +549,23 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn migrated_at(&self, description: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        // sqlx records it with CURRENT_TIMESTAMP: UTC text to the second.
+        let at: Option<String> = sqlx::query_scalar(
+            "SELECT CAST(installed_on AS TEXT) FROM _sqlx_migrations \
+             WHERE description = $1 AND success",
+        )
+        .bind(description)
+        .fetch_optional(&self.pool)
+        .await?;
+        at.map(|text| {
+            chrono::NaiveDateTime::parse_from_str(&text, "%Y-%m-%d %H:%M:%S")
+                .map(|t| t.and_utc())
+                .map_err(|e| StoreError::Corrupt(format!("migration time {text:?}: {e}")))
+        })
+        .transpose()
+    }
+
     async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
         let batch: &[NewEvent] = batch;
         if batch.is_empty() {

@@ -1,6 +1,7 @@
 //! Committed events rendered as `chat.completion.chunk` frames and the `chat.completion` body.
 
 use super::*;
+use crate::cursor::frame_number;
 
 struct Log {
     seq: i64,
@@ -67,7 +68,10 @@ impl Log {
             .map(|f| {
                 assert_eq!(f.event, None, "chat frames carry no event: line");
                 let data = serde_json::from_str(&f.data).unwrap_or(Value::String(f.data));
-                (f.id, data)
+                // The frame's number; `frame_ids_*` checks the rest of the id.
+                let id =
+                    f.id.map(|id| frame_number(&id).expect("a frame id").to_string());
+                (id, data)
             })
             .collect()
     }
@@ -141,7 +145,8 @@ fn wire_form_is_data_and_id_lines_only() {
     for f in r.render(&log.events[0]) {
         f.encode(&mut out);
     }
-    assert!(out.starts_with("id: 0\ndata: {"), "{out}");
+    let first = format!("id: v1.{}.0\ndata: {{", log.events[0].seq);
+    assert!(out.starts_with(&first), "{out}");
     assert!(out.ends_with("}\n\n"));
     assert_eq!(out.lines().count(), 3);
 }

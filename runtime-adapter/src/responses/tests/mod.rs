@@ -6,6 +6,7 @@ use session_log::event::run_status_content;
 use session_log::{Event, EventType, NewEvent, RunStatus};
 
 use super::{ResponsesSurface, ResponsesUpstream};
+use crate::cursor::frame_number;
 use crate::item::{Block, Item};
 use crate::protocol::Protocol;
 use crate::sse::SseFrame;
@@ -72,10 +73,7 @@ fn decode(frames: &[SseFrame]) -> Vec<(i64, String, Value)> {
             assert_eq!(data["sequence_number"], json!(n), "frame {n}");
             assert_eq!(f.event.as_deref(), data["type"].as_str(), "frame {n}");
             let id =
-                f.id.as_deref()
-                    .expect("every frame has an id")
-                    .parse()
-                    .unwrap();
+                frame_number(f.id.as_deref().expect("every frame has an id")).expect("a frame id");
             assert_eq!(id, n as i64, "frame {n}: the id is the sequence number");
             (id, f.event.clone().unwrap(), data)
         })

@@ -101,7 +101,7 @@ fn a_reconnecting_renderer_continues_the_same_stream() {
     let seen = render_all(&events[..3]).len() as i64;
     let tail: Vec<SseFrame> = all
         .into_iter()
-        .filter(|f| f.id.as_deref().unwrap().parse::<i64>().unwrap() >= seen)
+        .filter(|f| frame_number(f.id.as_deref().unwrap()).unwrap() >= seen)
         .collect();
     assert_eq!(resumed, tail);
 }
@@ -624,4 +624,29 @@ fn what_the_agent_answered_stands_over_what_the_request_asked() {
     assert_eq!(completed["service_tier"], "default");
     assert_eq!(completed["top_p"], json!(0.5));
     assert_eq!(&ResponsesSurface.final_body(&run(), &events), completed);
+}
+
+/// Every frame's id is a `v1` frame id: its number (its `sequence_number`) and the seq a
+/// `SubscribeRunEvents` client that saw it resumes after: the event's own once the event's
+/// last frame is out, the one before until then (the text is in the last frame).
+#[test]
+fn frame_ids_carry_the_frame_number_and_the_seq_to_resume_after() {
+    let mut r = ResponsesSurface.stream_renderer(&run());
+    let mut n = 0;
+    let mut split = false;
+    for e in &streamed_run() {
+        let frames = r.render(e);
+        split |= frames.len() > 1;
+        for (i, f) in frames.iter().enumerate() {
+            let after_seq = if i + 1 == frames.len() {
+                e.seq
+            } else {
+                e.seq - 1
+            };
+            let want = format!("v1.{after_seq}.{n}");
+            assert_eq!(f.id.as_deref(), Some(want.as_str()));
+            n += 1;
+        }
+    }
+    assert!(split, "an event renders as several frames");
 }

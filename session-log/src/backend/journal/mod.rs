@@ -1257,6 +1257,10 @@ impl Store for JournaledStore {
         self.inner.pg.ping().await
     }
 
+    async fn migrated_at(&self, description: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.inner.pg.migrated_at(description).await
+    }
+
     async fn append_seqs(&self, batch: &mut [NewEvent]) -> Result<Appended, StoreError> {
         if batch.is_empty() {
             return Ok(Appended::default());
@@ -1316,9 +1320,21 @@ impl Store for JournaledStore {
                     forked_from: (first.seq == 1 && first.event_type == EventType::SessionFork)
                         .then(|| ForkPoint::of(&first.content))
                         .flatten(),
+                    metadata: None,
+                    deleted: false,
                 });
                 s.last_seq = s.last_seq.max(last.seq);
                 s.updated_at = s.updated_at.max(last.created_at);
+                // Updates made while PostgreSQL was down.
+                for e in &journaled {
+                    match e.event_type {
+                        EventType::SessionMetadata => {
+                            s.metadata = e.content.get("metadata").cloned()
+                        }
+                        EventType::SessionDeleted => s.deleted = true,
+                        _ => {}
+                    }
+                }
             }
         }
         Ok(session)
