@@ -6,7 +6,7 @@
 
 use pingora::proxy::Session;
 use pingora::Result;
-use runtime_adapter::{AgentRequest, ClientRequest, Route, Surface};
+use runtime_adapter::{AgentRequest, ClientRequest, Route, SessionRef, Surface};
 use serde_json::{json, Value};
 use session_log::{Event, EventType, Invocation, NewEvent, Subscription};
 use tokio::time::Instant;
@@ -17,8 +17,9 @@ use crate::client::reply::Reply;
 use crate::client::respond;
 use crate::client::stream::{next_event, replay_step, End};
 use crate::core::on_core;
+use crate::digest::sha256_hex;
 use crate::error::ApiError;
-use crate::runs::agent::AgentError;
+use crate::runs::agent::{self, AgentError};
 use crate::state::State;
 use crate::turn::{cancel_and_wait, request_digest, run_events, run_info, run_query, run_turn};
 
@@ -91,6 +92,19 @@ pub async fn serve(
             turn.request_digest = request_digest(session, &request.body);
             run_turn(state, session, reply, account_id, surface, turn).await
         }
+        Route::RunInTask {
+            agent_ref,
+            mut turn,
+            not_found: (status, body),
+        } => match find(state, account_id, &agent_ref).await {
+            Ok(Some(inv)) => {
+                turn.session = SessionRef::Named(inv.session_id);
+                turn.request_digest = request_digest(session, &request.body);
+                run_turn(state, session, reply, account_id, surface, turn).await
+            }
+            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Err(e) => reply.error(session, &e, surface, &[]).await,
+        },
         Route::Reply { status, body } => reply.json(session, status, &body, &[]).await,
         Route::Forward(agent_request) => {
             forward(
@@ -124,9 +138,9 @@ pub async fn serve(
             Ok(Some(inv)) => match run_events(state, account_id, &inv).await {
                 Ok(events) => {
                     let info = run_info(&inv, &events, info_client);
-                    let body = surface.snapshot(&info, &events);
+                    let (status, body) = surface.snapshot_response(&info, &events);
                     let headers = [("x-session-id", inv.session_id.as_str())];
-                    reply.json(session, 200, &body, &headers).await
+                    reply.json(session, status, &body, &headers).await
                 }
                 Err(e) => reply.error(session, &e, surface, &[]).await,
             },
@@ -141,9 +155,9 @@ pub async fn serve(
             Ok(Some(inv)) => match join(state, account_id, &inv, session).await {
                 Ok(Some(events)) => {
                     let info = run_info(&inv, &events, info_client);
-                    let body = surface.snapshot(&info, &events);
+                    let (status, body) = surface.snapshot_response(&info, &events);
                     let headers = [("x-session-id", inv.session_id.as_str())];
-                    reply.json(session, 200, &body, &headers).await
+                    reply.json(session, status, &body, &headers).await
                 }
                 Ok(None) => Ok(()), // the client left
                 Err(e) => reply.error(session, &e, surface, &[]).await,
@@ -268,9 +282,9 @@ async fn cancel(
     match cancel_and_wait(state, account_id, inv).await {
         Ok(events) => {
             let info = run_info(inv, &events, client);
-            let body = surface.snapshot(&info, &events);
+            let (status, body) = surface.snapshot_response(&info, &events);
             let headers = [("x-session-id", inv.session_id.as_str())];
-            reply.json(session, 200, &body, &headers).await
+            reply.json(session, status, &body, &headers).await
         }
         Err(e) => reply.error(session, &e, surface, &[]).await,
     }
@@ -289,6 +303,16 @@ async fn subscribe(
 ) -> Result<()> {
     let Cursor { after, client } = from;
     let headers = [("x-session-id", inv.session_id.as_str())];
+    // The protocol may refuse a subscription to the run as it stands (a finished A2A
+    // task), unless the client resumes from a cursor.
+    let events = match run_events(state, account_id, inv).await {
+        Ok(events) => events,
+        Err(e) => return reply.error(session, &e, surface, &headers).await,
+    };
+    let info = run_info(inv, &events, client.clone());
+    if let Some((status, body)) = surface.subscribe_refusal(&info, &events, after.is_some()) {
+        return reply.json(session, status, &body, &headers).await;
+    }
     reply.stream_start(session, &headers).await?;
     let info = run_info(inv, &[], client);
     let mut renderer = surface.stream_renderer(&info);
@@ -328,11 +352,13 @@ async fn forward(
     let account_id = client.account_id.to_owned();
     let answer = on_core(&state.core, async move {
         let toward = upstream.forwarded(&request);
-        let answer = agent.exchange(&toward, &account_id, FORWARD_CAP).await?;
-        Ok::<_, AgentError>(upstream.forwarded_answer(&request, answer))
+        let (answer, caching) = agent
+            .exchange_relayed(&toward, &account_id, FORWARD_CAP)
+            .await?;
+        Ok::<_, AgentError>((upstream.forwarded_answer(&request, answer), caching))
     })
     .await;
-    let (status, content_type, body) = match answer {
+    let ((status, content_type, body), caching) = match answer {
         Ok(answer) => answer,
         Err(e) => {
             tracing::warn!(error = %e, "a forwarded request did not reach the agent");
@@ -356,7 +382,10 @@ async fn forward(
                     Err(e) => return reply.error(session, &e, surface, &[]).await,
                 };
             }
-            reply.json(session, status, &value, &[]).await
+            let caching = relayed_caching(&caching, &value);
+            let headers: Vec<(&str, &str)> =
+                caching.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            reply.json(session, status, &value, &headers).await
         }
         _ if reply.is_grpc() => {
             let text = String::from_utf8_lossy(&body);
@@ -366,6 +395,26 @@ async fn forward(
         }
         _ => respond::bytes(session, status, &content_type, body).await,
     }
+}
+
+/// The agent's caching headers for the answer Tether relays: how long it may be kept
+/// as the agent said, and for the agent's `ETag` Tether's own, of the body it serves
+/// (which its rewrite may have changed, an agent card's addresses).
+fn relayed_caching(from_agent: &[(String, String)], served: &Value) -> Vec<(&'static str, String)> {
+    from_agent
+        .iter()
+        .filter_map(|(name, value)| {
+            let name = *agent::CACHE_HEADERS.iter().find(|n| **n == name)?;
+            let value = match name {
+                "etag" => {
+                    let served = serde_json::to_vec(served).unwrap_or_default();
+                    format!("\"{}\"", &sha256_hex(&served)[..32])
+                }
+                _ => value.clone(),
+            };
+            Some((name, value))
+        })
+        .collect()
 }
 
 /// A listing's answer with only the runs `account_id` has (`Surface::listed_runs`).

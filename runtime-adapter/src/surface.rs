@@ -67,6 +67,15 @@ impl ClientRequest<'_> {
 pub enum Route {
     /// Start a run.
     Run(TurnRequest),
+    /// Start a run in the session of the run the agent knows as `agent_ref` (an A2A
+    /// message that continues a task by its `taskId` alone): `Run` with that session
+    /// named, as if the client had named it; `not_found` when the caller's account has no
+    /// such run (nothing reaches the agent or the log).
+    RunInTask {
+        agent_ref: String,
+        turn: TurnRequest,
+        not_found: (u16, Value),
+    },
     /// Replay the run the agent knows as `agent_ref` from the log after the frame whose id
     /// is `last_event_id` (the `Last-Event-ID` of a reconnecting client; from the start
     /// without one), then follow it live to its end. `client` becomes `RunInfo::client`.
@@ -235,6 +244,32 @@ pub trait Surface: Send + Sync {
     /// far, for `Route::Get` and `Route::Cancel`.
     fn snapshot(&self, run: &RunInfo, events: &[Event]) -> Value {
         self.final_body(run, events)
+    }
+
+    /// `snapshot` with the HTTP status it is answered with: an error in it (an A2A cancel
+    /// of a finished task) is not a 200 where the client's binding gives errors their own.
+    fn snapshot_response(&self, run: &RunInfo, events: &[Event]) -> (u16, Value) {
+        (200, self.snapshot(run, events))
+    }
+
+    /// For `Route::Subscribe`: the refusal of a subscription to a run as its events stand,
+    /// when the protocol refuses it (A2A: a task in a terminal state). `resuming`: the
+    /// client named a cursor (`Last-Event-ID`), asking for the replay Tether offers
+    /// beyond the protocol, which is never refused.
+    fn subscribe_refusal(
+        &self,
+        _run: &RunInfo,
+        _events: &[Event],
+        _resuming: bool,
+    ) -> Option<(u16, Value)> {
+        None
+    }
+
+    /// A turn Tether refused before it started (`code`: an input check's, e.g.
+    /// `unsupported_attachment_type`), as the client that sent it (`RunInfo::client`) is
+    /// answered in its protocol's terms; `None`: Tether's error as `error_body` gives it.
+    fn refusal(&self, _client: &Value, _code: &str, _message: &str) -> Option<(u16, Value)> {
+        None
     }
 
     /// The session a forwarded request deletes at the agent (ADK `DELETE …/sessions/{id}`),

@@ -12,10 +12,9 @@ use crate::upstream::AgentRequest;
 
 use super::client::{
     error_info, method_op, rest_error, rpc_error, unimplemented, Client, Op, Transport, Version,
-    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, TASK_NOT_FOUND,
-    VERSION_NOT_SUPPORTED,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, VERSION_NOT_SUPPORTED,
 };
-use super::message::{run_turn, ParamError};
+use super::message::{send_route, task_not_found, ParamError};
 use super::proto;
 
 const VERSION_HEADER: &str = "A2A-Version";
@@ -65,7 +64,7 @@ pub(super) fn parse_request(body: &[u8]) -> Result<TurnRequest, InputError> {
         account_id: "",
     };
     match route(&req) {
-        Route::Run(turn) => Ok(turn),
+        Route::Run(turn) | Route::RunInTask { turn, .. } => Ok(turn),
         Route::Reply { body, .. } => Err(InputError::new(
             "invalid_request",
             None,
@@ -112,11 +111,16 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
     else {
         return rpc_reply(&id, INVALID_REQUEST, "Method is required");
     };
-    let params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
+    // Params are ProtoJSON in v1.0, whose parsers take a field's proto name (`task_id`)
+    // as well as its JSON name: read (and sent on) in the JSON name.
+    let mut params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
+    camel_case_fields(&mut params);
     let path = path_and_query(req);
     // Task lists and push configs go to the agent, scoped to the caller's account.
     if let Some((version, scope)) = scoped_method(method) {
         let client = Client::new(Transport::JsonRpc, version, Op::Get, id);
+        let mut body = body.clone();
+        body["params"] = params.clone();
         let request = with_headers(AgentRequest::post(path, body), headers);
         return scoped_forward(&client, scope, &params, request);
     }
@@ -144,8 +148,7 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
         return reply(client.error(INVALID_PARAMS, "Invalid params", None));
     }
     match op {
-        Op::Send | Op::Stream => run_turn(&client, &path, headers, &params, op == Op::Stream)
-            .map_or_else(|e| e.reply(&client), Route::Run),
+        Op::Send | Op::Stream => send_route(&client, &path, headers, &params, op == Op::Stream),
         Op::Get | Op::Cancel | Op::Subscribe => {
             let Some(task_id) = params
                 .get("id")
@@ -203,8 +206,7 @@ fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
             }
         }
         Some(op @ (Op::Send | Op::Stream)) => {
-            run_turn(&client, req.path, &headers, &params, op == Op::Stream)
-                .map_or_else(|e| e.reply(&client), Route::Run)
+            send_route(&client, req.path, &headers, &params, op == Op::Stream)
         }
         Some(op) => {
             let Some(task_id) = params["id"].as_str().filter(|t| !t.is_empty()) else {
@@ -260,8 +262,7 @@ fn route_rest(
                 }
                 Err(error) => return reply(error),
             };
-            run_turn(&client, &path, headers, &params, op == Op::Stream)
-                .map_or_else(|e| e.reply(&client), Route::Run)
+            send_route(&client, &path, headers, &params, op == Op::Stream)
         }
         Op::Get => {
             client.history_length = req
@@ -398,13 +399,6 @@ fn route_rest_scoped(
             not_found: task_not_found(&client),
         },
     }
-}
-
-/// The surface's own "task not found", in the client's transport and version.
-fn task_not_found(client: &Client) -> (u16, Value) {
-    let data =
-        (client.version == Version::V10).then(|| json!([error_info("TASK_NOT_FOUND", json!({}))]));
-    client.error(TASK_NOT_FOUND, "Task not found", data)
 }
 
 /// A get, cancel or resubscribe, answered from the log; a task the caller's account has
