@@ -124,10 +124,14 @@ pub async fn serve(
         Route::ForwardOwned {
             agent_ref,
             request,
-            not_found: (status, body),
+            unowned,
+            not_found,
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(_)) => forward(state, session, reply, &client, surface, request, false).await,
-            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Ok(None) => {
+                let relay = Relay::RefusalOr(not_found);
+                forward_as(state, session, reply, &client, surface, unowned, relay).await
+            }
             Err(e) => reply.error(session, &e, surface, &[]).await,
         },
         Route::Get {
@@ -169,18 +173,15 @@ pub async fn serve(
             agent_ref,
             client: info_client,
             not_found: (status, body),
+            ask_agent,
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => {
-                cancel(
-                    state,
-                    session,
-                    reply,
-                    account_id,
-                    surface,
-                    &inv,
-                    info_client,
-                )
-                .await
+                let asked = Canceled {
+                    client: info_client,
+                    ask_agent,
+                    request: &client,
+                };
+                cancel(state, session, reply, account_id, surface, &inv, asked).await
             }
             Ok(None) => reply.json(session, status, &body, &[]).await,
             Err(e) => reply.error(session, &e, surface, &[]).await,
@@ -195,6 +196,7 @@ pub async fn serve(
                 let from = Cursor {
                     after: last_event_id,
                     client: info_client,
+                    agent_ref,
                 };
                 subscribe(state, session, reply, account_id, surface, &inv, from).await
             }
@@ -209,6 +211,8 @@ pub async fn serve(
 struct Cursor {
     after: Option<i64>,
     client: Value,
+    /// The task the run is about, as the agent knows it.
+    agent_ref: String,
 }
 
 /// The latest invocation the agent knows as `agent_ref`, in the caller's account.
@@ -268,8 +272,17 @@ async fn join(
     }
 }
 
+/// A cancel as the client asked for it: how it is answered (`RunInfo::client`), and what
+/// goes to the agent when the agent is the one to answer it.
+struct Canceled<'r> {
+    client: Value,
+    ask_agent: Option<AgentRequest>,
+    request: &'r ClientRequest<'r>,
+}
+
 /// Cancels the run (its adapter tells the agent), waits for its end to be recorded, and
-/// answers with the run as it ended.
+/// answers with the run as it ended; a run that had ended with its task still open (the
+/// surface says so) has its cancel answered by the agent.
 async fn cancel(
     state: &State,
     session: &mut Session,
@@ -277,11 +290,19 @@ async fn cancel(
     account_id: &str,
     surface: &dyn Surface,
     inv: &Invocation,
-    client: Value,
+    asked: Canceled<'_>,
 ) -> Result<()> {
+    let Canceled {
+        client,
+        ask_agent,
+        request,
+    } = asked;
     match cancel_and_wait(state, account_id, inv).await {
         Ok(events) => {
             let info = run_info(inv, &events, client);
+            if let Some(ask) = ask_agent.filter(|_| surface.task_waits(&info, &events)) {
+                return forward(state, session, reply, request, surface, ask, false).await;
+            }
             let (status, body) = surface.snapshot_response(&info, &events);
             let headers = [("x-session-id", inv.session_id.as_str())];
             reply.json(session, status, &body, &headers).await
@@ -301,7 +322,11 @@ async fn subscribe(
     inv: &Invocation,
     from: Cursor,
 ) -> Result<()> {
-    let Cursor { after, client } = from;
+    let Cursor {
+        after,
+        client,
+        agent_ref,
+    } = from;
     let headers = [("x-session-id", inv.session_id.as_str())];
     // The protocol may refuse a subscription to the run as it stands (a finished A2A
     // task), unless the client resumes from a cursor.
@@ -314,11 +339,31 @@ async fn subscribe(
         return reply.json(session, status, &body, &headers).await;
     }
     reply.stream_start(session, &headers).await?;
+    let deadline = Instant::now() + state.config.subscribe_timeout;
+    // A task waiting for input goes on in its next run (a message naming it): a new
+    // subscriber follows that one, as the protocol's own server streams the task's next
+    // events (the run it subscribed to has nothing more to say).
+    let waited;
+    let inv = match after.is_none() && surface.task_waits(&info, &events) {
+        true => {
+            if let Some(frame) = surface.waiting_frame(&info, &events) {
+                reply.frames(session, &[frame], false).await?;
+            }
+            match next_run(state, account_id, &agent_ref, inv, deadline).await {
+                Some(next) => {
+                    waited = next;
+                    &waited
+                }
+                // No next turn within subscribe_timeout_seconds: the stream ends.
+                None => return reply.frames(session, &[], true).await,
+            }
+        }
+        false => inv,
+    };
     let info = run_info(inv, &[], client);
     let mut renderer = surface.stream_renderer(&info);
     let mut subscription =
         Subscription::open(state.store.clone(), &state.hub, run_query(account_id, inv));
-    let deadline = Instant::now() + state.config.subscribe_timeout;
     // The renderer sees every event from the run's start (it may need earlier ones to
     // render later ones); what the client already has is dropped after rendering.
     reply
@@ -333,6 +378,28 @@ async fn subscribe(
     Ok(())
 }
 
+/// The run after `inv` that the agent knows as `agent_ref` (the task's next turn), once
+/// it has started; `None` when none starts before `deadline` or the log cannot say.
+async fn next_run(
+    state: &State,
+    account_id: &str,
+    agent_ref: &str,
+    inv: &Invocation,
+    deadline: Instant,
+) -> Option<Invocation> {
+    while Instant::now() < deadline {
+        match find(state, account_id, agent_ref).await {
+            Ok(Some(next)) if next.invocation_id != inv.invocation_id => return Some(next),
+            Ok(_) => tokio::time::sleep(NEXT_RUN_POLL).await,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// How often a subscriber to a task waiting for input looks for its next run.
+const NEXT_RUN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Sends `request` to the agent (in the transport the agent is called over) and relays
 /// its answer, JSON bodies through the surface's rewrite (the agent card's addresses
 /// become Tether's).
@@ -346,6 +413,33 @@ async fn forward(
     surface: &dyn Surface,
     request: AgentRequest,
     listing: bool,
+) -> Result<()> {
+    let relay = match listing {
+        true => Relay::Listing,
+        false => Relay::Answer,
+    };
+    forward_as(state, session, reply, client, surface, request, relay).await
+}
+
+/// What of a forwarded request's answer the client gets.
+enum Relay {
+    /// The answer.
+    Answer,
+    /// The answer, of a listing only the caller's runs.
+    Listing,
+    /// The agent's refusal (an error status, or a JSON-RPC error); anything else is
+    /// answered with this instead (`Route::ForwardOwned`'s stand-in request).
+    RefusalOr((u16, Value)),
+}
+
+async fn forward_as(
+    state: &State,
+    session: &mut Session,
+    reply: &mut Reply,
+    client: &ClientRequest<'_>,
+    surface: &dyn Surface,
+    request: AgentRequest,
+    relay: Relay,
 ) -> Result<()> {
     let agent = state.agent.clone();
     let upstream = state.runs.upstream();
@@ -372,7 +466,18 @@ async fn forward(
         }
     }
     let json = content_type.contains("json");
-    match serde_json::from_slice::<Value>(&body) {
+    let parsed = serde_json::from_slice::<Value>(&body);
+    if let Relay::RefusalOr((status_instead, instead)) = &relay {
+        let refused = status >= 400
+            || parsed
+                .as_ref()
+                .is_ok_and(|v| v.get("error").is_some_and(|e| !e.is_null()));
+        if !refused {
+            return reply.json(session, *status_instead, instead, &[]).await;
+        }
+    }
+    let listing = matches!(relay, Relay::Listing);
+    match parsed {
         Ok(value) if json => {
             let public_url = public_url(state, session, client);
             let mut value = surface.rewrite_forwarded(client, &public_url, value);

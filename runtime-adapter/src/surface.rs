@@ -45,13 +45,15 @@ impl ClientRequest<'_> {
 
     /// A reconnecting client's cursor on the stateful protocols' surfaces: the SSE
     /// `Last-Event-ID` (the id of the last frame it got), when it is one Tether could have
-    /// sent; otherwise the stream starts over, as those protocols' own servers do.
+    /// sent, or `-1` (before the first: the whole stream, asked for explicitly, which A2A
+    /// needs to replay a finished task); otherwise the stream starts over, as those
+    /// protocols' own servers do.
     pub fn last_event_id(&self) -> Option<i64> {
         self.header("Last-Event-ID")?
             .trim()
             .parse()
             .ok()
-            .filter(|id| *id >= 0)
+            .filter(|id| *id >= -1)
     }
 
     /// The first value of a query-string parameter, decoded as a form encodes it.
@@ -92,10 +94,16 @@ pub enum Route {
     },
     /// Cancel the run the agent knows as `agent_ref` (the agent is told by the run's
     /// adapter), then answer with `Surface::snapshot`.
+    ///
+    /// `ask_agent`: the client's cancel as it goes to the agent, sent (and its answer
+    /// relayed) when the run has ended but the protocol's task has not
+    /// (`Surface::task_waits`: an A2A task waiting for input), so the agent
+    /// decides as it would without Tether.
     Cancel {
         agent_ref: String,
         client: Value,
         not_found: (u16, Value),
+        ask_agent: Option<AgentRequest>,
     },
     /// Answer with the run's `Surface::snapshot` from the log.
     Get {
@@ -113,11 +121,16 @@ pub enum Route {
     /// Send to the agent and relay its answer (through `Surface::rewrite_forwarded`).
     Forward(AgentRequest),
     /// A request about one run the agent knows as `agent_ref` (an A2A task's push
-    /// notification configs): sent as `Forward` when the caller's account has that run,
-    /// else answered with `not_found` and the agent is not asked.
+    /// notification configs): sent as `Forward` when the caller's account has that run.
+    /// Otherwise `unowned` is sent instead, the same request about a task no one has
+    /// (`UNOWNED_TASK`): the agent's refusal of it is relayed, since an agent gives its
+    /// reason to refuse the operation as such (push notifications unsupported) before
+    /// looking the task up, and reveals nothing of another account's; if the agent does
+    /// not refuse it, `not_found` answers.
     ForwardOwned {
         agent_ref: String,
         request: AgentRequest,
+        unowned: AgentRequest,
         not_found: (u16, Value),
     },
     /// A listing of runs (A2A `ListTasks`): sent as `Forward`, and of the runs the agent
@@ -126,6 +139,9 @@ pub enum Route {
     /// Answer at once with this status and JSON body.
     Reply { status: u16, body: Value },
 }
+
+/// The task id `Route::ForwardOwned`'s `unowned` request names: one no agent has.
+pub const UNOWNED_TASK: &str = "tether-unowned-task-00000000000000000000000000000000";
 
 /// Renders a run's committed events as SSE frames. Every frame carries an `id:`: its
 /// number in the run's stream, from 0 (so distinct and increasing even when one event
@@ -250,6 +266,19 @@ pub trait Surface: Send + Sync {
     /// of a finished task) is not a 200 where the client's binding gives errors their own.
     fn snapshot_response(&self, run: &RunInfo, events: &[Event]) -> (u16, Value) {
         (200, self.snapshot(run, events))
+    }
+
+    /// Whether the run ended and left the protocol's task open for more turns (an A2A
+    /// task waiting for input): its cancel is the agent's to answer (`Route::Cancel`), and
+    /// a subscription to it follows the task's next run (`Route::Subscribe`).
+    fn task_waits(&self, _run: &RunInfo, _events: &[Event]) -> bool {
+        false
+    }
+
+    /// For `Route::Subscribe` to a run whose task waits (`task_waits`): the frame the
+    /// subscription starts with (A2A: the task as it stands) before the task's next run.
+    fn waiting_frame(&self, _run: &RunInfo, _events: &[Event]) -> Option<SseFrame> {
+        None
     }
 
     /// For `Route::Subscribe`: the refusal of a subscription to a run as its events stand,

@@ -44,6 +44,7 @@ use serde_json::{json, Value};
 use session_log::Event;
 
 use crate::grpc::GrpcService;
+use crate::sse::SseFrame;
 use crate::surface::{ClientRequest, Numbered, Route, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 
@@ -135,6 +136,14 @@ impl Surface for A2aSurface {
 
     fn snapshot_response(&self, run: &RunInfo, events: &[Event]) -> (u16, Value) {
         render::snapshot(run, events)
+    }
+
+    fn task_waits(&self, run: &RunInfo, events: &[Event]) -> bool {
+        render::task_waits(run, events)
+    }
+
+    fn waiting_frame(&self, run: &RunInfo, events: &[Event]) -> Option<SseFrame> {
+        render::waiting_frame(run, events)
     }
 
     fn subscribe_refusal(

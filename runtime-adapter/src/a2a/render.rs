@@ -175,6 +175,29 @@ pub(super) fn snapshot(run: &RunInfo, events: &[Event]) -> (u16, Value) {
     (200, client.response(task_from_v10(&task, client.dialect())))
 }
 
+/// Whether the run ended with its task waiting for the user (`INPUT_REQUIRED`,
+/// `AUTH_REQUIRED`), the task going on with the next message that names it.
+pub(super) fn task_waits(run: &RunInfo, events: &[Event]) -> bool {
+    let view = RunView::of(run, events);
+    let waiting = view.fold.task.as_ref().is_some_and(|task| {
+        matches!(
+            short_state(state_of(task)).as_str(),
+            "input-required" | "auth-required"
+        )
+    });
+    view.agent_ended && waiting
+}
+
+/// The frame a subscription to a task waiting for input starts with, as the protocol's
+/// own server starts it: the task as it stands.
+pub(super) fn waiting_frame(run: &RunInfo, events: &[Event]) -> Option<SseFrame> {
+    let client = Client::from_value(&run.client);
+    let view = RunView::of(run, events);
+    let task = apply_history_length(view.fold.task.as_ref()?, client.history_length);
+    let out = from_canonical(&json!({ "task": task }), client.dialect());
+    Some(sse(client.response(out)))
+}
+
 /// A subscription to a task in a terminal state is refused as the spec says
 /// (`UnsupportedOperationError`), unless the client resumes from a cursor: the replay of
 /// a finished task is what Tether offers beyond the spec, to whoever asks for it.

@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 
 use crate::grpc;
-use crate::percent::decode_segment;
-use crate::surface::{ClientRequest, Route};
+use crate::percent::{decode_segment, encode_segment};
+use crate::surface::{ClientRequest, Route, UNOWNED_TASK};
 use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
 
@@ -158,7 +158,8 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
                 return ParamError::new("id", "Field is required.").reply(&client);
             };
             client.history_length = params.get("historyLength").and_then(Value::as_i64);
-            task_route(op, task_id.to_owned(), &client, req)
+            let request = with_headers(AgentRequest::post(path, body.clone()), headers);
+            task_route(op, task_id.to_owned(), &client, req, request)
         }
     }
 }
@@ -213,7 +214,9 @@ fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
                 return ParamError::new("id", "Field is required.").reply(&client);
             };
             client.history_length = params.get("historyLength").and_then(Value::as_i64);
-            task_route(op, task_id.to_owned(), &client, req)
+            let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "method": method.name(), "params": params });
+            let request = with_headers(AgentRequest::post("/", body), &headers);
+            task_route(op, task_id.to_owned(), &client, req, request)
         }
     }
 }
@@ -243,6 +246,7 @@ fn route_rest(
     };
     let mut client = Client::new(Transport::Rest, version, op, Value::Null);
     let path = path_and_query(req);
+    let request = with_headers(AgentRequest::post(path.clone(), json!({})), headers);
     // The body, or the HTTP+JSON error for one that is not JSON.
     let body = || -> Result<Value, (u16, Value)> {
         if req.body.trim_ascii().is_empty() {
@@ -268,13 +272,13 @@ fn route_rest(
             client.history_length = req
                 .query_param("historyLength")
                 .and_then(|n| n.parse().ok());
-            task_route(op, task_id, &client, req)
+            task_route(op, task_id, &client, req, request)
         }
         Op::Cancel => match body() {
-            Ok(_) => task_route(op, task_id, &client, req),
+            Ok(_) => task_route(op, task_id, &client, req, request),
             Err(error) => reply(error),
         },
-        Op::Subscribe => task_route(op, task_id, &client, req),
+        Op::Subscribe => task_route(op, task_id, &client, req, request),
     }
 }
 
@@ -321,14 +325,36 @@ fn scoped_forward(client: &Client, scope: Scope, params: &Value, request: AgentR
     match scope {
         Scope::Listing => Route::ForwardListing(request),
         Scope::Task(field) => match params.get(field).and_then(Value::as_str) {
-            Some(task_id) if !task_id.is_empty() => Route::ForwardOwned {
-                agent_ref: task_id.to_owned(),
-                request,
-                not_found: task_not_found(client),
-            },
+            Some(task_id) if !task_id.is_empty() => {
+                let mut unowned = request.clone();
+                if let Some(params) = unowned.body.as_mut().map(|b| &mut b["params"]) {
+                    params[field] = json!(UNOWNED_TASK);
+                }
+                Route::ForwardOwned {
+                    agent_ref: task_id.to_owned(),
+                    request,
+                    unowned,
+                    not_found: task_not_found(client),
+                }
+            }
             _ => ParamError::new(field, "Field is required.").reply(client),
         },
     }
+}
+
+/// An HTTP+JSON path `…/tasks/{id}/…` naming the task `task_id` instead.
+fn with_task(path: &str, task_id: &str) -> String {
+    let Some(i) = path.rfind("/tasks/") else {
+        return path.to_owned();
+    };
+    let start = i + "/tasks/".len();
+    let end = path[start..].find('/').map_or(path.len(), |j| start + j);
+    format!(
+        "{}{}{}",
+        &path[..start],
+        encode_segment(task_id),
+        &path[end..]
+    )
 }
 
 /// An HTTP+JSON request Tether forwards scoped: `GET …/tasks` (a listing), or a task's
@@ -393,17 +419,29 @@ fn route_rest_scoped(
     );
     match task_id {
         None => Route::ForwardListing(request),
-        Some(agent_ref) => Route::ForwardOwned {
-            agent_ref,
-            request,
-            not_found: task_not_found(&client),
-        },
+        Some(agent_ref) => {
+            let mut unowned = request.clone();
+            unowned.path = with_task(&unowned.path, UNOWNED_TASK);
+            Route::ForwardOwned {
+                agent_ref,
+                request,
+                unowned,
+                not_found: task_not_found(&client),
+            }
+        }
     }
 }
 
 /// A get, cancel or resubscribe, answered from the log; a task the caller's account has
-/// no run for is not found, as the agent says it.
-fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -> Route {
+/// no run for is not found, as the agent says it. `request`: the client's request as it
+/// goes to the agent, for a cancel the agent answers (`Route::Cancel`).
+fn task_route(
+    op: Op,
+    agent_ref: String,
+    client: &Client,
+    req: &ClientRequest,
+    request: AgentRequest,
+) -> Route {
     let not_found = task_not_found(client);
     let client = client.to_value();
     match op {
@@ -416,6 +454,7 @@ fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -
             agent_ref,
             client,
             not_found,
+            ask_agent: Some(request),
         },
         _ => Route::Subscribe {
             agent_ref,

@@ -320,6 +320,14 @@ fn resubscribe_resumes_after_the_last_event_id() {
         panic!()
     };
     assert_eq!(last_event_id, None);
+    // `-1` asks for the whole stream (a finished task's replay); below that is no cursor.
+    for (cursor, expected) in [("-1", Some(-1)), ("-2", None)] {
+        let headers = [("A2A-Version", "1.0"), ("Last-Event-ID", cursor)];
+        let Route::Subscribe { last_event_id, .. } = route("POST", "/", &headers, &body) else {
+            panic!()
+        };
+        assert_eq!(last_event_id, expected, "{cursor}");
+    }
 }
 
 #[test]
@@ -358,13 +366,22 @@ fn task_lists_and_push_configs_go_to_the_agent_scoped_to_the_account() {
         let Route::ForwardOwned {
             agent_ref,
             request,
+            unowned,
             not_found,
         } = route("POST", "/", headers, &body)
         else {
             panic!("{method}")
         };
         assert_eq!(agent_ref, "t", "{method}");
-        assert_eq!(request.body, Some(body), "{method}");
+        assert_eq!(request.body, Some(body.clone()), "{method}");
+        // The stand-in for a task the caller does not own names no one's task.
+        let mut stand_in = body;
+        for field in ["taskId", "id"] {
+            if stand_in["params"][field] == "t" {
+                stand_in["params"][field] = json!(crate::surface::UNOWNED_TASK);
+            }
+        }
+        assert_eq!(unowned.body, Some(stand_in), "{method}");
         assert_eq!(
             (not_found.0, not_found.1["error"]["code"].clone()),
             (200, json!(-32001)),
@@ -397,6 +414,7 @@ fn http_json_task_lists_and_push_configs_are_scoped_too() {
     let Route::ForwardOwned {
         agent_ref,
         request,
+        unowned,
         not_found,
     } = rest(
         "POST",
@@ -409,6 +427,13 @@ fn http_json_task_lists_and_push_configs_are_scoped_too() {
     assert_eq!(agent_ref, "t 1");
     assert_eq!(request.body, Some(json!({ "url": "http://x" })));
     assert_eq!(not_found.0, 404);
+    assert_eq!(
+        unowned.path,
+        format!(
+            "/rest/tasks/{}/pushNotificationConfigs",
+            crate::surface::UNOWNED_TASK
+        )
+    );
     let Route::ForwardOwned { request, .. } =
         rest("DELETE", "/rest/tasks/t/pushNotificationConfigs/c1", b"")
     else {
