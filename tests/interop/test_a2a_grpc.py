@@ -873,3 +873,31 @@ def test_a_subscription_to_a_task_waiting_for_input_follows_its_next_turn(agent,
         state = (last.get("task") or last.get("statusUpdate"))["status"]["state"]
     thread.join()
     assert state == "TASK_STATE_COMPLETED", (binding, state)
+
+
+# ---- the unmodified @a2a-js/sdk client (tests/a2a-js, Node 20) -------------------------------
+
+def a2a_js_turn(base: str, transport: str, text: str, context: str | None) -> dict:
+    """One turn with @a2a-js/sdk over `transport`, chosen from Tether's card."""
+    import subprocess
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "a2a-js"
+    assert (folder / "node_modules" / "@a2a-js" / "sdk").is_dir(), "run `npm ci` in tests/a2a-js (tests/run does)"
+    args = ["node", str(folder / "turn.mjs"), base, transport, key(), text, *([context] if context else [])]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=CALL_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("transport", ["JSONRPC", "HTTP+JSON", "GRPC"])
+def test_a2a_js_client_through_tether_across_an_agent_kill(agent, transport):
+    base = tether("jsonrpc")
+    first = a2a_js_turn(base, transport, FIRST, None)
+    assert first["transport"] == transport, first
+    agent.restart()  # SIGKILL between the turns
+    second = a2a_js_turn(base, transport, SECOND, first["contextId"])
+    assert second["contextId"] == first["contextId"], (first, second)
+    assert second["answer"] == "zebra42", f"the conversation was lost across the agent restart: {second}"
+    events = session_events(first["contextId"], base=base)
+    assert [e["EventType"] for e in events].count("session_restore") == 1, describe(events)
