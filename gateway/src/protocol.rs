@@ -349,7 +349,7 @@ async fn subscribe(
             if let Some(frame) = surface.waiting_frame(&info, &events) {
                 reply.frames(session, &[frame], false).await?;
             }
-            match next_run(state, account_id, &agent_ref, inv, deadline).await {
+            match next_run(state, session, account_id, &agent_ref, inv, deadline).await {
                 Some(next) => {
                     waited = next;
                     &waited
@@ -379,19 +379,30 @@ async fn subscribe(
 }
 
 /// The run after `inv` that the agent knows as `agent_ref` (the task's next turn), once
-/// it has started; `None` when none starts before `deadline` or the log cannot say.
+/// it has started; `None` when none starts before `deadline`, the client leaves first
+/// or the log cannot say.
 async fn next_run(
     state: &State,
+    session: &mut Session,
     account_id: &str,
     agent_ref: &str,
     inv: &Invocation,
     deadline: Instant,
 ) -> Option<Invocation> {
+    let mut watch_client = true;
     while Instant::now() < deadline {
         match find(state, account_id, agent_ref).await {
             Ok(Some(next)) if next.invocation_id != inv.invocation_id => return Some(next),
-            Ok(_) => tokio::time::sleep(NEXT_RUN_POLL).await,
+            Ok(_) => {}
             Err(_) => return None,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(NEXT_RUN_POLL) => {}
+            gone = session.read_body_or_idle(true), if watch_client => match gone {
+                Err(_) => return None,
+                // Bytes from the client (or the end of its body): stop watching, not spin.
+                Ok(_) => watch_client = false,
+            },
         }
     }
     None
