@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 use policies::config::{AuthConfig, LimitsConfig, RateLimitConfig};
-use runtime_adapter::{AgentTransport, Protocol};
+use runtime_adapter::{AdvertiseGrpc, AgentTransport, Protocol};
 use serde::Deserialize;
 
 /// Every key, as it may appear in the file. Flags and environment variables use the same
@@ -158,6 +158,11 @@ pub struct Settings {
     /// agent without an HTTP agent card. [default: the GRPC interface of the agent's card]
     #[arg(long, env = "TETHER_A2A_GRPC_UPSTREAM")]
     pub a2a_grpc_upstream: Option<String>,
+    /// With protocol a2a: when the agent cards Tether serves list its gRPC interface:
+    /// auto (when the agent's card lists a v1.0 gRPC interface), always, or never (gRPC
+    /// calls are served either way). [default: auto]
+    #[arg(long, env = "TETHER_A2A_ADVERTISE_GRPC")]
+    pub a2a_advertise_grpc: Option<String>,
     // --- end of A2A over gRPC ---
     /// `[auth]`: API keys and JWT verification (file only: key material and long lists do
     /// not belong in flags or the process environment).
@@ -330,6 +335,8 @@ pub struct Config {
     pub a2a_upstream_transport: AgentTransport,
     /// The agent's gRPC `host:port` when configuration names it.
     pub a2a_grpc_upstream: Option<String>,
+    /// When the A2A agent cards Tether serves list its gRPC interface.
+    pub a2a_advertise_grpc: AdvertiseGrpc,
     /// Without a trailing slash.
     pub public_url: Option<String>,
     pub store: String,
@@ -594,6 +601,7 @@ impl Settings {
             workspace_dir,
             a2a_upstream_transport,
             a2a_grpc_upstream,
+            a2a_advertise_grpc,
             auth,
             rate_limits,
             limits,
@@ -660,6 +668,15 @@ impl Settings {
             self.a2a_upstream_transport.as_deref(),
             self.a2a_grpc_upstream,
         )?;
+        let a2a_advertise_grpc = match self.a2a_advertise_grpc.as_deref() {
+            None => AdvertiseGrpc::default(),
+            Some(value) => AdvertiseGrpc::parse(value).ok_or_else(|| {
+                bad(
+                    "a2a_advertise_grpc",
+                    format!("{value:?}: use auto, always or never"),
+                )
+            })?,
+        };
         let store = self
             .store
             .unwrap_or_else(|| ".tether/sessions.sqlite".to_owned());
@@ -750,6 +767,7 @@ impl Settings {
         Ok(Config {
             a2a_upstream_transport,
             a2a_grpc_upstream,
+            a2a_advertise_grpc,
             public_url,
             replica_id,
             run_lease,
@@ -1108,6 +1126,10 @@ mod tests {
         };
         let c = load(&[]).unwrap();
         assert_eq!(c.a2a_upstream_transport, AgentTransport::Http);
+        assert_eq!(c.a2a_advertise_grpc, AdvertiseGrpc::Auto);
+        let c = load(&["--a2a-advertise-grpc", "always"]).unwrap();
+        assert_eq!(c.a2a_advertise_grpc, AdvertiseGrpc::Always);
+        assert!(load(&["--a2a-advertise-grpc", "sometimes"]).is_err());
         let c = load(&[
             "--protocol",
             "a2a",

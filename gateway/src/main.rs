@@ -33,6 +33,7 @@ use pingora::server::{
     RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch, UnixShutdownSignalWatch,
 };
 use pingora::services::background::{background_service, BackgroundService};
+use runtime_adapter::Protocol;
 use session_log::{Hub, Writer, WriterConfig};
 
 use crate::client::body::InputLimits;
@@ -285,8 +286,10 @@ fn serve(
     server.bootstrap();
     let listen = config.listen.to_string();
     let ready_file = config.ready_file.clone();
-    let protocol_surface =
-        (!config.protocol.sends_history()).then(|| runtime_adapter::surface(config.protocol));
+    let protocol_surface = (!config.protocol.sends_history()).then(|| match config.protocol {
+        Protocol::A2a => runtime_adapter::a2a_surface(config.a2a_advertise_grpc),
+        protocol => runtime_adapter::surface(protocol),
+    });
     let drain_on_term = DrainOnTerm {
         runs: runs.clone(),
         hub: hub.clone(),

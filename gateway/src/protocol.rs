@@ -7,7 +7,7 @@
 use pingora::proxy::Session;
 use pingora::Result;
 use runtime_adapter::cursor::Resume;
-use runtime_adapter::{AgentRequest, ClientRequest, Route, Surface};
+use runtime_adapter::{AgentRequest, ClientRequest, Route, SessionRef, Surface};
 use serde_json::{json, Value};
 use session_log::{Event, EventType, Invocation, NewEvent, Subscription};
 use tokio::time::Instant;
@@ -18,8 +18,9 @@ use crate::client::reply::Reply;
 use crate::client::respond;
 use crate::client::stream::{next_event, replay_step, End};
 use crate::core::on_core;
+use crate::digest::sha256_hex;
 use crate::error::ApiError;
-use crate::runs::agent::AgentError;
+use crate::runs::agent::{self, AgentError};
 use crate::state::State;
 use crate::turn::{cancel_and_wait, request_digest, run_events, run_info, run_query, run_turn};
 
@@ -92,6 +93,19 @@ pub async fn serve(
             turn.request_digest = request_digest(session, &request.body);
             run_turn(state, session, reply, account_id, surface, turn).await
         }
+        Route::RunInTask {
+            agent_ref,
+            mut turn,
+            not_found: (status, body),
+        } => match find(state, account_id, &agent_ref).await {
+            Ok(Some(inv)) => {
+                turn.session = SessionRef::Named(inv.session_id);
+                turn.request_digest = request_digest(session, &request.body);
+                run_turn(state, session, reply, account_id, surface, turn).await
+            }
+            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Err(e) => reply.error(session, &e, surface, &[]).await,
+        },
         Route::Reply { status, body } => reply.json(session, status, &body, &[]).await,
         Route::Forward(agent_request) => {
             forward(
@@ -111,10 +125,14 @@ pub async fn serve(
         Route::ForwardOwned {
             agent_ref,
             request,
-            not_found: (status, body),
+            unowned,
+            not_found,
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(_)) => forward(state, session, reply, &client, surface, request, false).await,
-            Ok(None) => reply.json(session, status, &body, &[]).await,
+            Ok(None) => {
+                let relay = Relay::RefusalOr(not_found);
+                forward_as(state, session, reply, &client, surface, unowned, relay).await
+            }
             Err(e) => reply.error(session, &e, surface, &[]).await,
         },
         Route::Get {
@@ -125,9 +143,9 @@ pub async fn serve(
             Ok(Some(inv)) => match run_events(state, account_id, &inv).await {
                 Ok(events) => {
                     let info = run_info(&inv, &events, info_client);
-                    let body = surface.snapshot(&info, &events);
+                    let (status, body) = surface.snapshot_response(&info, &events);
                     let headers = [("x-session-id", inv.session_id.as_str())];
-                    reply.json(session, 200, &body, &headers).await
+                    reply.json(session, status, &body, &headers).await
                 }
                 Err(e) => reply.error(session, &e, surface, &[]).await,
             },
@@ -142,9 +160,9 @@ pub async fn serve(
             Ok(Some(inv)) => match join(state, account_id, &inv, session).await {
                 Ok(Some(events)) => {
                     let info = run_info(&inv, &events, info_client);
-                    let body = surface.snapshot(&info, &events);
+                    let (status, body) = surface.snapshot_response(&info, &events);
                     let headers = [("x-session-id", inv.session_id.as_str())];
-                    reply.json(session, 200, &body, &headers).await
+                    reply.json(session, status, &body, &headers).await
                 }
                 Ok(None) => Ok(()), // the client left
                 Err(e) => reply.error(session, &e, surface, &[]).await,
@@ -156,18 +174,15 @@ pub async fn serve(
             agent_ref,
             client: info_client,
             not_found: (status, body),
+            ask_agent,
         } => match find(state, account_id, &agent_ref).await {
             Ok(Some(inv)) => {
-                cancel(
-                    state,
-                    session,
-                    reply,
-                    account_id,
-                    surface,
-                    &inv,
-                    info_client,
-                )
-                .await
+                let asked = Canceled {
+                    client: info_client,
+                    ask_agent,
+                    request: &client,
+                };
+                cancel(state, session, reply, account_id, surface, &inv, asked).await
             }
             Ok(None) => reply.json(session, status, &body, &[]).await,
             Err(e) => reply.error(session, &e, surface, &[]).await,
@@ -182,6 +197,7 @@ pub async fn serve(
                 let from = Cursor {
                     after: last_event_id.map(Resume::AfterFrame),
                     client: info_client,
+                    agent_ref,
                 };
                 subscribe(state, session, reply, account_id, surface, &inv, from).await
             }
@@ -196,6 +212,8 @@ pub async fn serve(
 struct Cursor {
     after: Option<Resume>,
     client: Value,
+    /// The task the run is about, as the agent knows it.
+    agent_ref: String,
 }
 
 /// The latest invocation the agent knows as `agent_ref`, in the caller's account.
@@ -255,8 +273,17 @@ async fn join(
     }
 }
 
+/// A cancel as the client asked for it: how it is answered (`RunInfo::client`), and what
+/// goes to the agent when the agent is the one to answer it.
+struct Canceled<'r> {
+    client: Value,
+    ask_agent: Option<AgentRequest>,
+    request: &'r ClientRequest<'r>,
+}
+
 /// Cancels the run (its adapter tells the agent), waits for its end to be recorded, and
-/// answers with the run as it ended.
+/// answers with the run as it ended; a run that had ended with its task still open (the
+/// surface says so) has its cancel answered by the agent.
 async fn cancel(
     state: &State,
     session: &mut Session,
@@ -264,14 +291,22 @@ async fn cancel(
     account_id: &str,
     surface: &dyn Surface,
     inv: &Invocation,
-    client: Value,
+    asked: Canceled<'_>,
 ) -> Result<()> {
+    let Canceled {
+        client,
+        ask_agent,
+        request,
+    } = asked;
     match cancel_and_wait(state, account_id, inv).await {
         Ok(events) => {
             let info = run_info(inv, &events, client);
-            let body = surface.snapshot(&info, &events);
+            if let Some(ask) = ask_agent.filter(|_| surface.task_waits(&info, &events)) {
+                return forward(state, session, reply, request, surface, ask, false).await;
+            }
+            let (status, body) = surface.snapshot_response(&info, &events);
             let headers = [("x-session-id", inv.session_id.as_str())];
-            reply.json(session, 200, &body, &headers).await
+            reply.json(session, status, &body, &headers).await
         }
         Err(e) => reply.error(session, &e, surface, &[]).await,
     }
@@ -288,14 +323,48 @@ async fn subscribe(
     inv: &Invocation,
     from: Cursor,
 ) -> Result<()> {
-    let Cursor { after, client } = from;
+    let Cursor {
+        after,
+        client,
+        agent_ref,
+    } = from;
     let headers = [("x-session-id", inv.session_id.as_str())];
+    // The protocol may refuse a subscription to the run as it stands (a finished A2A
+    // task), unless the client resumes from a cursor.
+    let events = match run_events(state, account_id, inv).await {
+        Ok(events) => events,
+        Err(e) => return reply.error(session, &e, surface, &headers).await,
+    };
+    let info = run_info(inv, &events, client.clone());
+    if let Some((status, body)) = surface.subscribe_refusal(&info, &events, after.is_some()) {
+        return reply.json(session, status, &body, &headers).await;
+    }
     reply.stream_start(session, &headers).await?;
+    let deadline = Instant::now() + state.config.subscribe_timeout;
+    // A task waiting for input goes on in its next run (a message naming it): a new
+    // subscriber follows that one, as the protocol's own server streams the task's next
+    // events (the run it subscribed to has nothing more to say).
+    let waited;
+    let inv = match after.is_none() && surface.task_waits(&info, &events) {
+        true => {
+            if let Some(frame) = surface.waiting_frame(&info, &events) {
+                reply.frames(session, &[frame], false).await?;
+            }
+            match next_run(state, session, account_id, &agent_ref, inv, deadline).await {
+                Some(next) => {
+                    waited = next;
+                    &waited
+                }
+                // No next turn within subscribe_timeout_seconds: the stream ends.
+                None => return reply.frames(session, &[], true).await,
+            }
+        }
+        false => inv,
+    };
     let info = run_info(inv, &[], client);
     let mut renderer = surface.stream_renderer(&info);
     let mut subscription =
         Subscription::open(state.store.clone(), &state.hub, run_query(account_id, inv));
-    let deadline = Instant::now() + state.config.subscribe_timeout;
     // The renderer sees every event from the run's start (it may need earlier ones to
     // render later ones); what the client already has is dropped after rendering.
     reply
@@ -309,6 +378,39 @@ async fn subscribe(
         .await;
     Ok(())
 }
+
+/// The run after `inv` that the agent knows as `agent_ref` (the task's next turn), once
+/// it has started; `None` when none starts before `deadline`, the client leaves first
+/// or the log cannot say.
+async fn next_run(
+    state: &State,
+    session: &mut Session,
+    account_id: &str,
+    agent_ref: &str,
+    inv: &Invocation,
+    deadline: Instant,
+) -> Option<Invocation> {
+    let mut watch_client = true;
+    while Instant::now() < deadline {
+        match find(state, account_id, agent_ref).await {
+            Ok(Some(next)) if next.invocation_id != inv.invocation_id => return Some(next),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(NEXT_RUN_POLL) => {}
+            gone = session.read_body_or_idle(true), if watch_client => match gone {
+                Err(_) => return None,
+                // Bytes from the client (or the end of its body): stop watching, not spin.
+                Ok(_) => watch_client = false,
+            },
+        }
+    }
+    None
+}
+
+/// How often a subscriber to a task waiting for input looks for its next run.
+const NEXT_RUN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Sends `request` to the agent (in the transport the agent is called over) and relays
 /// its answer, JSON bodies through the surface's rewrite (the agent card's addresses
@@ -324,16 +426,45 @@ async fn forward(
     request: AgentRequest,
     listing: bool,
 ) -> Result<()> {
+    let relay = match listing {
+        true => Relay::Listing,
+        false => Relay::Answer,
+    };
+    forward_as(state, session, reply, client, surface, request, relay).await
+}
+
+/// What of a forwarded request's answer the client gets.
+enum Relay {
+    /// The answer.
+    Answer,
+    /// The answer, of a listing only the caller's runs.
+    Listing,
+    /// The agent's refusal (an error status, or a JSON-RPC error); anything else is
+    /// answered with this instead (`Route::ForwardOwned`'s stand-in request).
+    RefusalOr((u16, Value)),
+}
+
+async fn forward_as(
+    state: &State,
+    session: &mut Session,
+    reply: &mut Reply,
+    client: &ClientRequest<'_>,
+    surface: &dyn Surface,
+    request: AgentRequest,
+    relay: Relay,
+) -> Result<()> {
     let agent = state.agent.clone();
     let upstream = state.runs.upstream();
     let account_id = client.account_id.to_owned();
     let answer = on_core(&state.core, async move {
         let toward = upstream.forwarded(&request);
-        let answer = agent.exchange(&toward, &account_id, FORWARD_CAP).await?;
-        Ok::<_, AgentError>(upstream.forwarded_answer(&request, answer))
+        let (answer, caching) = agent
+            .exchange_relayed(&toward, &account_id, FORWARD_CAP)
+            .await?;
+        Ok::<_, AgentError>((upstream.forwarded_answer(&request, answer), caching))
     })
     .await;
-    let (status, content_type, body) = match answer {
+    let ((status, content_type, body), caching) = match answer {
         Ok(answer) => answer,
         Err(e) => {
             tracing::warn!(error = %e, "a forwarded request did not reach the agent");
@@ -347,7 +478,18 @@ async fn forward(
         }
     }
     let json = content_type.contains("json");
-    match serde_json::from_slice::<Value>(&body) {
+    let parsed = serde_json::from_slice::<Value>(&body);
+    if let Relay::RefusalOr((status_instead, instead)) = &relay {
+        let refused = status >= 400
+            || parsed
+                .as_ref()
+                .is_ok_and(|v| v.get("error").is_some_and(|e| !e.is_null()));
+        if !refused {
+            return reply.json(session, *status_instead, instead, &[]).await;
+        }
+    }
+    let listing = matches!(relay, Relay::Listing);
+    match parsed {
         Ok(value) if json => {
             let public_url = public_url(state, session, client);
             let mut value = surface.rewrite_forwarded(client, &public_url, value);
@@ -357,7 +499,10 @@ async fn forward(
                     Err(e) => return reply.error(session, &e, surface, &[]).await,
                 };
             }
-            reply.json(session, status, &value, &[]).await
+            let caching = relayed_caching(&caching, &value);
+            let headers: Vec<(&str, &str)> =
+                caching.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            reply.json(session, status, &value, &headers).await
         }
         _ if reply.is_grpc() => {
             let text = String::from_utf8_lossy(&body);
@@ -367,6 +512,26 @@ async fn forward(
         }
         _ => respond::bytes(session, status, &content_type, body).await,
     }
+}
+
+/// The agent's caching headers for the answer Tether relays: how long it may be kept
+/// as the agent said, and for the agent's `ETag` Tether's own, of the body it serves
+/// (which its rewrite may have changed, an agent card's addresses).
+fn relayed_caching(from_agent: &[(String, String)], served: &Value) -> Vec<(&'static str, String)> {
+    from_agent
+        .iter()
+        .filter_map(|(name, value)| {
+            let name = *agent::CACHE_HEADERS.iter().find(|n| **n == name)?;
+            let value = match name {
+                "etag" => {
+                    let served = serde_json::to_vec(served).unwrap_or_default();
+                    format!("\"{}\"", &sha256_hex(&served)[..32])
+                }
+                _ => value.clone(),
+            };
+            Some((name, value))
+        })
+        .collect()
 }
 
 /// A listing's answer with only the runs `account_id` has (`Surface::listed_runs`).

@@ -88,6 +88,9 @@ pub async fn run_turn(
                 .map(|s| ("x-session-id", s))
                 .into_iter()
                 .collect();
+            if let Some((status, body)) = surface.refusal(&client, e.code, &e.message) {
+                return reply.json(session, status, &body, &headers).await;
+            }
             return reply.error(session, &e, surface, &headers).await;
         }
     };

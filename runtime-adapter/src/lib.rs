@@ -25,6 +25,7 @@ pub mod turn;
 pub mod upstream;
 pub mod usage;
 
+pub use a2a::AdvertiseGrpc;
 pub use item::{Block, Item};
 pub use projection::project;
 pub use protocol::Protocol;
@@ -38,6 +39,16 @@ pub use upstream::{
 /// The surface a client speaks (its request and response wire format).
 pub fn surface(protocol: Protocol) -> &'static dyn Surface {
     adapter(protocol).0
+}
+
+/// The A2A surface whose agent cards list Tether's gRPC interface as `advertise_grpc`
+/// says (`surface(Protocol::A2a)` is `AdvertiseGrpc::Auto`'s).
+pub fn a2a_surface(advertise_grpc: AdvertiseGrpc) -> &'static dyn Surface {
+    match advertise_grpc {
+        AdvertiseGrpc::Auto => &a2a::A2aSurface::AUTO,
+        AdvertiseGrpc::Always => &a2a::A2aSurface::ALWAYS,
+        AdvertiseGrpc::Never => &a2a::A2aSurface::NEVER,
+    }
 }
 
 /// The adapter for an agent that speaks `protocol`, called over `transport` (only A2A
@@ -57,7 +68,7 @@ fn adapter(protocol: Protocol) -> (&'static dyn Surface, &'static dyn Upstream) 
     match protocol {
         Protocol::OpenAiChat => (&chat::ChatSurface, &chat::ChatUpstream),
         Protocol::OpenAiResponses => (&responses::ResponsesSurface, &responses::ResponsesUpstream),
-        Protocol::A2a => (&a2a::A2aSurface, &a2a::A2aUpstream::JSONRPC),
+        Protocol::A2a => (&a2a::A2aSurface::AUTO, &a2a::A2aUpstream::JSONRPC),
         Protocol::Adk => (&adk::AdkSurface, &adk::AdkUpstream),
         Protocol::LangGraph => (&langgraph::LangGraphSurface, &langgraph::LangGraphUpstream),
     }

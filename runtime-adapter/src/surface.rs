@@ -46,10 +46,15 @@ impl ClientRequest<'_> {
 
     /// A reconnecting client's cursor on the stateful protocols' surfaces: the SSE
     /// `Last-Event-ID` (the id of the last frame it got) as the frame number it names,
-    /// when it is one Tether could have sent; otherwise the stream starts over, as those
-    /// protocols' own servers do.
+    /// when it is one Tether could have sent, or `-1` (before the first: the whole stream,
+    /// asked for explicitly, which A2A needs to replay a finished task); otherwise the
+    /// stream starts over, as those protocols' own servers do.
     pub fn last_event_id(&self) -> Option<i64> {
-        crate::cursor::frame_number(self.header("Last-Event-ID")?)
+        let id = self.header("Last-Event-ID")?;
+        if id.trim() == "-1" {
+            return Some(-1);
+        }
+        crate::cursor::frame_number(id)
     }
 
     /// The first value of a query-string parameter, decoded as a form encodes it.
@@ -65,6 +70,15 @@ impl ClientRequest<'_> {
 pub enum Route {
     /// Start a run.
     Run(TurnRequest),
+    /// Start a run in the session of the run the agent knows as `agent_ref` (an A2A
+    /// message that continues a task by its `taskId` alone): `Run` with that session
+    /// named, as if the client had named it; `not_found` when the caller's account has no
+    /// such run (nothing reaches the agent or the log).
+    RunInTask {
+        agent_ref: String,
+        turn: TurnRequest,
+        not_found: (u16, Value),
+    },
     /// Replay the run the agent knows as `agent_ref` from the log after the frame whose id
     /// is `last_event_id` (the `Last-Event-ID` of a reconnecting client; from the start
     /// without one), then follow it live to its end. `client` becomes `RunInfo::client`.
@@ -81,10 +95,16 @@ pub enum Route {
     },
     /// Cancel the run the agent knows as `agent_ref` (the agent is told by the run's
     /// adapter), then answer with `Surface::snapshot`.
+    ///
+    /// `ask_agent`: the client's cancel as it goes to the agent, sent (and its answer
+    /// relayed) when the run has ended but the protocol's task has not
+    /// (`Surface::task_waits`: an A2A task waiting for input), so the agent
+    /// decides as it would without Tether.
     Cancel {
         agent_ref: String,
         client: Value,
         not_found: (u16, Value),
+        ask_agent: Option<AgentRequest>,
     },
     /// Answer with the run's `Surface::snapshot` from the log.
     Get {
@@ -102,11 +122,16 @@ pub enum Route {
     /// Send to the agent and relay its answer (through `Surface::rewrite_forwarded`).
     Forward(AgentRequest),
     /// A request about one run the agent knows as `agent_ref` (an A2A task's push
-    /// notification configs): sent as `Forward` when the caller's account has that run,
-    /// else answered with `not_found` and the agent is not asked.
+    /// notification configs): sent as `Forward` when the caller's account has that run.
+    /// Otherwise `unowned` is sent instead, the same request about a task no one has
+    /// (`UNOWNED_TASK`): the agent's refusal of it is relayed, since an agent gives its
+    /// reason to refuse the operation as such (push notifications unsupported) before
+    /// looking the task up, and reveals nothing of another account's; if the agent does
+    /// not refuse it, `not_found` answers.
     ForwardOwned {
         agent_ref: String,
         request: AgentRequest,
+        unowned: AgentRequest,
         not_found: (u16, Value),
     },
     /// A listing of runs (A2A `ListTasks`): sent as `Forward`, and of the runs the agent
@@ -115,6 +140,9 @@ pub enum Route {
     /// Answer at once with this status and JSON body.
     Reply { status: u16, body: Value },
 }
+
+/// The task id `Route::ForwardOwned`'s `unowned` request names: one no agent has.
+pub const UNOWNED_TASK: &str = "tether-unowned-task-00000000000000000000000000000000";
 
 /// Renders a run's committed events as SSE frames. Every frame carries an `id:`, the
 /// cursor a reconnect resumes after, given by [`Numbered`]: on Chat and Responses a `v1`
@@ -273,6 +301,45 @@ pub trait Surface: Send + Sync {
     /// far, for `Route::Get` and `Route::Cancel`.
     fn snapshot(&self, run: &RunInfo, events: &[Event]) -> Value {
         self.final_body(run, events)
+    }
+
+    /// `snapshot` with the HTTP status it is answered with: an error in it (an A2A cancel
+    /// of a finished task) is not a 200 where the client's binding gives errors their own.
+    fn snapshot_response(&self, run: &RunInfo, events: &[Event]) -> (u16, Value) {
+        (200, self.snapshot(run, events))
+    }
+
+    /// Whether the run ended and left the protocol's task open for more turns (an A2A
+    /// task waiting for input): its cancel is the agent's to answer (`Route::Cancel`), and
+    /// a subscription to it follows the task's next run (`Route::Subscribe`).
+    fn task_waits(&self, _run: &RunInfo, _events: &[Event]) -> bool {
+        false
+    }
+
+    /// For `Route::Subscribe` to a run whose task waits (`task_waits`): the frame the
+    /// subscription starts with (A2A: the task as it stands) before the task's next run.
+    fn waiting_frame(&self, _run: &RunInfo, _events: &[Event]) -> Option<SseFrame> {
+        None
+    }
+
+    /// For `Route::Subscribe`: the refusal of a subscription to a run as its events stand,
+    /// when the protocol refuses it (A2A: a task in a terminal state). `resuming`: the
+    /// client named a cursor (`Last-Event-ID`), asking for the replay Tether offers
+    /// beyond the protocol, which is never refused.
+    fn subscribe_refusal(
+        &self,
+        _run: &RunInfo,
+        _events: &[Event],
+        _resuming: bool,
+    ) -> Option<(u16, Value)> {
+        None
+    }
+
+    /// A turn Tether refused before it started (`code`: an input check's, e.g.
+    /// `unsupported_attachment_type`), as the client that sent it (`RunInfo::client`) is
+    /// answered in its protocol's terms; `None`: Tether's error as `error_body` gives it.
+    fn refusal(&self, _client: &Value, _code: &str, _message: &str) -> Option<(u16, Value)> {
+        None
     }
 
     /// The session a forwarded request deletes at the agent (ADK `DELETE …/sessions/{id}`),

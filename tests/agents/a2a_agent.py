@@ -30,7 +30,8 @@ With --grpc-port G, also (second port, HTTP/2 without TLS, grpcio):
 A task: status WORKING, then the answer as artifact-update chunks (artifact "answer", one
 per LLM delta, append=true after the first; each is sent when the next delta arrives, so
 the last can say lastChunk=true), then COMPLETED with the whole answer as the status
-message. A user text containing `slow:N:MS` is passed on as is, so fake_agent answers
+message. A user text that is exactly `need-input` leaves the task INPUT_REQUIRED instead
+(the next message with its taskId continues it). A user text containing `slow:N:MS` is passed on as is, so fake_agent answers
 slowly and the task can be canceled mid-way; cancel emits CANCELED. An LLM failure
 (fake_agent's "error" trigger) ends the task FAILED with the error as the status message.
 Push-notification configs are kept (in memory) and served, but no notification is sent.
@@ -69,6 +70,8 @@ from a2a.types.a2a_pb2 import (
 )
 
 ARTIFACT_ID = "answer"
+# A message of exactly this text leaves its task INPUT_REQUIRED (no LLM call).
+NEED_INPUT = "need-input"
 REST_PREFIX = "/rest"
 
 # contextId -> [{"role": "user"|"assistant", "content": str}, ...]  (memory only)
@@ -102,6 +105,10 @@ class LlmAgentExecutor(AgentExecutor):
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         transport, account = arrival(context)
         RECEIVED.append({"contextId": task.context_id, "transport": transport, "account": account, "text": user_text})
+        if user_text.strip() == NEED_INPUT:
+            # The task waits for the user (INPUT_REQUIRED); their next message continues it.
+            await updater.requires_input(updater.new_agent_message([new_text_part("Go on.")]))
+            return
         await updater.start_work()
 
         history = HISTORY.setdefault(task.context_id, [])

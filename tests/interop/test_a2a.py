@@ -245,9 +245,10 @@ def test_agent_card_through_tether_names_tether(agent):
     assert sorted(u.removeprefix(tether_url()) for u in urls) == sorted(
         u.removeprefix(agent.url) for u in card_urls(direct)
     ), card
-    # The agent offers no gRPC; Tether does, on its own port (host:port, as gRPC names it).
+    # The agent offers no gRPC, so by default (`a2a_advertise_grpc = "auto"`) neither does the
+    # card: a client that checks every URL a card lists (ADK's RemoteA2aAgent) takes it.
     assert card_urls(direct, grpc=True) == [], direct
-    assert card_urls(card, grpc=True) == [tether_url().removeprefix("http://")], card
+    assert card_urls(card, grpc=True) == [], card
 
     # "Tether's address" is the one the client used (Host), e.g. behind a proxy or DNS name.
     r = httpx.get(
@@ -258,7 +259,6 @@ def test_agent_card_through_tether_names_tether(agent):
     assert r.status_code == 200, r.text
     for url in card_urls(r.json()):
         assert url.startswith("http://tether.example:8443/"), f"{url} ignores the Host header: {r.json()}"
-    assert card_urls(r.json(), grpc=True) == ["tether.example:8443"], r.json()
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["send", "stream"])
@@ -428,9 +428,12 @@ def test_resubscribe_after_a_dropped_stream_misses_nothing(agent, version):
     assert ids == sorted(set(ids)), f"ids not strictly increasing / duplicated: {ids}"
     assert after[0][0] > last_id, ids
 
-    # The whole task again, from the start, now that it has ended.
-    full, _ = read_stream("POST", url, method_body(version, "tasks/resubscribe", "SubscribeToTask", {"id": task}),
-                          rpc_headers(version))
+    # A finished task: the spec's UnsupportedOperationError, unless the client asks for the replay
+    # Tether offers with a cursor (`-1`: from the start).
+    sub = method_body(version, "tasks/resubscribe", "SubscribeToTask", {"id": task})
+    refused = httpx.post(url, json=sub, headers=rpc_headers(version), timeout=10).json()
+    assert refused["error"]["code"] == -32004, refused
+    full, _ = read_stream("POST", url, sub, rpc_headers(version, **{"Last-Event-ID": "-1"}))
     assert [i for i, _ in full] == ids, f"full replay {[i for i, _ in full]} != before+after {ids}"
     assert [comparable(r) for _, r in full] == [comparable(r) for _, r in before + after], (
         "replayed events differ from the ones streamed live"
@@ -445,3 +448,45 @@ def test_resubscribe_after_a_dropped_stream_misses_nothing(agent, version):
               and (invocation is None or e.get("InvocationId") == invocation)]
     assert ids == list(range(len(logged))), f"SSE ids {ids} != frame numbers of agent_event seqs {logged} in the log:\n{describe(log)}"
     assert terminal_statuses(log) == ["completed"], describe(log)
+
+
+# ---- Google ADK's RemoteA2aAgent, given Tether's card by URL ----------------------------------
+
+
+def test_adk_remote_a2a_agent_takes_tethers_card_by_url_across_an_agent_kill(agent):
+    """ADK checks every URL of a card it fetches (https or loopback http, of the card's own
+    origin): Tether's card passes, and the conversation survives a kill -9 between turns."""
+    from google.adk.agents.remote_a2a_agent import RemoteA2aAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
+
+    async def conversation() -> str:
+        async with httpx.AsyncClient(headers=auth_headers(), timeout=30) as http:
+            remote = RemoteA2aAgent(
+                name="through_tether", agent_card=tether_url() + "/.well-known/agent-card.json", httpx_client=http
+            )
+            runner = Runner(app_name="adk_client", agent=remote, session_service=InMemorySessionService())
+            session = await runner.session_service.create_session(app_name="adk_client", user_id="u")
+
+            async def say(text: str) -> str:
+                answer = ""
+                message = types.Content(role="user", parts=[types.Part(text=text)])
+                async for event in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+                    if event.content and event.content.parts:
+                        answer += "".join(p.text or "" for p in event.content.parts)
+                return answer
+
+            await say(FIRST)
+            agent.restart()  # SIGKILL between the turns: the agent forgets the conversation
+            return await say(SECOND)
+
+    second = asyncio.run(conversation())
+    assert "zebra42" in second, f"the conversation was lost across the agent restart: {second!r}"
+    # The agent's view since its restart: Tether's restore, then turn 2, in one contextId.
+    received = agent.received()
+    assert len(received) == 2 and received[1]["text"] == SECOND, received
+    context = received[1]["contextId"]
+    assert received[0]["contextId"] == context and FIRST in received[0]["text"], received
+    events = session_events(context)
+    assert [e["EventType"] for e in events].count("session_restore") == 1, describe(events)

@@ -19,6 +19,8 @@ Unset: every test here is skipped (and the Rust wrapper fails on a skip).
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 import uuid
 
@@ -318,7 +320,12 @@ def test_get_and_subscribe_over_grpc_answer_from_the_log_after_restart(agent, up
     assert task.status.state == TaskState.TASK_STATE_COMPLETED, MessageToDict(task)
     assert "".join(p.text for a in task.artifacts for p in a.parts) == words(live), MessageToDict(task)
 
-    replay, error = stream_call(target, "SubscribeToTask", SubscribeToTaskRequest(id=task_id), metadata())
+    # A finished task: FAILED_PRECONDITION (UnsupportedOperationError), unless the client asks for
+    # Tether's replay with a cursor (`-1`: from the start).
+    refused, error = stream_call(target, "SubscribeToTask", SubscribeToTaskRequest(id=task_id), metadata())
+    assert refused == [] and error and error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+    replay, error = stream_call(target, "SubscribeToTask", SubscribeToTaskRequest(id=task_id),
+                                metadata(**{"last-event-id": "-1"}))
     assert error is None, error
     assert [MessageToDict(e) for e in replay] == [MessageToDict(e) for e in live], "the replay differs"
     assert agent.received() == [], "the agent was asked during the reads"
@@ -636,5 +643,261 @@ def test_a_client_that_leaves_does_not_stop_the_run(agent):
     task_id, context = task_of(events[0])
     log = wait_terminal(context, None, key(), base=tether("grpc"))
     assert terminal_statuses(log) == ["completed"], describe(log)
-    replay, error = stream_call(target, "SubscribeToTask", SubscribeToTaskRequest(id=task_id), metadata())
+    replay, error = stream_call(target, "SubscribeToTask", SubscribeToTaskRequest(id=task_id),
+                                metadata(**{"last-event-id": "-1"}))
     assert error is None and words(replay) == "".join(f"w{k} " for k in range(1, 11)), words(replay)
+
+
+# ---- conformance: what the A2A TCK checks, in every binding (issue 39) ------------------------
+
+
+def rpc(base: str, method: str, params: dict, headers: dict | None = None) -> dict:
+    """A v1.0 JSON-RPC call to `base` as account a; its response object."""
+    body = {"jsonrpc": "2.0", "id": "c1", "method": method, "params": params}
+    h = {"A2A-Version": "1.0", **auth_headers(key()), **(headers or {})}
+    r = httpx.post(base + "/", json=body, headers=h, timeout=CALL_TIMEOUT)
+    assert r.status_code == 200, (r.status_code, r.text)
+    return r.json()
+
+
+def rest(base: str, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> httpx.Response:
+    """A v1.0 HTTP+JSON call under the agent's `/rest` prefix, as account a."""
+    h = {"A2A-Version": "1.0", **auth_headers(key()), **(headers or {})}
+    return httpx.request(method, base + "/rest" + path, json=body, headers=h, timeout=CALL_TIMEOUT)
+
+
+def json_message(text: str, **ids) -> dict:
+    return {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [{"text": text}], **ids}
+
+
+def waiting_task(base: str) -> tuple[str, str]:
+    """(taskId, contextId) of a task the agent left INPUT_REQUIRED."""
+    answer = rpc(base, "SendMessage", {"message": json_message("need-input")})
+    task = answer["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", answer
+    return task["id"], task["contextId"]
+
+
+def completed_task(base: str) -> tuple[str, str]:
+    answer = rpc(base, "SendMessage", {"message": json_message("Reply with OK.")})
+    task = answer["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    return task["id"], task["contextId"]
+
+
+def reason_of(error) -> list[str]:
+    return [d.reason for d in details_of(error) if isinstance(d, error_details_pb2.ErrorInfo)]
+
+
+@pytest.mark.parametrize("upstream", ["jsonrpc", "grpc"])
+def test_a_message_naming_only_its_task_continues_it_in_every_binding(agent, upstream):
+    base = tether(upstream)
+    # JSON-RPC; HTTP+JSON in ProtoJSON's snake_case field names; gRPC.
+    def json_rpc(task):
+        return rpc(base, "SendMessage", {"message": json_message(FIRST, taskId=task)})["result"]["task"]
+
+    def http_json(task):
+        message = {"role": "ROLE_USER", "message_id": str(uuid.uuid4()), "task_id": task, "parts": [{"text": FIRST}]}
+        r = rest(base, "POST", "/message:send", {"message": message})
+        assert r.status_code == 200, r.text
+        return r.json()["task"]
+
+    def over_grpc(task):
+        message = new_message(FIRST, None)
+        message.task_id = task
+        response, error = stub_call(grpc_target(base), "SendMessage", SendMessageRequest(message=message), metadata())
+        assert error is None, error
+        return MessageToDict(response.task)
+
+    for send in (json_rpc, http_json, over_grpc):
+        task, context = waiting_task(base)
+        continued = send(task)
+        assert (continued["id"], continued["contextId"]) == (task, context), (send.__name__, continued)
+        assert continued["status"]["state"] == "TASK_STATE_COMPLETED", (send.__name__, continued)
+        received = [r for r in agent.received() if r["contextId"] == context]
+        assert [r["text"] for r in received] == ["need-input", FIRST], (send.__name__, received)
+
+    # Across a kill -9: the agent forgot the task and the conversation; the taskId alone
+    # still finds the session in Tether's log, which is restored into the agent first.
+    task, context = waiting_task(base)
+    json_rpc(task)
+    agent.restart()
+    answer = rpc(base, "SendMessage", {"message": json_message(SECOND, taskId=task)})
+    result = answer["result"]["task"]
+    assert result["contextId"] == context, answer
+    assert result["status"]["message"]["parts"][0]["text"] == "zebra42", answer
+    events = session_events(context, base=base)
+    assert [e["EventType"] for e in events].count("session_restore") == 1, describe(events)
+
+
+@pytest.mark.parametrize("upstream", ["jsonrpc", "grpc"])
+def test_an_unknown_task_is_not_found_in_every_binding(agent, upstream):
+    base = tether(upstream)
+    before = len(agent.received())
+    # Another account's task is as unknown as one that never was.
+    theirs = rpc(base, "SendMessage", {"message": json_message("need-input")},
+                 headers=auth_headers(key("b")))["result"]["task"]["id"]
+    before = len(agent.received())
+    for task in ("no-such-task", theirs):
+        answer = rpc(base, "SendMessage", {"message": json_message(FIRST, taskId=task)})
+        assert answer["error"]["code"] == -32001, answer
+        r = rest(base, "POST", "/message:send", {"message": json_message(FIRST, taskId=task)})
+        assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND", r.text
+        message = new_message(FIRST, None)
+        message.task_id = task
+        _, error = stub_call(grpc_target(base), "SendMessage", SendMessageRequest(message=message), metadata())
+        assert error and error.code() == grpc.StatusCode.NOT_FOUND, error
+        assert reason_of(error) == ["TASK_NOT_FOUND"], error
+    assert len(agent.received()) == before, "a refused message reached the agent"
+
+
+def test_subscribing_to_a_finished_task_is_unsupported_unless_the_client_resumes(agent):
+    base = tether("jsonrpc")
+    task, _ = completed_task(base)
+    answer = rpc(base, "SubscribeToTask", {"id": task})
+    assert answer["error"]["code"] == -32004, answer
+    r = rest(base, "POST", f"/tasks/{task}:subscribe")
+    assert r.status_code == 400 and r.json()["error"]["status"] == "FAILED_PRECONDITION", r.text
+    events, error = stream_call(grpc_target(base), "SubscribeToTask", SubscribeToTaskRequest(id=task), metadata())
+    assert events == [] and error and error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+    assert reason_of(error) == ["UNSUPPORTED_OPERATION"], error
+    # Asked for with a cursor, Tether's replay of the finished task, in each binding.
+    with httpx.stream("POST", base + "/rest/tasks/" + task + ":subscribe", timeout=CALL_TIMEOUT,
+                      headers={"A2A-Version": "1.0", **auth_headers(key()), "Last-Event-ID": "-1"}) as r:
+        assert r.status_code == 200, r.read()
+        frames = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert frames and "TASK_STATE_COMPLETED" in frames[-1], frames
+    events, error = stream_call(grpc_target(base), "SubscribeToTask", SubscribeToTaskRequest(id=task),
+                                metadata(**{"last-event-id": "-1"}))
+    # (A non-streaming send is recorded as its one answer: the whole task.)
+    last = events[-1].task if events and events[-1].HasField("task") else events[-1].status_update
+    assert error is None and last.status.state == TaskState.TASK_STATE_COMPLETED, events
+
+
+def test_a_cancel_error_is_an_error_in_every_binding(agent):
+    base = tether("jsonrpc")
+    task, _ = completed_task(base)
+    answer = rpc(base, "CancelTask", {"id": task})
+    assert answer["error"]["code"] == -32002, answer
+    r = rest(base, "POST", f"/tasks/{task}:cancel", {})
+    assert r.status_code == 400 and r.json()["error"]["status"] == "FAILED_PRECONDITION", r.text
+    _, error = stub_call(grpc_target(base), "CancelTask", CancelTaskRequest(id=task), metadata())
+    assert error and error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+
+
+def test_an_attachment_type_tether_does_not_take_is_content_type_not_supported(agent):
+    base = tether("jsonrpc")
+    part = {"raw": "dGNr", "mediaType": "application/x-unsupported-tck-type"}
+    message = {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [part]}
+    before = len(agent.received())
+    answer = rpc(base, "SendMessage", {"message": message})
+    assert answer["error"]["code"] == -32005, answer
+    r = rest(base, "POST", "/message:send", {"message": message})
+    assert r.status_code == 400 and r.json()["error"]["details"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED", r.text
+    grpc_message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()),
+                           parts=[Part(raw=b"tck", media_type="application/x-unsupported-tck-type")])
+    _, error = stub_call(grpc_target(base), "SendMessage", SendMessageRequest(message=grpc_message), metadata())
+    assert error and error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+    assert reason_of(error) == ["CONTENT_TYPE_NOT_SUPPORTED"], error
+    assert len(agent.received()) == before, "a refused message reached the agent"
+
+
+def test_the_card_keeps_the_agents_caching_and_protojson_names_are_accepted(agent):
+    base = tether("jsonrpc")
+    direct = httpx.get(agent.url + "/.well-known/agent-card.json", timeout=10)
+    through = httpx.get(base + "/.well-known/agent-card.json", headers=auth_headers(key()), timeout=10)
+    assert direct.headers.get("etag"), direct.headers
+    etag = through.headers.get("etag")
+    # Tether's own ETag: the card it serves names Tether, not the agent.
+    assert etag and etag != direct.headers["etag"], through.headers
+    again = httpx.get(base + "/.well-known/agent-card.json", headers=auth_headers(key()), timeout=10)
+    assert again.headers.get("etag") == etag, "the same card, a different ETag"
+    # ProtoJSON's snake_case request field (`task_id`) names the task, as `taskId` does.
+    task, _ = completed_task(base)
+    listed = rpc(base, "ListTaskPushNotificationConfigs", {"task_id": task})
+    assert "result" in listed, listed
+    foreign = rpc(base, "ListTaskPushNotificationConfigs", {"task_id": "no-such-task"})
+    assert foreign["error"]["code"] == -32001, foreign
+
+
+@pytest.mark.parametrize("upstream", ["jsonrpc", "grpc"])
+def test_a_task_waiting_for_input_is_canceled_by_the_agent_in_every_binding(agent, upstream):
+    base = tether(upstream)
+    task, _ = waiting_task(base)
+    answer = rpc(base, "CancelTask", {"id": task})
+    assert answer["result"]["status"]["state"] == "TASK_STATE_CANCELED", answer
+    task, _ = waiting_task(base)
+    r = rest(base, "POST", f"/tasks/{task}:cancel", {})
+    assert r.status_code == 200 and r.json()["status"]["state"] == "TASK_STATE_CANCELED", r.text
+    task, _ = waiting_task(base)
+    response, error = stub_call(grpc_target(base), "CancelTask", CancelTaskRequest(id=task), metadata())
+    assert error is None and response.status.state == TaskState.TASK_STATE_CANCELED, error
+
+
+def test_push_configuration_of_an_unknown_task_is_the_agents_answer(agent):
+    base = tether("jsonrpc")
+    before = len(agent.received())
+    # The agent keeps push configs: an unknown task is not found, by the agent's own answer.
+    answer = rpc(base, "CreateTaskPushNotificationConfig", {"taskId": "no-such-task", "url": "https://example.com"})
+    assert answer["error"]["code"] == -32001, answer
+    r = rest(base, "GET", "/tasks/no-such-task/pushNotificationConfigs")
+    assert r.status_code == 404, r.text
+    assert len(agent.received()) == before
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "http_json", "grpc"])
+def test_a_subscription_to_a_task_waiting_for_input_follows_its_next_turn(agent, binding):
+    base = tether("jsonrpc")
+    task, _ = waiting_task(base)
+
+    def go_on():
+        time.sleep(0.5)
+        rpc(base, "SendMessage", {"message": json_message(FIRST, taskId=task)})
+
+    thread = threading.Thread(target=go_on)
+    thread.start()
+    if binding == "grpc":
+        events, error = stream_call(grpc_target(base), "SubscribeToTask", SubscribeToTaskRequest(id=task), metadata())
+        assert error is None and events, (events, error)
+        last = events[-1].task if events[-1].HasField("task") else events[-1].status_update
+        state = TaskState.Name(last.status.state)
+    else:
+        url, body = base + "/rest/tasks/" + task + ":subscribe", None
+        if binding == "jsonrpc":
+            url, body = base + "/", {"jsonrpc": "2.0", "id": "s", "method": "SubscribeToTask", "params": {"id": task}}
+        headers = {"A2A-Version": "1.0", **auth_headers(key())}
+        with httpx.stream("POST", url, json=body, headers=headers, timeout=CALL_TIMEOUT) as r:
+            assert r.status_code == 200, r.read()
+            frames = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:")]
+        last = frames[-1].get("result", frames[-1])
+        state = (last.get("task") or last.get("statusUpdate"))["status"]["state"]
+    thread.join()
+    assert state == "TASK_STATE_COMPLETED", (binding, state)
+
+
+# ---- the unmodified @a2a-js/sdk client (tests/a2a-js, Node 20) -------------------------------
+
+def a2a_js_turn(base: str, transport: str, text: str, context: str | None) -> dict:
+    """One turn with @a2a-js/sdk over `transport`, chosen from Tether's card."""
+    import subprocess
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "a2a-js"
+    assert (folder / "node_modules" / "@a2a-js" / "sdk").is_dir(), "run `npm ci` in tests/a2a-js (tests/run does)"
+    args = ["node", str(folder / "turn.mjs"), base, transport, key(), text, *([context] if context else [])]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=CALL_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("transport", ["JSONRPC", "HTTP+JSON", "GRPC"])
+def test_a2a_js_client_through_tether_across_an_agent_kill(agent, transport):
+    base = tether("jsonrpc")
+    first = a2a_js_turn(base, transport, FIRST, None)
+    assert first["transport"] == transport, first
+    agent.restart()  # SIGKILL between the turns
+    second = a2a_js_turn(base, transport, SECOND, first["contextId"])
+    assert second["contextId"] == first["contextId"], (first, second)
+    assert second["answer"] == "zebra42", f"the conversation was lost across the agent restart: {second}"
+    events = session_events(first["contextId"], base=base)
+    assert [e["EventType"] for e in events].count("session_restore") == 1, describe(events)

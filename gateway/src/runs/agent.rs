@@ -67,6 +67,8 @@ const H2_STREAMS: usize = 100;
 pub struct AgentResponse {
     pub status: u16,
     pub content_type: String,
+    /// The answer's caching headers (`CACHE_HEADERS`), for relaying a forwarded answer.
+    pub caching: Vec<(String, String)>,
     http: HttpSession,
     peer: HttpPeer,
     /// For a gRPC call: its status, once known, still to be handed over after the body
@@ -114,6 +116,19 @@ impl AgentResponse {
         }
         Ok(body)
     }
+}
+
+/// Response headers that say how long an answer may be cached and how to revalidate it.
+pub const CACHE_HEADERS: &[&str] = &["etag", "cache-control", "last-modified", "expires"];
+
+fn caching(header: &pingora::http::ResponseHeader) -> Vec<(String, String)> {
+    CACHE_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = header.headers.get(*name)?.to_str().ok()?;
+            Some((name.to_string(), value.to_owned()))
+        })
+        .collect()
 }
 
 fn content_type(header: &pingora::http::ResponseHeader) -> String {
@@ -308,9 +323,11 @@ impl Agent {
             .ok_or_else(|| AgentError::Io("no response header".into()))?;
         let status = header.status.as_u16();
         let content_type = content_type(header);
+        let caching = caching(header);
         Ok(AgentResponse {
             status,
             content_type,
+            caching,
             http,
             peer,
             grpc: None,
@@ -363,6 +380,7 @@ impl Agent {
         Ok(AgentResponse {
             status,
             content_type,
+            caching: Vec::new(),
             http,
             peer,
             grpc: Some(at_once),
@@ -410,11 +428,22 @@ impl Agent {
         account_id: &str,
         cap: usize,
     ) -> Result<(u16, String, Vec<u8>), AgentError> {
+        Ok(self.exchange_relayed(request, account_id, cap).await?.0)
+    }
+
+    /// `exchange`, and the answer's caching headers (for an answer relayed to a client).
+    pub async fn exchange_relayed(
+        &self,
+        request: &AgentRequest,
+        account_id: &str,
+        cap: usize,
+    ) -> Result<((u16, String, Vec<u8>), Vec<(String, String)>), AgentError> {
         let mut response = self.send(request, account_id).await?;
         let body = response.read_to_end(cap).await?;
         let (status, content_type) = (response.status, response.content_type.clone());
+        let caching = std::mem::take(&mut response.caching);
         self.release(response).await;
-        Ok((status, content_type, body))
+        Ok(((status, content_type, body), caching))
     }
 
     /// Returns a fully read connection to the pool for the next run.

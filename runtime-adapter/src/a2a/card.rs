@@ -1,17 +1,49 @@
 //! Agent cards name the agent's own address; the cards Tether forwards point every
 //! interface at Tether instead, so that clients come back through it, and offer Tether's
-//! own gRPC interface whatever the agent offers. Also: where an agent's card says it
-//! serves gRPC, for calling it over gRPC.
+//! own gRPC interface as configured (`AdvertiseGrpc`). Also: where an agent's card says
+//! it serves gRPC, for calling it over gRPC.
 
 use serde_json::{json, Value};
 
+/// When the cards Tether serves list its gRPC interface (`a2a_advertise_grpc`). Tether
+/// serves gRPC in front of any agent, but a card that lists an interface the agent's own
+/// card does not is a surprise to clients that check every URL a card lists (ADK's
+/// `RemoteA2aAgent` refuses a card with a scheme-less gRPC URL), so by default a card
+/// lists gRPC only when the agent's does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AdvertiseGrpc {
+    /// When the agent's card lists a v1.0 gRPC interface.
+    #[default]
+    Auto,
+    /// Always (added when the agent's card lists none).
+    Always,
+    /// Never (the agent's gRPC interfaces are left out; gRPC clients still get served).
+    Never,
+}
+
+impl AdvertiseGrpc {
+    /// The configuration's spelling: `auto`, `always` or `never`.
+    pub fn parse(value: &str) -> Option<AdvertiseGrpc> {
+        match value {
+            "auto" => Some(AdvertiseGrpc::Auto),
+            "always" => Some(AdvertiseGrpc::Always),
+            "never" => Some(AdvertiseGrpc::Never),
+            _ => None,
+        }
+    }
+}
+
 /// A forwarded answer with the agent card in it (the card itself, or a JSON-RPC result
 /// holding the extended card) pointed at `public_url`; anything else as it is.
-pub(super) fn rewrite_forwarded(mut body: Value, public_url: &str) -> Value {
+pub(super) fn rewrite_forwarded(
+    mut body: Value,
+    public_url: &str,
+    advertise_grpc: AdvertiseGrpc,
+) -> Value {
     if looks_like_card(&body) {
-        rewrite_card(&mut body, public_url);
+        rewrite_card(&mut body, public_url, advertise_grpc);
     } else if let Some(result) = body.get_mut("result").filter(|r| looks_like_card(r)) {
-        rewrite_card(result, public_url);
+        rewrite_card(result, public_url, advertise_grpc);
     }
     body
 }
@@ -40,10 +72,10 @@ fn is_v10(iface: &Value) -> bool {
 
 /// Points every interface of the agent at Tether: the HTTP ones (JSON-RPC, HTTP+JSON) at
 /// `public_url`, keeping their paths; v1.0 gRPC ones at Tether's `host:port`. v0.3 gRPC
-/// interfaces, which Tether does not serve, are left out, and a v1.0 card gets Tether's
-/// gRPC interface when the agent lists none. Every other URL in the card (documentation,
-/// icons) stays as it is.
-fn rewrite_card(card: &mut Value, public_url: &str) {
+/// interfaces, which Tether does not serve, are left out; `advertise_grpc` decides
+/// whether a v1.0 card lists Tether's gRPC interface. Every other URL in the card
+/// (documentation, icons) stays as it is.
+fn rewrite_card(card: &mut Value, public_url: &str, advertise_grpc: AdvertiseGrpc) {
     let public = public_url.trim_end_matches('/');
     let grpc_address = authority(public);
     let point = |url: &mut Value| {
@@ -73,7 +105,8 @@ fn rewrite_card(card: &mut Value, public_url: &str) {
     else {
         return;
     };
-    ifaces.retain(|iface| !is_grpc(&iface["protocolBinding"]) || is_v10(iface));
+    let keeps_grpc = |iface: &Value| advertise_grpc != AdvertiseGrpc::Never && is_v10(iface);
+    ifaces.retain(|iface| !is_grpc(&iface["protocolBinding"]) || keeps_grpc(iface));
     let mut offers_grpc = false;
     for iface in ifaces.iter_mut() {
         if is_grpc(&iface["protocolBinding"]) {
@@ -83,7 +116,7 @@ fn rewrite_card(card: &mut Value, public_url: &str) {
             point(&mut iface["url"]);
         }
     }
-    if !offers_grpc {
+    if !offers_grpc && advertise_grpc == AdvertiseGrpc::Always {
         ifaces.push(json!({
             "url": grpc_address,
             "protocolBinding": "GRPC",

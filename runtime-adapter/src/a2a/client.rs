@@ -14,6 +14,7 @@ pub(super) const INTERNAL_ERROR: i64 = -32603;
 pub(super) const TASK_NOT_FOUND: i64 = -32001;
 pub(super) const TASK_NOT_CANCELABLE: i64 = -32002;
 pub(super) const UNSUPPORTED_OPERATION: i64 = -32004;
+pub(super) const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
 pub(super) const VERSION_NOT_SUPPORTED: i64 = -32009;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +214,19 @@ const AGENT_UNAVAILABLE: &[&str] = &[
     "run_lease_lost",
 ];
 
+/// A turn Tether's input checks refused, as the A2A error that names the reason: an
+/// attachment type it does not take is `ContentTypeNotSupportedError`, any other
+/// attachment refusal (too large, malformed) invalid params.
+pub(super) fn refusal(client: &Client, code: &str, message: &str) -> Option<(u16, Value)> {
+    let (rpc, reason) = match code {
+        "unsupported_attachment_type" => (CONTENT_TYPE_NOT_SUPPORTED, "CONTENT_TYPE_NOT_SUPPORTED"),
+        "attachment_too_large" | "invalid_attachment" => (INVALID_PARAMS, "INVALID_PARAMS"),
+        _ => return None,
+    };
+    let data = (client.version == Version::V10).then(|| json!([error_info(reason, json!({}))]));
+    Some(client.error(rpc, message, data))
+}
+
 pub(super) fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
     let mut error = json!({ "code": code, "message": message });
     if let Some(data) = data {
@@ -231,7 +245,7 @@ const ERRORS: &[(i64, u16, &str, &str)] = &[
     (TASK_NOT_CANCELABLE,   400, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE"),
     (-32003,                400, "FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED"),
     (UNSUPPORTED_OPERATION, 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION"),
-    (-32005,                400, "INVALID_ARGUMENT",    "CONTENT_TYPE_NOT_SUPPORTED"),
+    (CONTENT_TYPE_NOT_SUPPORTED, 400, "INVALID_ARGUMENT", "CONTENT_TYPE_NOT_SUPPORTED"),
     (-32006,                500, "INTERNAL",            "INVALID_AGENT_RESPONSE"),
     (-32007,                400, "FAILED_PRECONDITION", "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
     (-32008,                400, "FAILED_PRECONDITION", "EXTENSION_SUPPORT_REQUIRED"),

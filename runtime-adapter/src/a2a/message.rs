@@ -8,7 +8,9 @@ use crate::protocol::Protocol;
 use crate::surface::Route;
 use crate::turn::{SessionRef, TurnRequest};
 
-use super::client::{error_info, Client, Transport, Version, INVALID_PARAMS, INVALID_REQUEST};
+use super::client::{
+    error_info, Client, Transport, Version, INVALID_PARAMS, INVALID_REQUEST, TASK_NOT_FOUND,
+};
 use super::wire::{part_to_v10, Dialect};
 
 /// A message the client got wrong, reported the way the SDK reports it.
@@ -52,9 +54,44 @@ impl ParamError {
     }
 }
 
+/// A send's route: its turn run in the session its `contextId` names, or, for a message
+/// that continues a task by its `taskId` alone, in the session of that task (which the
+/// gateway finds in the log, inside the caller's account; an unknown task is not found,
+/// as the agent says it).
+pub(super) fn send_route(
+    client: &Client,
+    path: &str,
+    headers: &[(String, String)],
+    params: &Value,
+    stream: bool,
+) -> Route {
+    let turn = match run_turn(client, path, headers, params, stream) {
+        Ok(turn) => turn,
+        Err(e) => return e.reply(client),
+    };
+    let task = params
+        .get(message_key(params))
+        .and_then(|m| optional_id(m, "taskId").ok().flatten());
+    match (&turn.session, task) {
+        (SessionRef::New, Some(agent_ref)) => Route::RunInTask {
+            agent_ref,
+            turn,
+            not_found: task_not_found(client),
+        },
+        _ => Route::Run(turn),
+    }
+}
+
+/// The surface's own "task not found", in the client's transport and version.
+pub(super) fn task_not_found(client: &Client) -> (u16, Value) {
+    let data =
+        (client.version == Version::V10).then(|| json!([error_info("TASK_NOT_FOUND", json!({}))]));
+    client.error(TASK_NOT_FOUND, "Task not found", data)
+}
+
 /// A send's turn: the user's message as the input, the session from its `contextId`,
 /// and in `extra` what the upstream needs to send the client's own request on.
-pub(super) fn run_turn(
+fn run_turn(
     client: &Client,
     path: &str,
     headers: &[(String, String)],
@@ -66,14 +103,7 @@ pub(super) fn run_turn(
     };
     let blocks = message_blocks(message, client.dialect())?;
     let context = optional_id(message, "contextId")?;
-    let task = optional_id(message, "taskId")?;
-    if task.is_some() && context.is_none() {
-        // The session is found by contextId; a task alone does not name one here.
-        return Err(ParamError::new(
-            "message.contextId",
-            "Tether needs the contextId of the conversation when a message continues a task.",
-        ));
-    }
+    optional_id(message, "taskId")?;
     for field in ["configuration", "metadata"] {
         if params
             .get(field)

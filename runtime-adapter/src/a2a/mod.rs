@@ -44,6 +44,7 @@ use serde_json::{json, Value};
 use session_log::Event;
 
 use crate::grpc::GrpcService;
+use crate::sse::SseFrame;
 use crate::surface::{ClientRequest, Numbered, Route, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 
@@ -51,7 +52,25 @@ use self::client::{rpc_error, INTERNAL_ERROR, INVALID_REQUEST};
 
 use self::proto::A2aGrpc;
 
-pub struct A2aSurface;
+pub use self::card::AdvertiseGrpc;
+
+/// The A2A client surface; its cards list Tether's gRPC interface as `advertise_grpc`
+/// says.
+pub struct A2aSurface {
+    advertise_grpc: AdvertiseGrpc,
+}
+
+impl A2aSurface {
+    pub const AUTO: A2aSurface = A2aSurface {
+        advertise_grpc: AdvertiseGrpc::Auto,
+    };
+    pub const ALWAYS: A2aSurface = A2aSurface {
+        advertise_grpc: AdvertiseGrpc::Always,
+    };
+    pub const NEVER: A2aSurface = A2aSurface {
+        advertise_grpc: AdvertiseGrpc::Never,
+    };
+}
 
 /// The A2A agent adapter. `JSONRPC` calls the agent in the client's own HTTP transport
 /// (JSON-RPC for gRPC clients); `GRPC` calls its `lf.a2a.v1.A2AService`, and
@@ -112,14 +131,41 @@ impl Surface for A2aSurface {
     }
 
     fn snapshot(&self, run: &RunInfo, events: &[Event]) -> Value {
+        render::snapshot(run, events).1
+    }
+
+    fn snapshot_response(&self, run: &RunInfo, events: &[Event]) -> (u16, Value) {
         render::snapshot(run, events)
+    }
+
+    fn task_waits(&self, run: &RunInfo, events: &[Event]) -> bool {
+        render::task_waits(run, events)
+    }
+
+    fn waiting_frame(&self, run: &RunInfo, events: &[Event]) -> Option<SseFrame> {
+        render::waiting_frame(run, events)
+    }
+
+    fn subscribe_refusal(
+        &self,
+        run: &RunInfo,
+        events: &[Event],
+        resuming: bool,
+    ) -> Option<(u16, Value)> {
+        render::subscribe_refusal(run, events, resuming)
+    }
+
+    /// Tether's attachment checks refuse a type as the SDK does
+    /// (`ContentTypeNotSupportedError`), in the client's binding.
+    fn refusal(&self, client: &Value, code: &str, message: &str) -> Option<(u16, Value)> {
+        client::refusal(&client::Client::from_value(client), code, message)
     }
 
     /// Agent cards name the agent's own address; clients must come back through Tether.
     /// A gRPC client's forwarded call went to the agent as JSON-RPC: it gets the result,
     /// or the error as a status.
     fn rewrite_forwarded(&self, req: &ClientRequest, public_url: &str, body: Value) -> Value {
-        let body = card::rewrite_forwarded(body, public_url);
+        let body = card::rewrite_forwarded(body, public_url, self.advertise_grpc);
         if !routes::is_grpc(req) {
             return body;
         }

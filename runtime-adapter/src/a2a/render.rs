@@ -7,7 +7,9 @@ use session_log::{Event, EventType, RunStatus};
 use crate::sse::SseFrame;
 use crate::surface::{RunInfo, StreamRenderer};
 
-use super::client::{Client, Op, TASK_NOT_CANCELABLE, TASK_NOT_FOUND};
+use super::client::{
+    error_info, Client, Op, Version, TASK_NOT_CANCELABLE, TASK_NOT_FOUND, UNSUPPORTED_OPERATION,
+};
 use super::task::{apply_history_length, error_of, in_run, synthetic_status, RunView};
 use super::wire::{
     canonical, dialect_of, ends_turn, frame_ids, from_canonical, short_state, state_of,
@@ -157,20 +159,64 @@ pub(super) fn final_response(run: &RunInfo, events: &[Event]) -> (u16, Value) {
     }
 }
 
-/// The task a get or cancel asks about, from the log.
-pub(super) fn snapshot(run: &RunInfo, events: &[Event]) -> Value {
+/// The task a get or cancel asks about, from the log, with the HTTP status it goes in.
+pub(super) fn snapshot(run: &RunInfo, events: &[Event]) -> (u16, Value) {
     let client = Client::from_value(&run.client);
     let view = RunView::of(run, events);
     let Some(task) = &view.fold.task else {
-        return client.error(TASK_NOT_FOUND, "Task not found", None).1;
+        return client.error(TASK_NOT_FOUND, "Task not found", None);
     };
     // The agent finished the task before the cancel: as the SDK says, too late.
     let finished = view.agent_ended && short_state(state_of(task)) != "canceled";
     if client.op() == Some(Op::Cancel) && finished {
-        return client
-            .error(TASK_NOT_CANCELABLE, "Task cannot be canceled", None)
-            .1;
+        return client.error(TASK_NOT_CANCELABLE, "Task cannot be canceled", None);
     }
     let task = apply_history_length(task, client.history_length);
-    client.response(task_from_v10(&task, client.dialect()))
+    (200, client.response(task_from_v10(&task, client.dialect())))
+}
+
+/// Whether the run ended with its task waiting for the user (`INPUT_REQUIRED`,
+/// `AUTH_REQUIRED`), the task going on with the next message that names it.
+pub(super) fn task_waits(run: &RunInfo, events: &[Event]) -> bool {
+    let view = RunView::of(run, events);
+    let waiting = view.fold.task.as_ref().is_some_and(|task| {
+        matches!(
+            short_state(state_of(task)).as_str(),
+            "input-required" | "auth-required"
+        )
+    });
+    view.agent_ended && waiting
+}
+
+/// The frame a subscription to a task waiting for input starts with, as the protocol's
+/// own server starts it: the task as it stands.
+pub(super) fn waiting_frame(run: &RunInfo, events: &[Event]) -> Option<SseFrame> {
+    let client = Client::from_value(&run.client);
+    let view = RunView::of(run, events);
+    let task = apply_history_length(view.fold.task.as_ref()?, client.history_length);
+    let out = from_canonical(&json!({ "task": task }), client.dialect());
+    Some(sse(client.response(out)))
+}
+
+/// A subscription to a task in a terminal state is refused as the spec says
+/// (`UnsupportedOperationError`), unless the client resumes from a cursor: the replay of
+/// a finished task is what Tether offers beyond the spec, to whoever asks for it.
+pub(super) fn subscribe_refusal(
+    run: &RunInfo,
+    events: &[Event],
+    resuming: bool,
+) -> Option<(u16, Value)> {
+    let client = Client::from_value(&run.client);
+    let view = RunView::of(run, events);
+    let state = short_state(state_of(view.fold.task.as_ref()?));
+    let terminal = matches!(
+        state.as_str(),
+        "completed" | "failed" | "canceled" | "rejected"
+    );
+    (terminal && !resuming).then(|| {
+        let message = format!("Task is in terminal state: {state}");
+        let data = (client.version == Version::V10)
+            .then(|| json!([error_info("UNSUPPORTED_OPERATION", json!({}))]));
+        client.error(UNSUPPORTED_OPERATION, &message, data)
+    })
 }

@@ -5,17 +5,16 @@
 use serde_json::{json, Value};
 
 use crate::grpc;
-use crate::percent::decode_segment;
-use crate::surface::{ClientRequest, Route};
+use crate::percent::{decode_segment, encode_segment};
+use crate::surface::{ClientRequest, Route, UNOWNED_TASK};
 use crate::turn::{InputError, TurnRequest};
 use crate::upstream::AgentRequest;
 
 use super::client::{
     error_info, method_op, rest_error, rpc_error, unimplemented, Client, Op, Transport, Version,
-    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, TASK_NOT_FOUND,
-    VERSION_NOT_SUPPORTED,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, VERSION_NOT_SUPPORTED,
 };
-use super::message::{run_turn, ParamError};
+use super::message::{send_route, task_not_found, ParamError};
 use super::proto;
 
 const VERSION_HEADER: &str = "A2A-Version";
@@ -65,7 +64,7 @@ pub(super) fn parse_request(body: &[u8]) -> Result<TurnRequest, InputError> {
         account_id: "",
     };
     match route(&req) {
-        Route::Run(turn) => Ok(turn),
+        Route::Run(turn) | Route::RunInTask { turn, .. } => Ok(turn),
         Route::Reply { body, .. } => Err(InputError::new(
             "invalid_request",
             None,
@@ -112,11 +111,16 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
     else {
         return rpc_reply(&id, INVALID_REQUEST, "Method is required");
     };
-    let params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
+    // Params are ProtoJSON in v1.0, whose parsers take a field's proto name (`task_id`)
+    // as well as its JSON name: read (and sent on) in the JSON name.
+    let mut params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
+    camel_case_fields(&mut params);
     let path = path_and_query(req);
     // Task lists and push configs go to the agent, scoped to the caller's account.
     if let Some((version, scope)) = scoped_method(method) {
         let client = Client::new(Transport::JsonRpc, version, Op::Get, id);
+        let mut body = body.clone();
+        body["params"] = params.clone();
         let request = with_headers(AgentRequest::post(path, body), headers);
         return scoped_forward(&client, scope, &params, request);
     }
@@ -144,8 +148,7 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
         return reply(client.error(INVALID_PARAMS, "Invalid params", None));
     }
     match op {
-        Op::Send | Op::Stream => run_turn(&client, &path, headers, &params, op == Op::Stream)
-            .map_or_else(|e| e.reply(&client), Route::Run),
+        Op::Send | Op::Stream => send_route(&client, &path, headers, &params, op == Op::Stream),
         Op::Get | Op::Cancel | Op::Subscribe => {
             let Some(task_id) = params
                 .get("id")
@@ -155,7 +158,8 @@ fn route_jsonrpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
                 return ParamError::new("id", "Field is required.").reply(&client);
             };
             client.history_length = params.get("historyLength").and_then(Value::as_i64);
-            task_route(op, task_id.to_owned(), &client, req)
+            let request = with_headers(AgentRequest::post(path, body.clone()), headers);
+            task_route(op, task_id.to_owned(), &client, req, request)
         }
     }
 }
@@ -203,15 +207,16 @@ fn route_grpc(req: &ClientRequest, headers: &[(String, String)]) -> Route {
             }
         }
         Some(op @ (Op::Send | Op::Stream)) => {
-            run_turn(&client, req.path, &headers, &params, op == Op::Stream)
-                .map_or_else(|e| e.reply(&client), Route::Run)
+            send_route(&client, req.path, &headers, &params, op == Op::Stream)
         }
         Some(op) => {
             let Some(task_id) = params["id"].as_str().filter(|t| !t.is_empty()) else {
                 return ParamError::new("id", "Field is required.").reply(&client);
             };
             client.history_length = params.get("historyLength").and_then(Value::as_i64);
-            task_route(op, task_id.to_owned(), &client, req)
+            let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "method": method.name(), "params": params });
+            let request = with_headers(AgentRequest::post("/", body), &headers);
+            task_route(op, task_id.to_owned(), &client, req, request)
         }
     }
 }
@@ -241,6 +246,7 @@ fn route_rest(
     };
     let mut client = Client::new(Transport::Rest, version, op, Value::Null);
     let path = path_and_query(req);
+    let request = with_headers(AgentRequest::post(path.clone(), json!({})), headers);
     // The body, or the HTTP+JSON error for one that is not JSON.
     let body = || -> Result<Value, (u16, Value)> {
         if req.body.trim_ascii().is_empty() {
@@ -260,20 +266,19 @@ fn route_rest(
                 }
                 Err(error) => return reply(error),
             };
-            run_turn(&client, &path, headers, &params, op == Op::Stream)
-                .map_or_else(|e| e.reply(&client), Route::Run)
+            send_route(&client, &path, headers, &params, op == Op::Stream)
         }
         Op::Get => {
             client.history_length = req
                 .query_param("historyLength")
                 .and_then(|n| n.parse().ok());
-            task_route(op, task_id, &client, req)
+            task_route(op, task_id, &client, req, request)
         }
         Op::Cancel => match body() {
-            Ok(_) => task_route(op, task_id, &client, req),
+            Ok(_) => task_route(op, task_id, &client, req, request),
             Err(error) => reply(error),
         },
-        Op::Subscribe => task_route(op, task_id, &client, req),
+        Op::Subscribe => task_route(op, task_id, &client, req, request),
     }
 }
 
@@ -320,14 +325,36 @@ fn scoped_forward(client: &Client, scope: Scope, params: &Value, request: AgentR
     match scope {
         Scope::Listing => Route::ForwardListing(request),
         Scope::Task(field) => match params.get(field).and_then(Value::as_str) {
-            Some(task_id) if !task_id.is_empty() => Route::ForwardOwned {
-                agent_ref: task_id.to_owned(),
-                request,
-                not_found: task_not_found(client),
-            },
+            Some(task_id) if !task_id.is_empty() => {
+                let mut unowned = request.clone();
+                if let Some(params) = unowned.body.as_mut().map(|b| &mut b["params"]) {
+                    params[field] = json!(UNOWNED_TASK);
+                }
+                Route::ForwardOwned {
+                    agent_ref: task_id.to_owned(),
+                    request,
+                    unowned,
+                    not_found: task_not_found(client),
+                }
+            }
             _ => ParamError::new(field, "Field is required.").reply(client),
         },
     }
+}
+
+/// An HTTP+JSON path `…/tasks/{id}/…` naming the task `task_id` instead.
+fn with_task(path: &str, task_id: &str) -> String {
+    let Some(i) = path.rfind("/tasks/") else {
+        return path.to_owned();
+    };
+    let start = i + "/tasks/".len();
+    let end = path[start..].find('/').map_or(path.len(), |j| start + j);
+    format!(
+        "{}{}{}",
+        &path[..start],
+        encode_segment(task_id),
+        &path[end..]
+    )
 }
 
 /// An HTTP+JSON request Tether forwards scoped: `GET …/tasks` (a listing), or a task's
@@ -392,24 +419,29 @@ fn route_rest_scoped(
     );
     match task_id {
         None => Route::ForwardListing(request),
-        Some(agent_ref) => Route::ForwardOwned {
-            agent_ref,
-            request,
-            not_found: task_not_found(&client),
-        },
+        Some(agent_ref) => {
+            let mut unowned = request.clone();
+            unowned.path = with_task(&unowned.path, UNOWNED_TASK);
+            Route::ForwardOwned {
+                agent_ref,
+                request,
+                unowned,
+                not_found: task_not_found(&client),
+            }
+        }
     }
 }
 
-/// The surface's own "task not found", in the client's transport and version.
-fn task_not_found(client: &Client) -> (u16, Value) {
-    let data =
-        (client.version == Version::V10).then(|| json!([error_info("TASK_NOT_FOUND", json!({}))]));
-    client.error(TASK_NOT_FOUND, "Task not found", data)
-}
-
 /// A get, cancel or resubscribe, answered from the log; a task the caller's account has
-/// no run for is not found, as the agent says it.
-fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -> Route {
+/// no run for is not found, as the agent says it. `request`: the client's request as it
+/// goes to the agent, for a cancel the agent answers (`Route::Cancel`).
+fn task_route(
+    op: Op,
+    agent_ref: String,
+    client: &Client,
+    req: &ClientRequest,
+    request: AgentRequest,
+) -> Route {
     let not_found = task_not_found(client);
     let client = client.to_value();
     match op {
@@ -422,6 +454,7 @@ fn task_route(op: Op, agent_ref: String, client: &Client, req: &ClientRequest) -
             agent_ref,
             client,
             not_found,
+            ask_agent: Some(request),
         },
         _ => Route::Subscribe {
             agent_ref,

@@ -179,6 +179,7 @@ fn run_read(req: &ClientRequest, run_id: &str, op: &str) -> Route {
             agent_ref,
             client,
             not_found,
+            ask_agent: None,
         },
         _ => Route::Get {
             agent_ref,

@@ -144,11 +144,6 @@ def test_sqlite_session(fake, tmp_path):
     asyncio.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 38 item 3 (a retry lands in a fork), the `openai` engineer's: the retry "
-    "of turn 2 after the failed attempt is answered in a fork, not in turn 1's session",
-)
 def test_previous_response_id(fake):
     async def main():
         c = client()
@@ -211,12 +206,6 @@ def test_openai_conversations_session(fake):
     asyncio.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 38 item 2 (a stream that fails before it starts answers 200), the `openai` "
-    "engineer's: turn 2's stream meets the dead agent and gets 200 and response.failed, "
-    "which the SDK does not retry",
-)
 def test_run_streamed(fake):
     async def main():
         c = client()

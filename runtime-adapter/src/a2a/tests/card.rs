@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn agent_cards_point_at_tether() {
     let card = json_of(captures::CARD);
-    let out = A2aSurface.rewrite_forwarded(
+    let out = A2aSurface::AUTO.rewrite_forwarded(
         &request("GET", "/.well-known/agent-card.json", None, &[], b""),
         "https://tether.example.com/",
         card.clone(),
@@ -28,16 +28,30 @@ fn agent_cards_point_at_tether() {
             "https://tether.example.com/rest",
             "https://tether.example.com/",
             "https://tether.example.com/rest",
-            // The agent offers no gRPC: Tether does, at its own address.
-            "tether.example.com:443",
-        ]
+        ],
+        "the agent offers no gRPC: by default neither does the card"
+    );
+    assert_eq!(out["skills"], card["skills"]);
+    // `a2a_advertise_grpc = "always"`: Tether's own gRPC interface, scheme-less as gRPC
+    // clients expect it.
+    let out = A2aSurface::ALWAYS.rewrite_forwarded(
+        &request("GET", "/.well-known/agent-card.json", None, &[], b""),
+        "https://tether.example.com/",
+        card.clone(),
     );
     let grpc = &out["supportedInterfaces"][4];
     assert_eq!(
-        (&grpc["protocolBinding"], &grpc["protocolVersion"]),
-        (&json!("GRPC"), &json!("1.0"))
+        (
+            &grpc["url"],
+            &grpc["protocolBinding"],
+            &grpc["protocolVersion"]
+        ),
+        (
+            &json!("tether.example.com:443"),
+            &json!("GRPC"),
+            &json!("1.0")
+        )
     );
-    assert_eq!(out["skills"], card["skills"]);
 
     // The agent's own gRPC interface points at Tether too (a v0.3 one, which Tether does
     // not serve, is left out); other origins (documentation) are left alone; a card in a
@@ -48,7 +62,7 @@ fn agent_cards_point_at_tether() {
             { "url": "agent:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0" },
             { "url": "agent:50052", "protocolBinding": "GRPC", "protocolVersion": "0.3" },
             { "url": "https://elsewhere.example.com/a2a", "protocolBinding": "HTTP+JSON" }] });
-    let out = A2aSurface.rewrite_forwarded(
+    let out = A2aSurface::AUTO.rewrite_forwarded(
         &request("POST", "/", None, &[], b""),
         "https://gw.example.com/agent1",
         json!({ "jsonrpc": "2.0", "id": 1, "result": card }),
@@ -62,10 +76,23 @@ fn agent_cards_point_at_tether() {
         out["result"]["documentationUrl"],
         "https://docs.example.com/a"
     );
+    // `never`: the agent's gRPC interface is not listed either.
+    let out = A2aSurface::NEVER.rewrite_forwarded(
+        &request("POST", "/", None, &[], b""),
+        "https://gw.example.com/agent1",
+        json!({ "jsonrpc": "2.0", "id": 1, "result": card }),
+    );
+    let bindings: Vec<&Value> = out["result"]["supportedInterfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["protocolBinding"])
+        .collect();
+    assert_eq!(bindings, [&json!("JSONRPC"), &json!("HTTP+JSON")]);
     // Not a card: untouched.
     let other = json!({ "jsonrpc": "2.0", "id": 1, "result": { "url": "http://agent:8000/x" } });
     assert_eq!(
-        A2aSurface.rewrite_forwarded(
+        A2aSurface::AUTO.rewrite_forwarded(
             &request("POST", "/", None, &[], b""),
             "https://gw",
             other.clone()
@@ -80,7 +107,7 @@ fn a_v03_card_whose_main_interface_is_grpc_points_at_tethers_json_rpc() {
         "additionalInterfaces": [
             { "url": "agent:50051", "transport": "GRPC" },
             { "url": "http://agent:8000/", "transport": "JSONRPC" }] });
-    let out = A2aSurface.rewrite_forwarded(
+    let out = A2aSurface::AUTO.rewrite_forwarded(
         &request("GET", "/.well-known/agent-card.json", None, &[], b""),
         "http://gw:8080",
         card,

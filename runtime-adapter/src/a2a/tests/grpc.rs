@@ -18,7 +18,7 @@ fn input(method: &str) -> MessageDescriptor {
 
 fn call_route(method: &str, message: &Value, headers: &[(&str, &str)]) -> Route {
     let bytes = proto::encode(&input(method), message).unwrap();
-    A2aSurface.route(&request(
+    A2aSurface::AUTO.route(&request(
         "POST",
         &proto::path(method),
         None,
@@ -33,8 +33,8 @@ fn send_params() -> Value {
 
 #[test]
 fn a_grpc_send_is_the_v10_send_of_its_json_form() {
-    assert!(A2aSurface.claims("POST", "/lf.a2a.v1.A2AService/SendMessage"));
-    assert!(!A2aSurface.claims("POST", "/lf.a2a.v1.A2AService/Nope"));
+    assert!(A2aSurface::AUTO.claims("POST", "/lf.a2a.v1.A2AService/SendMessage"));
+    assert!(!A2aSurface::AUTO.claims("POST", "/lf.a2a.v1.A2AService/Nope"));
     let turn = run_of(call_route("SendStreamingMessage", &send_params(), GRPC));
     assert!(turn.stream);
     assert_eq!(turn.session, crate::turn::SessionRef::Named("ctx-1".into()));
@@ -53,7 +53,7 @@ fn a_grpc_send_is_the_v10_send_of_its_json_form() {
 fn bad_calls_get_the_status_json_of_their_error() {
     let path = proto::path("SendMessage");
     let bad = request("POST", &path, None, GRPC, b"\x12\xff\xff");
-    let (status, body) = reply_of(A2aSurface.route(&bad));
+    let (status, body) = reply_of(A2aSurface::AUTO.route(&bad));
     assert_eq!(
         (status, &body["error"]["status"]),
         (400, &json!("INVALID_ARGUMENT"))
@@ -114,12 +114,12 @@ fn task_calls_go_to_the_log_and_others_to_the_agent_as_v10_json_rpc() {
     let list = request("POST", &path, None, GRPC, b"");
     let ok = json!({ "jsonrpc": "2.0", "id": null, "result": { "tasks": [] } });
     assert_eq!(
-        A2aSurface.rewrite_forwarded(&list, "http://gw", ok),
+        A2aSurface::AUTO.rewrite_forwarded(&list, "http://gw", ok),
         json!({ "tasks": [] })
     );
     let failed =
         json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32001, "message": "no" } });
-    let status = A2aSurface.rewrite_forwarded(&list, "http://gw", failed);
+    let status = A2aSurface::AUTO.rewrite_forwarded(&list, "http://gw", failed);
     assert_eq!(status["error"]["status"], "NOT_FOUND");
 }
 

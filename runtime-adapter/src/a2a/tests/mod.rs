@@ -62,7 +62,7 @@ fn request<'a>(
 
 fn route(method: &str, path: &str, headers: &[(&str, &str)], body: &Value) -> Route {
     let bytes = body.to_string();
-    A2aSurface.route(&request(method, path, None, headers, bytes.as_bytes()))
+    A2aSurface::AUTO.route(&request(method, path, None, headers, bytes.as_bytes()))
 }
 
 fn rpc(method: &str, params: Value) -> Value {

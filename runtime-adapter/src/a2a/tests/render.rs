@@ -62,7 +62,7 @@ impl Log {
     }
 
     fn render(&self, client: Value) -> Vec<SseFrame> {
-        let mut r = A2aSurface.stream_renderer(&run_info(client));
+        let mut r = A2aSurface::AUTO.stream_renderer(&run_info(client));
         let mut frames: Vec<SseFrame> = self.events.iter().flat_map(|e| r.render(e)).collect();
         frames.extend(r.end());
         frames
@@ -254,7 +254,11 @@ fn the_folded_task_is_what_the_agent_itself_answers_to_a_get() {
             .error("agent_task_canceled", "canceled")
             .status(RunStatus::Failed);
         let run = run_info(client("jsonrpc", version, method, expected["id"].clone()));
-        assert_eq!(A2aSurface.snapshot(&run, &log.events), expected, "{method}");
+        assert_eq!(
+            A2aSurface::AUTO.snapshot(&run, &log.events),
+            expected,
+            "{method}"
+        );
     }
 }
 
@@ -270,7 +274,7 @@ fn a_non_streaming_send_is_answered_as_the_agent_answered() {
             .status(RunStatus::Completed);
         let run = run_info(client("jsonrpc", version, method, expected["id"].clone()));
         assert_eq!(
-            A2aSurface.final_response(&run, &log.events),
+            A2aSurface::AUTO.final_response(&run, &log.events),
             (200, expected)
         );
     }
@@ -278,7 +282,7 @@ fn a_non_streaming_send_is_answered_as_the_agent_answered() {
     let mut log = Log::new();
     log.frames(&stream_results(captures::V10_STREAM))
         .status(RunStatus::Completed);
-    let body = A2aSurface.final_body(
+    let body = A2aSurface::AUTO.final_body(
         &run_info(client("rest", "1.0", "message:send", Value::Null)),
         &log.events,
     );
@@ -299,7 +303,7 @@ fn failures_answer_in_the_clients_protocol() {
     log.frames(&stream_results(captures::V10_FAILED_STREAM))
         .error("agent_task_failed", "LLM error")
         .status(RunStatus::Failed);
-    let (status, body) = A2aSurface.final_response(
+    let (status, body) = A2aSurface::AUTO.final_response(
         &run_info(client("jsonrpc", "1.0", "SendMessage", json!(1))),
         &log.events,
     );
@@ -314,7 +318,7 @@ fn failures_answer_in_the_clients_protocol() {
     log.error("a2a_error_-32001", "Task t1 not found")
         .status(RunStatus::Failed);
     assert_eq!(
-        A2aSurface.final_response(
+        A2aSurface::AUTO.final_response(
             &run_info(client("jsonrpc", "0.3", "message/send", json!("r"))),
             &log.events
         ),
@@ -323,7 +327,7 @@ fn failures_answer_in_the_clients_protocol() {
             json!({ "jsonrpc": "2.0", "id": "r", "error": { "code": -32001, "message": "Task t1 not found" } })
         )
     );
-    let (status, body) = A2aSurface.final_response(
+    let (status, body) = A2aSurface::AUTO.final_response(
         &run_info(client("rest", "1.0", "message:send", Value::Null)),
         &log.events,
     );
@@ -334,7 +338,7 @@ fn failures_answer_in_the_clients_protocol() {
     let mut log = Log::new();
     log.error("agent_connection_lost", "reset")
         .status(RunStatus::Interrupted);
-    let (_, body) = A2aSurface.final_response(
+    let (_, body) = A2aSurface::AUTO.final_response(
         &run_info(client("jsonrpc", "1.0", "SendMessage", json!(1))),
         &log.events,
     );
@@ -348,7 +352,7 @@ fn snapshots_after_a_cancel_and_with_history_length() {
     log.frames(&results[..5]);
     // Still running: the state so far.
     let run = run_info(client("jsonrpc", "1.0", "GetTask", json!(1)));
-    let snap = A2aSurface.snapshot(&run, &log.events);
+    let snap = A2aSurface::AUTO.snapshot(&run, &log.events);
     assert_eq!(snap["result"]["status"]["state"], "TASK_STATE_WORKING");
     assert_eq!(
         snap["result"]["artifacts"][0]["parts"],
@@ -358,7 +362,7 @@ fn snapshots_after_a_cancel_and_with_history_length() {
     log.status(RunStatus::Cancelled);
     let at = log.last_time();
     let run = run_info(client("jsonrpc", "1.0", "CancelTask", json!(1)));
-    let snap = A2aSurface.snapshot(&run, &log.events);
+    let snap = A2aSurface::AUTO.snapshot(&run, &log.events);
     assert_eq!(
         snap["result"]["status"],
         json!({ "state": "TASK_STATE_CANCELED", "timestamp": at })
@@ -366,11 +370,11 @@ fn snapshots_after_a_cancel_and_with_history_length() {
     // historyLength 0 drops the history; 1 keeps the last message.
     let mut c = client("jsonrpc", "0.3", "tasks/get", json!(1));
     c["historyLength"] = json!(0);
-    let snap = A2aSurface.snapshot(&run_info(c.clone()), &log.events);
+    let snap = A2aSurface::AUTO.snapshot(&run_info(c.clone()), &log.events);
     assert!(snap["result"].get("history").is_none());
     assert_eq!(snap["result"]["status"]["state"], "canceled");
     c["historyLength"] = json!(1);
-    let snap = A2aSurface.snapshot(&run_info(c), &log.events);
+    let snap = A2aSurface::AUTO.snapshot(&run_info(c), &log.events);
     assert_eq!(snap["result"]["history"].as_array().map(Vec::len), Some(1));
 }
 
@@ -381,14 +385,14 @@ fn cancelling_a_finished_task_is_refused_as_the_sdk_refuses_it() {
         .status(RunStatus::Completed);
     let run = run_info(client("jsonrpc", "0.3", "tasks/cancel", json!("x")));
     assert_eq!(
-        A2aSurface.snapshot(&run, &log.events),
+        A2aSurface::AUTO.snapshot(&run, &log.events),
         json!({ "jsonrpc": "2.0", "id": "x", "error": { "code": -32002, "message": "Task cannot be canceled" } })
     );
     let mut log = Log::new();
     log.status(RunStatus::Failed);
     let run = run_info(client("jsonrpc", "0.3", "tasks/get", json!("x")));
     assert_eq!(
-        A2aSurface.snapshot(&run, &log.events)["error"]["code"],
+        A2aSurface::AUTO.snapshot(&run, &log.events)["error"]["code"],
         -32001
     );
 }
@@ -402,7 +406,7 @@ fn a_resumed_run_answers_with_its_last_invocation() {
         .frames(&stream_results(captures::V03_STREAM))
         .status(RunStatus::Completed);
     let run = run_info(client("jsonrpc", "0.3", "message/send", json!(1)));
-    let body = A2aSurface.final_body(&run, &log.events);
+    let body = A2aSurface::AUTO.final_body(&run, &log.events);
     assert_eq!(body["result"]["id"], "fec33ee8-d85e-4039-b755-a15bd9aa5299");
     assert_eq!(body["result"]["status"]["state"], "completed");
 }

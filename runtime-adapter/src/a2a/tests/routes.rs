@@ -141,7 +141,8 @@ fn versions_are_checked_as_the_sdk_checks_them() {
 
 #[test]
 fn bad_json_rpc_gets_json_rpc_errors() {
-    let bad = |body: &[u8]| reply_of(A2aSurface.route(&request("POST", "/", None, &[], body)));
+    let bad =
+        |body: &[u8]| reply_of(A2aSurface::AUTO.route(&request("POST", "/", None, &[], body)));
     let (status, body) = bad(b"{not json");
     assert_eq!(status, 200);
     assert_eq!(body["error"]["code"], -32700);
@@ -199,8 +200,6 @@ fn bad_messages_get_the_sdks_validation_errors() {
     );
     refused(v10_message(json!({ "messageId": "" })), "message.messageId");
     refused(v10_message(json!({ "contextId": 5 })), "message.contextId");
-    // Tether finds the session by contextId: a task alone does not name one.
-    refused(v10_message(json!({ "taskId": "t1" })), "message.contextId");
     let body = rpc("SendMessage", json!({}));
     let (_, body) = reply_of(route("POST", "/", V1, &body));
     assert_eq!(
@@ -210,6 +209,55 @@ fn bad_messages_get_the_sdks_validation_errors() {
     let body = rpc("tasks/get", json!({}));
     let (_, body) = reply_of(route("POST", "/", &[], &body));
     assert_eq!(body["error"]["code"], -32600);
+}
+
+#[test]
+fn a_message_that_names_only_its_task_runs_in_that_tasks_session() {
+    // JSON-RPC, HTTP+JSON (with ProtoJSON's snake_case names) and gRPC.
+    let rpc_body = rpc(
+        "SendMessage",
+        json!({ "message": v10_message(json!({ "taskId": "t1" })) }),
+    );
+    let rest_body = json!({ "message": { "role": "ROLE_USER", "message_id": "m1",
+        "task_id": "t1", "parts": [{ "text": "hi" }] } });
+    let send = super::super::proto::path("SendMessage");
+    let input = super::super::proto::method(&send).unwrap().input();
+    let grpc_message = json!({ "message": v10_message(json!({ "taskId": "t1" })) });
+    let grpc_body = super::super::proto::encode(&input, &grpc_message).unwrap();
+    let grpc_headers = [("content-type", "application/grpc")];
+    let grpc_request = request("POST", &send, None, &grpc_headers, &grpc_body);
+    let routes = [
+        (route("POST", "/", V1, &rpc_body), 200, json!(-32001)),
+        (
+            route("POST", "/rest/message:send", V1, &rest_body),
+            404,
+            json!(404),
+        ),
+        (A2aSurface::AUTO.route(&grpc_request), 404, json!(404)),
+    ];
+    for (route, status, code) in routes {
+        let Route::RunInTask {
+            agent_ref,
+            turn,
+            not_found,
+        } = route
+        else {
+            panic!("expected a run in the task's session, got {route:?}");
+        };
+        assert_eq!(agent_ref, "t1");
+        assert_eq!(turn.session, SessionRef::New, "the gateway names it");
+        assert_eq!(not_found.0, status);
+        assert_eq!(not_found.1["error"]["code"], code);
+    }
+    // With its contextId too, the message runs in that session as before.
+    let both = rpc(
+        "SendMessage",
+        json!({ "message": v10_message(json!({ "taskId": "t1", "contextId": "c1" })) }),
+    );
+    assert_eq!(
+        run_of(route("POST", "/", V1, &both)).session,
+        SessionRef::Named("c1".into())
+    );
 }
 
 #[test]
@@ -272,6 +320,14 @@ fn resubscribe_resumes_after_the_last_event_id() {
         panic!()
     };
     assert_eq!(last_event_id, None);
+    // `-1` asks for the whole stream (a finished task's replay); below that is no cursor.
+    for (cursor, expected) in [("-1", Some(-1)), ("-2", None)] {
+        let headers = [("A2A-Version", "1.0"), ("Last-Event-ID", cursor)];
+        let Route::Subscribe { last_event_id, .. } = route("POST", "/", &headers, &body) else {
+            panic!()
+        };
+        assert_eq!(last_event_id, expected, "{cursor}");
+    }
 }
 
 #[test]
@@ -310,13 +366,22 @@ fn task_lists_and_push_configs_go_to_the_agent_scoped_to_the_account() {
         let Route::ForwardOwned {
             agent_ref,
             request,
+            unowned,
             not_found,
         } = route("POST", "/", headers, &body)
         else {
             panic!("{method}")
         };
         assert_eq!(agent_ref, "t", "{method}");
-        assert_eq!(request.body, Some(body), "{method}");
+        assert_eq!(request.body, Some(body.clone()), "{method}");
+        // The stand-in for a task the caller does not own names no one's task.
+        let mut stand_in = body;
+        for field in ["taskId", "id"] {
+            if stand_in["params"][field] == "t" {
+                stand_in["params"][field] = json!(crate::surface::UNOWNED_TASK);
+            }
+        }
+        assert_eq!(unowned.body, Some(stand_in), "{method}");
         assert_eq!(
             (not_found.0, not_found.1["error"]["code"].clone()),
             (200, json!(-32001)),
@@ -340,7 +405,7 @@ fn task_lists_and_push_configs_go_to_the_agent_scoped_to_the_account() {
 #[test]
 fn http_json_task_lists_and_push_configs_are_scoped_too() {
     let rest = |method: &str, path: &str, body: &[u8]| {
-        A2aSurface.route(&request(method, path, None, V1, body))
+        A2aSurface::AUTO.route(&request(method, path, None, V1, body))
     };
     let Route::ForwardListing(list) = rest("GET", "/rest/tasks", b"") else {
         panic!()
@@ -349,6 +414,7 @@ fn http_json_task_lists_and_push_configs_are_scoped_too() {
     let Route::ForwardOwned {
         agent_ref,
         request,
+        unowned,
         not_found,
     } = rest(
         "POST",
@@ -361,6 +427,13 @@ fn http_json_task_lists_and_push_configs_are_scoped_too() {
     assert_eq!(agent_ref, "t 1");
     assert_eq!(request.body, Some(json!({ "url": "http://x" })));
     assert_eq!(not_found.0, 404);
+    assert_eq!(
+        unowned.path,
+        format!(
+            "/rest/tasks/{}/pushNotificationConfigs",
+            crate::surface::UNOWNED_TASK
+        )
+    );
     let Route::ForwardOwned { request, .. } =
         rest("DELETE", "/rest/tasks/t/pushNotificationConfigs/c1", b"")
     else {
@@ -393,7 +466,7 @@ fn claims_the_a2a_paths_only() {
         ("GET", "/rest/v1/tasks/abc/pushNotificationConfigs/c1"),
         ("DELETE", "/rest/tasks/abc/pushNotificationConfigs/c1"),
     ] {
-        assert!(A2aSurface.claims(method, path), "{method} {path}");
+        assert!(A2aSurface::AUTO.claims(method, path), "{method} {path}");
     }
     for (method, path) in [
         ("GET", "/"),
@@ -407,13 +480,13 @@ fn claims_the_a2a_paths_only() {
         ("POST", "/rest/tasks/:cancel"),
         ("POST", "/rest/xmessage:send"),
     ] {
-        assert!(!A2aSurface.claims(method, path), "{method} {path}");
+        assert!(!A2aSurface::AUTO.claims(method, path), "{method} {path}");
     }
 }
 
 #[test]
 fn cards_are_fetched_from_the_agent() {
-    let route = A2aSurface.route(&request(
+    let route = A2aSurface::AUTO.route(&request(
         "GET",
         "/.well-known/agent-card.json",
         None,
@@ -455,7 +528,7 @@ fn rest_requests_route_like_json_rpc() {
     assert_eq!(turn.extra["client"]["version"], "0.3");
 
     let (status, body) =
-        reply_of(A2aSurface.route(&request("POST", "/rest/message:send", None, V1, b"{")));
+        reply_of(A2aSurface::AUTO.route(&request("POST", "/rest/message:send", None, V1, b"{")));
     assert_eq!(
         (status, body["error"]["status"].clone()),
         (400, json!("INVALID_ARGUMENT"))
@@ -479,7 +552,7 @@ fn rest_task_operations() {
         agent_ref,
         client,
         not_found: (status, body),
-    } = A2aSurface.route(&get)
+    } = A2aSurface::AUTO.route(&get)
     else {
         panic!()
     };
@@ -495,7 +568,7 @@ fn rest_task_operations() {
     let cancel = request("POST", "/rest/v1/tasks/t1:cancel", None, &[], b"{}");
     let Route::Cancel {
         agent_ref, client, ..
-    } = A2aSurface.route(&cancel)
+    } = A2aSurface::AUTO.route(&cancel)
     else {
         panic!()
     };
@@ -510,7 +583,7 @@ fn rest_task_operations() {
         agent_ref,
         last_event_id,
         ..
-    } = A2aSurface.route(&subscribe)
+    } = A2aSurface::AUTO.route(&subscribe)
     else {
         panic!()
     };
@@ -520,17 +593,21 @@ fn rest_task_operations() {
 #[test]
 fn parse_request_takes_a_bare_json_rpc_body() {
     let body = rpc("SendMessage", json!({ "message": v10_message(json!({})) })).to_string();
-    let turn = A2aSurface.parse_request(body.as_bytes(), None).unwrap();
+    let turn = A2aSurface::AUTO
+        .parse_request(body.as_bytes(), None)
+        .unwrap();
     assert_eq!(turn.extra["client"]["version"], "1.0");
     let body = rpc("tasks/get", json!({ "id": "t" })).to_string();
-    assert!(A2aSurface.parse_request(body.as_bytes(), None).is_err());
-    assert!(A2aSurface.parse_request(b"nope", None).is_err());
+    assert!(A2aSurface::AUTO
+        .parse_request(body.as_bytes(), None)
+        .is_err());
+    assert!(A2aSurface::AUTO.parse_request(b"nope", None).is_err());
 }
 
 #[test]
 fn error_bodies_are_json_rpc_errors() {
     assert_eq!(
-        A2aSurface.error_body(
+        A2aSurface::AUTO.error_body(
             "Too many requests",
             "rate_limit_error",
             None,
@@ -539,7 +616,7 @@ fn error_bodies_are_json_rpc_errors() {
         json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32603, "message": "Too many requests",
                  "data": { "type": "rate_limit_error", "code": "rate_limited" } } })
     );
-    let body = A2aSurface.error_body(
+    let body = A2aSurface::AUTO.error_body(
         "Body too large",
         "invalid_request_error",
         Some("body"),
@@ -547,8 +624,8 @@ fn error_bodies_are_json_rpc_errors() {
     );
     assert_eq!(body["error"]["code"], -32600);
     assert_eq!(body["error"]["data"]["param"], "body");
-    assert_eq!(A2aSurface.response_id("run_1"), "run_1");
-    assert_eq!(A2aSurface.run_id("run_1"), None);
+    assert_eq!(A2aSurface::AUTO.response_id("run_1"), "run_1");
+    assert_eq!(A2aSurface::AUTO.run_id("run_1"), None);
 }
 
 #[test]
