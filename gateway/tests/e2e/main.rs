@@ -30,3 +30,4 @@ mod seed;
 mod smuggling;
 mod tour;
 mod traces;
+mod web_origins;
