@@ -2,7 +2,7 @@
 //! of ListSessionEvents) stored into the caller's account with its seqs and times, so it
 //! answers the same projection and goes on after its last seq. A session or invocation id
 //! the account already has is refused, and so is an invocation id live on this gateway
-//! in any account; nothing is written.
+//! or known in the store in any account; nothing is written.
 //!
 //! A fork's export holds its whole history: the events it inherited up its fork chain
 //! (`Inherited`, with their own sessions' ids and seqs) and its own. It is imported
@@ -67,13 +67,26 @@ pub async fn import_session(call: &Call<'_>) -> ActionResult {
         .collect::<Result<Vec<_>, _>>()?;
     let invocations = import::invocations(&events)
         .map_err(|e| ControlError::bad_request(format!("Events: {e}")))?;
-    // A run live on this gateway keeps its id to itself, whichever account it is in: an
-    // imported copy of it is refused like an id the account already has.
+    // A run keeps its id to itself, whichever account it is in: an imported copy of one
+    // live on this gateway or known in the store is refused like an id the account
+    // already has (the registry of live runs is keyed by account too: see `runs`).
     if let Some(live) = invocations
         .iter()
         .find(|i| call.state.runs.is_live_anywhere(&i.invocation_id))
     {
         return Err(invocation_exists(&live.invocation_id));
+    }
+    let ids: Vec<String> = invocations
+        .iter()
+        .map(|i| i.invocation_id.clone())
+        .collect();
+    if let Some(known) = call
+        .state
+        .store
+        .invocation_known_elsewhere(call.account_id, &ids)
+        .await?
+    {
+        return Err(invocation_exists(&known));
     }
     match call.state.store.import_session(&events).await? {
         Imported::Created => {}

@@ -689,17 +689,11 @@ fn live_runs_are_found_by_account_and_imports_never_adopt_a_live_invocation() {
     let _ = stream.read(&mut first).unwrap();
 
     // B imports a session naming A's live invocation as open: refused, nothing written.
-    let events = json!([
-        { "SeqId": 1, "EventType": "message", "Content": { "text": "hi" }, "RunId": "run_x",
-          "InvocationId": invocation_a, "Timestamp": "2026-01-02T03:04:01Z" },
-        { "SeqId": 2, "EventType": "run_status", "Content": { "status": "in_progress" },
-          "RunId": "run_x", "InvocationId": invocation_a, "Timestamp": "2026-01-02T03:04:02Z" },
-    ]);
     let r = control(
         &tether,
         KEY_B,
         "ImportSession",
-        json!({ "SessionId": "copied", "Events": events }),
+        json!({ "SessionId": "copied", "Events": events_naming(&invocation_a) }),
     );
     assert_eq!(r.status, 409, "{}", r.body);
     assert_eq!(r.json()["Data"]["code"], "invocation_exists");
@@ -720,7 +714,7 @@ fn live_runs_are_found_by_account_and_imports_never_adopt_a_live_invocation() {
         events.last().unwrap().run_status(),
         Some(session_log::RunStatus::Completed)
     );
-    // A's own cancel of it finds it, finished.
+    // A's own cancel finds it, finished.
     let r = control(
         &tether,
         KEY_A,
@@ -728,7 +722,35 @@ fn live_runs_are_found_by_account_and_imports_never_adopt_a_live_invocation() {
         json!({ "InvocationId": invocation_a }),
     );
     assert_eq!(r.json()["Data"]["RunnerCancelStatus"], "already_finished");
+    // Finished, its id is still A's: an import naming it is refused the same.
+    let r = control(
+        &tether,
+        KEY_B,
+        "ImportSession",
+        json!({ "SessionId": "copied", "Events": events_naming(&invocation_a) }),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.json()["Data"]["InvocationId"], invocation_a.as_str());
     assert_eq!(store.session_count("acct-b"), 0);
+    // Ids no account holds import as before.
+    let fresh = format!("inv_{}", uuid::Uuid::new_v4().simple());
+    let r = control(
+        &tether,
+        KEY_B,
+        "ImportSession",
+        json!({ "SessionId": "copied", "Events": events_naming(&fresh) }),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// An export's first two events: a message and the start of the run `invocation`.
+fn events_naming(invocation: &str) -> Value {
+    json!([
+        { "SeqId": 1, "EventType": "message", "Content": { "text": "hi" }, "RunId": "run_x",
+          "InvocationId": invocation, "Timestamp": "2026-01-02T03:04:01Z" },
+        { "SeqId": 2, "EventType": "run_status", "Content": { "status": "in_progress" },
+          "RunId": "run_x", "InvocationId": invocation, "Timestamp": "2026-01-02T03:04:02Z" },
+    ])
 }
 
 #[test]
