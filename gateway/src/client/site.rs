@@ -67,6 +67,15 @@ fn split_host(value: &str) -> Option<(&str, Option<u16>)> {
     (!name.is_empty()).then_some((name, port))
 }
 
+/// The host a request was sent to: `Host`, or the authority of an HTTP/2 request. (A
+/// browser never sends an absolute-form target to an origin server.)
+fn request_host(req: &RequestHeader) -> Option<String> {
+    match req.headers.get(HOST) {
+        Some(v) => Some(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        None => req.uri.authority().map(|a| a.as_str().to_owned()),
+    }
+}
+
 /// Whether a host name (lower case) is an IP literal (IPv6 in brackets).
 fn is_ip_literal(name: &str) -> bool {
     match name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
@@ -119,15 +128,11 @@ impl HostRule {
         }
     }
 
-    /// Checks the request's host (`Host`, or the authority of an HTTP/2 request); a
-    /// request without one (HTTP/1.0) comes from no browser and passes.
+    /// Checks the request's host; a request without one (HTTP/1.0) comes from no browser
+    /// and passes.
     pub fn check(&self, req: &RequestHeader, health: bool) -> Result<(), SiteError> {
-        let host = match req.headers.get(HOST) {
-            Some(v) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            None => match req.uri.authority() {
-                Some(a) => a.as_str().to_owned(),
-                None => return Ok(()),
-            },
+        let Some(host) = request_host(req) else {
+            return Ok(());
         };
         if self.allows(&host.to_ascii_lowercase(), health) {
             Ok(())
@@ -279,12 +284,7 @@ impl SiteRule {
         if self.public_origin.as_deref() == Some(origin) {
             return true;
         }
-        let host = req
-            .headers
-            .get(HOST)
-            .map(|h| String::from_utf8_lossy(h.as_bytes()).to_ascii_lowercase())
-            .or_else(|| req.uri.authority().map(|a| a.as_str().to_ascii_lowercase()));
-        let Some(host) = host else {
+        let Some(host) = request_host(req).map(|h| h.to_ascii_lowercase()) else {
             return false;
         };
         let authority = origin.split_once("://").map_or("", |(_, a)| a);
