@@ -72,7 +72,7 @@ def health_probe(stop, out):
     samples = []
     while not stop.is_set():
         t = time.perf_counter()
-        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         data = b""
         while not data.endswith(b'{"status":"ok"}'):
             data += conn.recv(4096)
@@ -89,7 +89,7 @@ async def idle_conn(i, stop, opened):
     try:
         if i % 2:
             # Slow: a request head, one byte every 2 s.
-            for b in b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: yes\r\n":
+            for b in b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: yes\r\n":
                 if stop.is_set():
                     break
                 writer.write(bytes([b]))
@@ -104,7 +104,7 @@ async def idle_conn(i, stop, opened):
 async def start_run():
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     body = json.dumps({"model": "fake", "stream": True, "messages": [{"role": "user", "content": "slow:4000:50"}]}).encode()
-    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     await writer.drain()
     head = (await reader.readuntil(b"\r\n\r\n")).decode()
     headers = dict(l.split(": ", 1) for l in head.split("\r\n")[1:] if ": " in l)
@@ -114,7 +114,7 @@ async def start_run():
 async def vanish_client(session, invocation, done):
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"GET /agentengine/api/v1/SubscribeRunEvents?SessionId={session}&InvocationId={invocation} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        writer.write(f"GET /agentengine/api/v1/SubscribeRunEvents?SessionId={session}&InvocationId={invocation} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
         await writer.drain()
         await reader.readuntil(b"\r\n\r\n")
         # Vanish: reset the connection without reading the stream.

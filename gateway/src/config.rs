@@ -82,6 +82,17 @@ pub struct Settings {
     /// [default: false]
     #[arg(long, env = "TETHER_ALLOW_UNAUTHENTICATED", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub allow_unauthenticated: Option<bool>,
+    /// Host names clients reach Tether by, besides `localhost`, `127.0.0.1` and `[::1]`
+    /// (comma-separated; `*.example.com` for every subdomain, `name:port` for one port
+    /// only, `*` for any). A request with another `Host` is refused 421 (DNS rebinding).
+    /// [default: none; on a non-loopback address with [auth], any host]
+    #[arg(long, env = "TETHER_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Web origins besides Tether's own whose pages may call Tether's own paths
+    /// (comma-separated, e.g. https://app.example.com): their CORS preflights are granted
+    /// and their requests answered; any other foreign origin is refused 403. [default: none]
+    #[arg(long, env = "TETHER_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Option<Vec<String>>,
     /// Largest request body accepted, in bytes. [default: 10485760]
     #[arg(long, env = "TETHER_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -328,6 +339,10 @@ pub struct Telemetry {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// `allowed_hosts`, lower case, checked (see `client::site`).
+    pub allowed_hosts: Vec<String>,
+    /// `allowed_origins`, lower case, `scheme://host[:port]`.
+    pub allowed_origins: Vec<String>,
     pub ready_file: Option<PathBuf>,
     pub upstream: Upstream,
     pub protocol: Protocol,
@@ -582,6 +597,8 @@ impl Settings {
             upstream_headers,
             forward_authorization,
             allow_unauthenticated,
+            allowed_hosts,
+            allowed_origins,
             max_body_bytes,
             tee,
             tee_body_cap_bytes,
@@ -632,6 +649,21 @@ impl Settings {
             return Err(bad(
                 "limits.max_body_bytes",
                 "is not used; set the top-level max_body_bytes instead",
+            ));
+        }
+        let allowed_hosts = host_patterns(self.allowed_hosts.unwrap_or_default())?;
+        let allowed_origins = origins(self.allowed_origins.unwrap_or_default())?;
+        // A public address answers anyone who can reach it: either credentials guard it, or
+        // it names the hosts it is reached by (so a rebinding name cannot reach it) and
+        // says it means to serve without credentials.
+        if !listen.ip().is_loopback() && !auth.is_enabled() && allowed_hosts.is_empty() {
+            return Err(bad(
+                "listen",
+                format!(
+                    "{listen} is not a loopback address and neither [auth] nor allowed_hosts \
+                     is configured; configure [auth], or list the host names clients reach \
+                     Tether by in allowed_hosts (with allow_unauthenticated = true)"
+                ),
             ));
         }
         if !listen.ip().is_loopback()
@@ -765,6 +797,8 @@ impl Settings {
             url => url.map(|u| u.trim_end_matches('/').to_owned()),
         };
         Ok(Config {
+            allowed_hosts,
+            allowed_origins,
             a2a_upstream_transport,
             a2a_grpc_upstream,
             a2a_advertise_grpc,
@@ -886,6 +920,56 @@ fn a2a_transport(
         ));
     }
     Ok((transport, Some(address)))
+}
+
+/// `allowed_hosts`: each a host name (optionally `*.` before it), an IP address (IPv6 in
+/// brackets) or `*`, optionally with `:port`; lower-cased.
+fn host_patterns(values: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    values
+        .into_iter()
+        .map(|v| v.trim().to_ascii_lowercase())
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            if crate::client::site::valid_host_pattern(&v) {
+                Ok(v)
+            } else {
+                Err(bad(
+                    "allowed_hosts",
+                    format!(
+                        "{v:?} is not a host name, `*.name`, an IP address ([v6] in brackets) \
+                         or `*`, with an optional :port"
+                    ),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// `allowed_origins`: each `http(s)://host[:port]`, no path; lower-cased.
+fn origins(values: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    values
+        .into_iter()
+        .map(|v| v.trim().trim_end_matches('/').to_ascii_lowercase())
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let authority = v
+                .strip_prefix("http://")
+                .or_else(|| v.strip_prefix("https://"));
+            match authority {
+                Some(a)
+                    if !a.is_empty()
+                        && crate::client::site::valid_host_pattern(a)
+                        && !a.contains('*') =>
+                {
+                    Ok(v)
+                }
+                _ => Err(bad(
+                    "allowed_origins",
+                    format!("{v:?} is not an origin: http(s)://host[:port], no path"),
+                )),
+            }
+        })
+        .collect()
 }
 
 /// An agent-like base URL (`upstream`, `compaction.summarizer_url`): http only.
@@ -1184,10 +1268,38 @@ mod tests {
             "0.0.0.0:8080",
             "--allow-unauthenticated",
             "true",
+            "--allowed-hosts",
+            "Gateway.example,*.internal:8080",
         ])
         .load()
         .unwrap();
+        let err = |args: &[&str]| settings(args).load().unwrap_err().key;
         assert!(!c.listen.ip().is_loopback());
+        assert_eq!(c.allowed_hosts, ["gateway.example", "*.internal:8080"]);
+        // Without the names, consent alone is not enough; the message names both keys.
+        let e = settings(&[
+            "--upstream",
+            "http://x",
+            "--listen",
+            "0.0.0.0:8080",
+            "--allow-unauthenticated",
+        ])
+        .load()
+        .unwrap_err();
+        assert_eq!(e.key, "listen");
+        assert!(
+            e.message.contains("[auth]") && e.message.contains("allowed_hosts"),
+            "{}",
+            e.message
+        );
+        for bad in ["a/b", "*x.example", "a:b", "http://a", "[::1"] {
+            let args = ["--upstream", "http://x", "--allowed-hosts", bad];
+            assert_eq!(err(&args), "allowed_hosts", "{bad}");
+        }
+        for bad in ["app.example", "https://a/b", "https://*.a", "null"] {
+            let args = ["--upstream", "http://x", "--allowed-origins", bad];
+            assert_eq!(err(&args), "allowed_origins", "{bad}");
+        }
     }
 }
 

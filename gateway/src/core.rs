@@ -147,6 +147,15 @@ impl Store for CoreStore {
         delegate!(self, |s| s.invocation(&a, &id))
     }
 
+    async fn invocation_known_elsewhere(
+        &self,
+        account_id: &str,
+        invocation_ids: &[String],
+    ) -> Result<Option<String>, StoreError> {
+        let (a, ids) = (account_id.to_owned(), invocation_ids.to_vec());
+        delegate!(self, |s| s.invocation_known_elsewhere(&a, &ids))
+    }
+
     async fn set_agent_ref(
         &self,
         account_id: &str,

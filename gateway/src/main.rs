@@ -140,7 +140,12 @@ fn init_tracing(config: &Config, traces: Option<&telemetry::Traces>) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| "info".into());
     let most = filter.max_level_hint();
-    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(log_colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ));
     let log = match config.log_json {
         true => log.json().boxed(),
         false => log.boxed(),
@@ -161,6 +166,13 @@ fn init_tracing(config: &Config, traces: Option<&telemetry::Traces>) {
         Some(l) if l == tracing::level_filters::LevelFilter::DEBUG => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     });
+}
+
+/// Whether the text log is coloured: only on a terminal, never when `NO_COLOR` is set to
+/// anything but the empty string (no-color.org); a file or a pipe gets plain text, which
+/// log collectors and `grep` read as written.
+fn log_colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn serve(
@@ -252,7 +264,7 @@ fn serve(
             raw_store.clone(),
             hub.clone(),
             move |account, invocation| {
-                runs.stop_for(account, invocation, runs::Stop::Cancel);
+                runs.stop(account, invocation, runs::Stop::Cancel);
             },
         ));
     }
@@ -297,6 +309,11 @@ fn serve(
         grace,
     };
     let state = Arc::new(State {
+        host_rule: crate::client::site::HostRule::new(config.listen, &config.allowed_hosts),
+        site_rule: crate::client::site::SiteRule::new(
+            &config.allowed_origins,
+            config.public_url.as_deref(),
+        ),
         protocol_surface,
         identity_headers: policies::IdentityHeaders::new(&config.auth.identity_headers),
         attachments: policies::input::AttachmentPolicy::new(&config.limits),

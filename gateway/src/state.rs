@@ -10,6 +10,7 @@ use session_log::{Hub, Store, Writer};
 use tokio::runtime::Handle;
 
 use crate::client::body::InputLimits;
+use crate::client::site::{HostRule, SiteRule};
 use crate::config::Config;
 use crate::runs::agent::Agent;
 use crate::runs::Runs;
@@ -38,4 +39,8 @@ pub struct State {
     /// The client surface of a stateful agent protocol (A2A, ADK), which claims its own
     /// paths; `None` for the OpenAI protocols, whose paths the gateway routes itself.
     pub protocol_surface: Option<&'static dyn Surface>,
+    /// Which `Host` values are answered (DNS rebinding).
+    pub host_rule: HostRule,
+    /// Which origins may use Tether's own paths from a browser.
+    pub site_rule: SiteRule,
 }

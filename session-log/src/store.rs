@@ -327,6 +327,15 @@ pub trait Store: Send + Sync + 'static {
         invocation_id: &str,
     ) -> Result<Option<Invocation>, StoreError>;
 
+    /// The first of `invocation_ids` that an account other than `account_id` holds (an
+    /// import must not adopt an id another account's run is known by). Reads the whole
+    /// table: for imports only.
+    async fn invocation_known_elsewhere(
+        &self,
+        account_id: &str,
+        invocation_ids: &[String],
+    ) -> Result<Option<String>, StoreError>;
+
     /// Records the agent's own handle for an invocation of the account (an A2A task id,
     /// say), replacing any recorded before, so that a client knowing only that handle
     /// finds the run with [`Store::invocation_by_agent_ref`]. Setting it on an invocation

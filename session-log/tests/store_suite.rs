@@ -2533,6 +2533,37 @@ async fn an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten(
     );
     assert_eq!(store.session(&other, &session).await.unwrap(), None);
     assert!(all_events(store, &other, &session).await.is_empty());
+
+    // Which ids another account holds (what the gateway's ImportSession refuses): the
+    // account's own are not counted, anyone else's are.
+    let fresh = unique("inv");
+    let known = |account: &str, ids: &[&String]| {
+        let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        let account = account.to_owned();
+        async move {
+            store
+                .invocation_known_elsewhere(&account, &ids)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(known(&to, &[&fresh, &inv2]).await, Some(inv2.clone()));
+    assert_eq!(known(&to, &[&fresh]).await, None);
+    assert_eq!(known(&to, &[]).await, None);
+    let alone = unique("acct");
+    let own = unique("inv");
+    store
+        .append(&[status(
+            &alone,
+            &unique("s"),
+            &unique("run"),
+            &own,
+            RunStatus::InProgress,
+        )])
+        .await
+        .unwrap();
+    assert_eq!(known(&alone, &[&own]).await, None);
+    assert_eq!(known(&to, &[&own]).await, Some(own.clone()));
 }
 
 #[path = "store_suite/history.rs"]

@@ -22,7 +22,10 @@ docker-compose.yml:
   C5 tether's upstream is the agent service and its store the postgres service;
   C6 tether mounts a named volume at the image's VOLUME, and the journal lies on it;
   C7 stop_grace_period exceeds shutdown_grace_seconds by at least 3 s;
-  C8 PostgreSQL's data on a named volume.
+  C8 PostgreSQL's data on a named volume;
+  C9 an unauthenticated tether names the hosts it is reached by (TETHER_ALLOWED_HOSTS:
+     without them Tether refuses to start on a non-loopback address), and they are the
+     names the host's browser and curl use for the published port.
 
 Each rule is also broken on purpose once, and must be caught.
 
@@ -169,6 +172,10 @@ def check_compose(compose: dict, facts: dict) -> list[str]:
     stop = re.fullmatch(r"(\d+)s", str(tether.get("stop_grace_period", "10s")))
     need(stop is not None and int(stop.group(1)) >= grace + 3,
          f"C7 stop_grace_period ({tether.get('stop_grace_period')}) exceeds shutdown grace {grace} s by 3 s")
+    hosts = [h.strip() for h in str(env.get("TETHER_ALLOWED_HOSTS", "")).split(",") if h.strip()]
+    need(not unauthenticated or {"localhost", "127.0.0.1"} <= set(hosts),
+         f"C9 unauthenticated tether names localhost and 127.0.0.1 in TETHER_ALLOWED_HOSTS ({hosts})")
+    need("*" not in hosts, "C9 TETHER_ALLOWED_HOSTS is not `*` (that answers a rebinding name)")
     pg_data = [str(v).split(":")[0] for v in postgres.get("volumes", []) if ":/var/lib/postgresql/data" in str(v)]
     need(pg_data and pg_data[0] in named_volumes, "C8 PostgreSQL's data is on a named volume")
     return errors
@@ -205,6 +212,8 @@ COMPOSE_BREAKS = [
     ("tether not waiting for postgres", lambda c: c["services"]["tether"]["depends_on"].pop("postgres")),
     ("the data volume gone", lambda c: c["services"]["tether"].update(volumes=[])),
     ("too short a stop grace", lambda c: c["services"]["tether"].update(stop_grace_period="10s")),
+    ("no allowed hosts", lambda c: c["services"]["tether"]["environment"].pop("TETHER_ALLOWED_HOSTS")),
+    ("any host allowed", lambda c: c["services"]["tether"]["environment"].update(TETHER_ALLOWED_HOSTS="*")),
 ]
 
 

@@ -263,6 +263,16 @@ class Checker:
             port = ((self.tether.get(probe) or {}).get("httpGet") or {}).get("port")
             if port is not None:
                 self.need(port in ("http", 8080), f"{probe} asks Tether's port")
+            # The kubelet sends Host = the pod's IP: only the health paths answer an
+            # IP-literal host whatever allowed_hosts says (README, Hardening).
+            path = http_path(probe)
+            if path is not None:
+                self.need(path in ("/healthz", "/readyz"), f"{probe} asks a health path ({path})")
+        # A public listen address starts only with [auth] or allowed_hosts.
+        self.need(
+            bool(self.config.get("auth")) or bool(self.setting("allowed_hosts")),
+            "Tether on the pod's address has [auth] or allowed_hosts",
+        )
 
     def check_shutdown(self):
         grace = int(self.setting("shutdown_grace_seconds", DEFAULT_GRACE))
@@ -386,6 +396,8 @@ def _set_env(container, name, entry):
 
 
 BREAKS = [
+    ("a probe on a path that is not a health path", "sqlite",
+     lambda d: _containers(d)[1]["startupProbe"]["httpGet"].update(path="/ui/")),
     ("the agent declares a port", "sqlite", lambda d: _containers(d)[2].update(ports=[{"containerPort": 9000}])),
     ("Tether is an ordinary init container", "sqlite", lambda d: _containers(d)[1].pop("restartPolicy")),
     ("the Service targets the agent", "postgres",

@@ -1,7 +1,8 @@
 //! ImportSession: a session exported from another Tether (`tether export`, or the events
 //! of ListSessionEvents) stored into the caller's account with its seqs and times, so it
 //! answers the same projection and goes on after its last seq. A session or invocation id
-//! the account already has is refused, and nothing is written.
+//! the account already has is refused, and so is an invocation id live on this gateway
+//! or known in the store in any account; nothing is written.
 //!
 //! A fork's export holds its whole history: the events it inherited up its fork chain
 //! (`Inherited`, with their own sessions' ids and seqs) and its own. It is imported
@@ -66,6 +67,27 @@ pub async fn import_session(call: &Call<'_>) -> ActionResult {
         .collect::<Result<Vec<_>, _>>()?;
     let invocations = import::invocations(&events)
         .map_err(|e| ControlError::bad_request(format!("Events: {e}")))?;
+    // A run keeps its id to itself, whichever account it is in: an imported copy of one
+    // live on this gateway or known in the store is refused like an id the account
+    // already has (the registry of live runs is keyed by account too: see `runs`).
+    if let Some(live) = invocations
+        .iter()
+        .find(|i| call.state.runs.is_live_anywhere(&i.invocation_id))
+    {
+        return Err(invocation_exists(&live.invocation_id));
+    }
+    let ids: Vec<String> = invocations
+        .iter()
+        .map(|i| i.invocation_id.clone())
+        .collect();
+    if let Some(known) = call
+        .state
+        .store
+        .invocation_known_elsewhere(call.account_id, &ids)
+        .await?
+    {
+        return Err(invocation_exists(&known));
+    }
     match call.state.store.import_session(&events).await? {
         Imported::Created => {}
         Imported::SessionExists => {
@@ -74,12 +96,7 @@ pub async fn import_session(call: &Call<'_>) -> ActionResult {
                 json!({ "code": "session_exists" }),
             ))
         }
-        Imported::InvocationExists(id) => {
-            return Err(ControlError::conflict(
-                format!("invocation {id:?} already exists in this account"),
-                json!({ "code": "invocation_exists", "InvocationId": id }),
-            ))
-        }
+        Imported::InvocationExists(id) => return Err(invocation_exists(&id)),
     }
     // Every run ends with one terminal status: what the export left running is over here.
     let unfinished: Vec<NewEvent> = invocations
@@ -116,6 +133,13 @@ pub async fn import_session(call: &Call<'_>) -> ActionResult {
         "LastSeqId": last_seq,
         "InterruptedInvocations": closed,
     }))
+}
+
+fn invocation_exists(id: &str) -> ControlError {
+    ControlError::conflict(
+        format!("invocation {id:?} already exists"),
+        json!({ "code": "invocation_exists", "InvocationId": id }),
+    )
 }
 
 fn at(index: usize, message: String) -> ControlError {

@@ -188,7 +188,7 @@ pub async fn cancel(state: &State, account_id: &str, invocation_id: &str) -> Act
             "RunnerCancelStatus": "already_finished",
         }));
     }
-    if state.runs.stop(invocation_id, Stop::Cancel) {
+    if state.runs.stop(account_id, invocation_id, Stop::Cancel) {
         return Ok(
             json!({ "Cancelled": true, "Found": true, "Status": "cancelling", "RunnerCancelStatus": "accepted" }),
         );

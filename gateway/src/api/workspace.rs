@@ -1,13 +1,20 @@
 //! Workspace files: `ListWorkspaceFiles` and the workspace half of `AttachmentContent`,
 //! read-only, under `workspace_dir/<account_id>/`. A path is refused (400, logged) when it
 //! could name anything outside that root: `..`, absolute paths, backslashes, NUL,
-//! percent-escapes left after the query was decoded once, and symlinks that resolve
-//! outside the root. Served files are capped in size and typed by their content, never
-//! by their name.
+//! percent-escapes left after the query was decoded once. Files and directories are
+//! opened beneath the root without following any symbolic link (`openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or `O_NOFOLLOW` per component where the kernel
+//! has no `openat2`), so a link swapped in after a check cannot lead outside, and only a
+//! regular file is read (a FIFO would hold the request forever): what was opened is what
+//! is checked and served. Links are not listed. Served files are capped in size, typed by
+//! their content, never by their name, and sent inert (see `runs::attachments::inert`).
 
-use std::path::{Component, Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::Path;
 
-use pingora::http::ResponseHeader;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
 use pingora::proxy::Session;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -77,10 +84,43 @@ fn lexical(path: &str) -> Result<Vec<&str>, Refusal> {
     Ok(names)
 }
 
-/// The account's root, canonical, if the account id can name a directory and the root
-/// is a directory inside `workspace_dir` (a symlinked account root leaving it is refused
-/// like any other).
-fn account_root(workspace_dir: &Path, account_id: &str) -> Option<PathBuf> {
+/// Opens `names` beneath the directory `dir` without following a symbolic link anywhere
+/// on the way; `flags` say how (a directory, or a file to read).
+fn open_beneath(dir: &OwnedFd, names: &[&str], flags: OFlags) -> Result<OwnedFd, Refusal> {
+    let flags = flags | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let link = |e: Errno| match e {
+        // A link on the way (ELOOP), or a way out of the root (EXDEV: impossible with the
+        // names `lexical` lets through, refused the same all the same).
+        Errno::LOOP | Errno::XDEV => Refusal::Unsafe("it goes through a symbolic link"),
+        _ => Refusal::NotFound,
+    };
+    if names.is_empty() {
+        return rustix::fs::openat(dir, ".", flags, Mode::empty()).map_err(link);
+    }
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(dir, names.join("/"), flags, Mode::empty(), resolve) {
+        Err(Errno::NOSYS) => {}
+        opened => return opened.map_err(link),
+    }
+    // No openat2 (Linux before 5.6, some sandboxes): one name at a time, none a link.
+    let mut at: Option<OwnedFd> = None;
+    for (i, name) in names.iter().enumerate() {
+        let last = i + 1 == names.len();
+        let how = if last {
+            flags | OFlags::NOFOLLOW
+        } else {
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+        };
+        let from = at.as_ref().unwrap_or(dir);
+        at = Some(rustix::fs::openat(from, *name, how, Mode::empty()).map_err(link)?);
+    }
+    at.ok_or(Refusal::NotFound)
+}
+
+/// The account's root directory, opened beneath `workspace_dir` (itself the operator's
+/// path, followed as configured) without following links, if the account id can name a
+/// directory.
+fn account_root(workspace_dir: &Path, account_id: &str) -> Option<OwnedFd> {
     let plain = !account_id.is_empty()
         && account_id != "."
         && account_id != ".."
@@ -89,32 +129,13 @@ fn account_root(workspace_dir: &Path, account_id: &str) -> Option<PathBuf> {
         tracing::warn!(account_id, "account id cannot name a workspace directory");
         return None;
     }
-    let root = workspace_dir.join(account_id).canonicalize().ok()?;
-    (root.starts_with(workspace_dir) && root.is_dir()).then_some(root)
-}
-
-/// `path` under `root`, with every symlink resolved; refused when it resolves outside.
-fn resolve(root: &Path, path: &str) -> Result<PathBuf, Refusal> {
-    let names = lexical(path)?;
-    let joined = names.iter().fold(root.to_path_buf(), |p, n| p.join(n));
-    let real = joined.canonicalize().map_err(|_| Refusal::NotFound)?;
-    if !real.starts_with(root) {
-        return Err(Refusal::Unsafe("it resolves outside the workspace"));
-    }
-    Ok(real)
-}
-
-/// The path as the API shows it: relative to the root, `/`-separated.
-fn relative(root: &Path, real: &Path) -> String {
-    real.strip_prefix(root)
-        .unwrap_or(Path::new(""))
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => n.to_str(),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("/")
+    let dir = rustix::fs::open(
+        workspace_dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    open_beneath(&dir, &[account_id], OFlags::DIRECTORY).ok()
 }
 
 /// Logs a refused path (a path trick is worth an operator's attention) and makes the
@@ -157,40 +178,48 @@ pub async fn list_files(call: &Call<'_>) -> ActionResult {
 
 fn list_blocking(dir: &Path, account_id: &str, path: &str) -> Result<Value, (String, Refusal)> {
     let fail = |r| (path.to_owned(), r);
+    let names = lexical(path).map_err(fail)?;
     let Some(root) = account_root(dir, account_id) else {
-        if lexical(path).map_err(fail)?.is_empty() {
+        if names.is_empty() {
             return Ok(json!({ "Path": "", "Files": [], "Total": 0, "Truncated": false }));
         }
         return Err(fail(Refusal::NotFound));
     };
-    let real = resolve(&root, path).map_err(fail)?;
-    if !real.is_dir() {
-        return Err(fail(Refusal::WrongKind("not a directory")));
-    }
-    let entries = std::fs::read_dir(&real).map_err(|_| fail(Refusal::NotFound))?;
+    let listed = open_beneath(&root, &names, OFlags::DIRECTORY).map_err(|r| match r {
+        Refusal::NotFound if open_beneath(&root, &names, OFlags::NONBLOCK).is_ok() => {
+            Refusal::WrongKind("not a directory")
+        }
+        r => r,
+    });
+    let listed = listed.map_err(fail)?;
+    let shown = names.join("/");
+    let entries = rustix::fs::Dir::read_from(&listed).map_err(|_| fail(Refusal::NotFound))?;
     let mut files: Vec<(bool, String, Value)> = Vec::new();
     let mut total = 0;
     for entry in entries.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+        let Ok(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue; // not UTF-8: it could not be named in a request either
         };
-        // Followed, so a symlink shows what it points at; one pointing outside is left out.
-        let Ok(target) = entry.path().canonicalize() else {
-            continue;
-        };
-        if !target.starts_with(&root) {
+        if name == "." || name == ".." {
             continue;
         }
-        let Ok(meta) = target.metadata() else {
+        // Not followed: a link is left out, as is anything that is neither a file nor a
+        // directory (it could not be opened).
+        let Ok(meta) = rustix::fs::statat(&listed, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
+        let kind = FileType::from_raw_mode(meta.st_mode);
+        let is_dir = match kind {
+            FileType::Directory => true,
+            FileType::RegularFile => false,
+            _ => continue,
+        };
         total += 1;
-        let is_dir = meta.is_dir();
-        let modified = meta.modified().ok().map(|t| {
-            chrono::DateTime::<chrono::Utc>::from(t)
-                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-        });
-        let shown = relative(&root, &real);
+        let modified = chrono::DateTime::<chrono::Utc>::from_timestamp(
+            meta.st_mtime,
+            u32::try_from(meta.st_mtime_nsec).unwrap_or(0),
+        )
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
         let file_path = if shown.is_empty() {
             name.clone()
         } else {
@@ -203,7 +232,7 @@ fn list_blocking(dir: &Path, account_id: &str, path: &str) -> Result<Value, (Str
                 "Name": name,
                 "Path": file_path,
                 "IsDirectory": is_dir,
-                "SizeBytes": (!is_dir).then_some(meta.len()),
+                "SizeBytes": (!is_dir).then_some(meta.st_size),
                 "ModifiedAt": modified,
             }),
         ));
@@ -212,7 +241,7 @@ fn list_blocking(dir: &Path, account_id: &str, path: &str) -> Result<Value, (Str
     let truncated = files.len() > MAX_ENTRIES;
     files.truncate(MAX_ENTRIES);
     Ok(json!({
-        "Path": relative(&root, &real),
+        "Path": shown,
         "Files": files.into_iter().map(|(_, _, v)| v).collect::<Vec<_>>(),
         "Total": total,
         "Truncated": truncated,
@@ -233,13 +262,21 @@ fn read_blocking(
 ) -> Result<FileContent, ControlError> {
     use std::io::Read;
     let fail = |r| refused(account_id, path, r);
-    lexical(path).map_err(fail)?;
+    let names = lexical(path).map_err(fail)?;
     let root = account_root(dir, account_id).ok_or_else(|| fail(Refusal::NotFound))?;
-    let real = resolve(&root, path).map_err(fail)?;
-    if real == root || real.is_dir() {
+    if names.is_empty() {
         return Err(fail(Refusal::WrongKind("a directory")));
     }
-    let file = std::fs::File::open(&real).map_err(|_| fail(Refusal::NotFound))?;
+    // Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
+    let fd = open_beneath(&root, &names, OFlags::NONBLOCK).map_err(fail)?;
+    // The kind of what was opened, not of what the name pointed at a moment before.
+    let stat = rustix::fs::fstat(&fd).map_err(|_| fail(Refusal::NotFound))?;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Directory => return Err(fail(Refusal::WrongKind("a directory"))),
+        _ => return Err(fail(Refusal::WrongKind("not a regular file"))),
+    }
+    let file = std::fs::File::from(fd);
     let mut bytes = Vec::new();
     // One byte past the cap tells a file that is too large from one that fits exactly,
     // also when it grows while read.
@@ -253,11 +290,7 @@ fn read_blocking(
             json!({ "code": "file_too_large" }),
         ));
     }
-    let name = real
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("file")
-        .to_owned();
+    let name = names.last().copied().unwrap_or("file").to_owned();
     Ok(FileContent { name, bytes })
 }
 
@@ -270,26 +303,6 @@ fn content_type(bytes: &[u8]) -> &'static str {
         }
         None => "application/octet-stream",
     }
-}
-
-/// `Content-Disposition`: images and plain text may show in the browser; anything else
-/// is a download. The name is ASCII with quotes and controls replaced, plus the exact
-/// UTF-8 name in `filename*`.
-fn disposition(content_type: &str, name: &str) -> String {
-    let kind = if content_type.starts_with("image/") || content_type.starts_with("text/plain") {
-        "inline"
-    } else {
-        "attachment"
-    };
-    let ascii: String = name
-        .chars()
-        .map(|c| match c {
-            ' '..='~' if c != '"' && c != '\\' => c,
-            _ => '_',
-        })
-        .collect();
-    let encoded = percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
-    format!("{kind}; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
 }
 
 /// The workspace half of `AttachmentContent?FileUri=<relative path>`: the file's bytes,
@@ -321,19 +334,7 @@ pub async fn serve_file(
         Err(e) => return respond_envelope(session, ACTION, request_id, Err(e)).await,
     };
     let mime = content_type(&file.bytes);
-    let mut h = ResponseHeader::build(200, Some(7))?;
-    h.insert_header("content-type", mime)?;
-    h.insert_header("content-length", file.bytes.len().to_string())?;
-    h.insert_header("content-disposition", disposition(mime, &file.name))?;
-    h.insert_header("cache-control", "private, no-store")?;
-    h.insert_header("x-content-type-options", "nosniff")?;
-    // Opened directly, the file is inert: no script, no plugin, its own origin.
-    h.insert_header("content-security-policy", "default-src 'none'; sandbox")?;
-    crate::client::respond::drain(session).await;
-    session.write_response_header(Box::new(h), false).await?;
-    session
-        .write_response_body(Some(bytes::Bytes::from(file.bytes)), true)
-        .await
+    super::attachments::send_inert(session, mime, Some(&file.name), file.bytes).await
 }
 
 #[cfg(test)]
@@ -370,7 +371,7 @@ mod tests {
     }
 
     #[test]
-    fn symlinks_are_followed_only_inside_the_root() {
+    fn links_are_never_followed_and_only_regular_files_are_read() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().canonicalize().unwrap();
         let ws = base.join("ws");
@@ -379,25 +380,63 @@ mod tests {
         std::fs::write(base.join("secret.txt"), "s").unwrap();
         std::os::unix::fs::symlink(base.join("secret.txt"), ws.join("acct/out")).unwrap();
         std::os::unix::fs::symlink(ws.join("acct/sub/a.txt"), ws.join("acct/in")).unwrap();
+        std::os::unix::fs::symlink(&base, ws.join("acct/up")).unwrap();
         std::fs::create_dir_all(ws.join("other")).unwrap();
         std::os::unix::fs::symlink(&base, ws.join("evil")).unwrap();
+        std::os::unix::fs::symlink(ws.join("other"), ws.join("alias")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            ws.join("acct/pipe"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
 
-        let root = account_root(&ws, "acct").unwrap();
-        assert_eq!(resolve(&root, "in").unwrap(), root.join("sub/a.txt"));
+        let read = |path: &str| read_blocking(&ws, "acct", path, 1024).map(|f| f.bytes);
+        assert_eq!(read("sub/a.txt").ok().unwrap(), b"a");
+        for link in ["in", "out", "up/secret.txt", "up/ws/acct/sub/a.txt"] {
+            let e = read(link).err().unwrap();
+            assert_eq!(e.status, 400, "{link}");
+            assert!(e.message.contains("symbolic link"), "{link}: {}", e.message);
+        }
+        let started = std::time::Instant::now();
+        let fifo = read("pipe").err().unwrap();
         assert_eq!(
-            resolve(&root, "out"),
-            Err(Refusal::Unsafe("it resolves outside the workspace"))
+            (
+                fifo.status,
+                started.elapsed() < std::time::Duration::from_secs(1)
+            ),
+            (400, true)
         );
-        assert_eq!(resolve(&root, "nope"), Err(Refusal::NotFound));
-        // An account root that is a symlink out of workspace_dir is no root.
-        assert_eq!(account_root(&ws, "evil"), None);
+        assert!(
+            fifo.message.contains("not a regular file"),
+            "{}",
+            fifo.message
+        );
+        assert_eq!(read("nope").err().unwrap().status, 404);
+        assert_eq!(read("sub").err().unwrap().status, 400);
+
+        let listed = list_blocking(&ws, "acct", "").unwrap();
+        let names: Vec<&str> = listed["Files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["Name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["sub"], "links and the FIFO are not listed");
+        assert!(list_blocking(&ws, "acct", "up").is_err());
+        // An account root that is a link (out of workspace_dir or not) is no root.
+        assert!(account_root(&ws, "evil").is_none());
+        assert!(account_root(&ws, "alias").is_none());
+        assert!(account_root(&ws, "other").is_some());
         for bad in ["", ".", "..", "a/b", "a\\b"] {
-            assert_eq!(account_root(&ws, bad), None, "{bad:?}");
+            assert!(account_root(&ws, bad).is_none(), "{bad:?}");
         }
     }
 
     #[test]
-    fn content_is_typed_by_its_bytes_and_only_images_and_text_show_inline() {
+    fn content_is_typed_by_its_bytes() {
         assert_eq!(content_type(b"\x89PNG\r\n\x1a\n...."), "image/png");
         assert_eq!(content_type(b"%PDF-1.7"), "application/pdf");
         assert_eq!(
@@ -409,12 +448,5 @@ mod tests {
             "text/plain; charset=utf-8"
         );
         assert_eq!(content_type(b"\xff\xfe\x00"), "application/octet-stream");
-        assert_eq!(
-            disposition("image/png", "a.png"),
-            "inline; filename=\"a.png\"; filename*=UTF-8''a%2Epng"
-        );
-        assert!(disposition("application/pdf", "r\u{e9}sum\u{e9} \"x\".pdf").starts_with(
-            "attachment; filename=\"r_sum_ _x_.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9%20%22x%22%2Epdf"
-        ));
     }
 }

@@ -10,7 +10,11 @@
 //! path under another name. An encoded `/` or `\` (`%2F`, `%5C`) is refused when the path
 //! with it decoded is one Tether answers itself (a run, control, OpenAI or health path),
 //! so `/v1/chat%2Fcompletions` is neither a pass-through nor a run; elsewhere it is the
-//! agent's business and goes through unchanged.
+//! agent's business and goes through unchanged. A path that is another spelling of one
+//! Tether answers (an empty segment as in `/v1//responses`, a `;parameter` as in
+//! `/v1/chat/completions;x=1`, an escaped unreserved character as in
+//! `/v1/%63hat/completions`) is refused too, naming the spelling to send: routing, the
+//! site rule and the log see each of Tether's paths under one name only.
 
 use http::header::HOST;
 use pingora::http::RequestHeader;
@@ -117,7 +121,55 @@ pub fn check_path(path: &str, tether_path: impl Fn(&str) -> bool) -> Result<(), 
             "the path {path:?} has an encoded '/' or '\\' in a path Tether answers; send it unencoded"
         )));
     }
+    let canonical = canonical(path);
+    if canonical != path && tether_path(&canonical) {
+        return Err(HeadError::new(format!(
+            "the path {path:?} is another spelling of {canonical:?}; send {canonical:?}"
+        )));
+    }
     Ok(())
+}
+
+/// The one spelling of a path: empty segments dropped (a trailing `/` kept), `;`
+/// parameters cut from each segment, and escaped unreserved characters (RFC 3986 §2.3:
+/// letters, digits, `-._~`) decoded, as §6.2.2.2 says they are the same path.
+fn canonical(path: &str) -> String {
+    let segments: Vec<String> = path
+        .split('/')
+        .map(|segment| segment.split(';').next().unwrap_or_default())
+        .filter(|segment| !segment.is_empty())
+        .map(decode_unreserved)
+        .collect();
+    let mut out = format!("/{}", segments.join("/"));
+    if path.ends_with('/') && out != "/" {
+        out.push('/');
+    }
+    out
+}
+
+fn decode_unreserved(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = String::with_capacity(segment.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let decoded = (bytes[i] == b'%')
+            .then(|| segment.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+            .filter(|b| b.is_ascii_alphanumeric() || b"-._~".contains(b));
+        match decoded {
+            Some(b) => {
+                out.push(b as char);
+                i += 3;
+            }
+            None => {
+                let c = segment[i..].chars().next().unwrap_or('\0');
+                out.push(c);
+                i += c.len_utf8();
+            }
+        }
+    }
+    out
 }
 
 fn percent_decode(s: &str) -> String {
@@ -203,8 +255,33 @@ mod tests {
                 assert!(r.is_err(), "{bad}");
             }
         }
+        // Other spellings of Tether's paths, refused; the same of the agent's, passed.
+        for other in [
+            "/v1//responses",
+            "//v1/responses",
+            "/v1/%63hat/completions",
+            "/v1/chat/completions;x=1",
+            "/agentengine//api/v1/ListSessions",
+            "/v1/responses;",
+            "/%76%31/responses",
+        ] {
+            let e = check_path(other, tether).unwrap_err();
+            assert!(
+                e.message.contains("another spelling"),
+                "{other}: {}",
+                e.message
+            );
+        }
+        assert_eq!(
+            canonical("/v1/%63hat//completions;x=1/"),
+            "/v1/chat/completions/"
+        );
+        assert_eq!(canonical("/caf%C3%A9/%20"), "/caf%C3%A9/%20");
         for good in [
             "/",
+            "/x//y",
+            "/x;y",
+            "/%61gent",
             "/files/a%2Fb",
             "/v1/responses",
             "/a/.b/..c/",

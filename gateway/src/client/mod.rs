@@ -8,4 +8,5 @@ pub mod grpc;
 pub mod head;
 pub mod reply;
 pub mod respond;
+pub mod site;
 pub mod stream;

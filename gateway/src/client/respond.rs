@@ -84,6 +84,17 @@ pub async fn malformed_head(session: &mut Session, message: &str) -> Result<()> 
     session.write_response_body(Some(body), true).await
 }
 
+/// A response without a body (a CORS preflight's grant), with the given headers.
+pub async fn empty(session: &mut Session, status: u16, headers: &[(&str, &str)]) -> Result<()> {
+    let mut h = ResponseHeader::build(status, Some(1 + headers.len()))?;
+    h.insert_header("content-length", "0")?;
+    for (name, value) in headers {
+        h.insert_header(name.to_string(), *value)?;
+    }
+    drain(session).await;
+    session.write_response_header(Box::new(h), true).await
+}
+
 /// A complete response with a body of any type (an agent's answer relayed as it came).
 pub async fn bytes(
     session: &mut Session,

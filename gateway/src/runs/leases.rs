@@ -33,13 +33,14 @@ impl Runs {
     }
 
     async fn heartbeat(&self) {
-        let ids: Vec<String> = self
+        let keys: Vec<(String, String)> = self
             .active()
-            .by_invocation
+            .by_run
             .iter()
             .filter(|(_, r)| r.leased && !r.finishing)
-            .map(|(id, _)| id.clone())
+            .map(|(key, _)| key.clone())
             .collect();
+        let ids: Vec<String> = keys.iter().map(|(_, id)| id.clone()).collect();
         if ids.is_empty() {
             return;
         }
@@ -58,11 +59,11 @@ impl Runs {
                 return;
             }
         };
-        for id in &ids {
+        for (account_id, id) in &keys {
             match renewed.iter().find(|r| &r.invocation_id == id) {
                 Some(r) if r.cancel_requested => {
                     tracing::info!(invocation_id = %id, "cancel requested through another replica");
-                    self.stop(id, Stop::Cancel);
+                    self.stop(account_id, id, Stop::Cancel);
                 }
                 Some(_) => {}
                 // Closed under us (or finished between the listing and the update: then
@@ -70,12 +71,12 @@ impl Runs {
                 None => {
                     if self
                         .active()
-                        .by_invocation
-                        .get(id)
+                        .by_run
+                        .get(&(account_id.clone(), id.clone()))
                         .is_some_and(|r| !r.finishing)
                     {
                         tracing::warn!(invocation_id = %id, "run lease lost; stopping the run");
-                        self.stop(id, Stop::LeaseLost);
+                        self.stop(account_id, id, Stop::LeaseLost);
                     }
                 }
             }
@@ -119,7 +120,11 @@ impl Runs {
                 let open: Vec<_> = {
                     let active = self.active();
                     open.into_iter()
-                        .filter(|inv| !active.by_invocation.contains_key(&inv.invocation_id))
+                        .filter(|inv| {
+                            !active
+                                .by_run
+                                .contains_key(&(inv.account_id.clone(), inv.invocation_id.clone()))
+                        })
                         .collect()
                 };
                 if let Err(error) =
@@ -155,13 +160,13 @@ impl Runs {
     pub async fn drain(&self, grace: Duration) {
         self.active().closed = true;
         if !self.until_idle(grace).await {
-            let ids: Vec<String> = self.active().by_invocation.keys().cloned().collect();
+            let keys: Vec<(String, String)> = self.active().by_run.keys().cloned().collect();
             tracing::warn!(
-                runs = ids.len(),
+                runs = keys.len(),
                 "closing runs still going at shutdown as interrupted"
             );
-            for id in ids {
-                self.stop(&id, Stop::Shutdown);
+            for (account_id, id) in keys {
+                self.stop(&account_id, &id, Stop::Shutdown);
             }
             // Their supervisors write the terminal statuses.
             self.until_idle(Duration::from_secs(2)).await;

@@ -156,9 +156,18 @@ pub struct ResumeFrom {
     pub history: Vec<Item>,
 }
 
+/// A live run's key in the registry: (account_id, invocation_id). Every lookup names the
+/// account, so an id that another account also holds (an imported copy) never reaches
+/// this account's run.
+type RunKey = (String, String);
+
+fn key(account_id: &str, invocation_id: &str) -> RunKey {
+    (account_id.to_owned(), invocation_id.to_owned())
+}
+
 #[derive(Default)]
 struct Active {
-    by_invocation: HashMap<String, ActiveRun>,
+    by_run: HashMap<RunKey, ActiveRun>,
     closed: bool,
 }
 
@@ -323,17 +332,17 @@ impl Runs {
         session_id: &str,
     ) -> Option<(String, String)> {
         self.active()
-            .by_invocation
+            .by_run
             .iter()
             .find(|(_, r)| r.session_key.0 == account_id && r.session_key.1 == session_id)
-            .map(|(inv, r)| (r.run_id.clone(), inv.clone()))
+            .map(|((_, inv), r)| (r.run_id.clone(), inv.clone()))
     }
 
     /// Whether a run of the session is running on this gateway, not counting one whose
     /// end is being written (its client may have its answer already).
     pub fn running_in_session(&self, account_id: &str, session_id: &str) -> bool {
         self.active()
-            .by_invocation
+            .by_run
             .values()
             .any(|r| !r.finishing && r.session_key.0 == account_id && r.session_key.1 == session_id)
     }
@@ -359,7 +368,7 @@ impl Runs {
     }
 
     pub fn active_count(&self) -> usize {
-        self.active().by_invocation.len()
+        self.active().by_run.len()
     }
 
     /// Starts the run `run_id` (chosen by the caller, so that an idempotency key can name
@@ -444,7 +453,7 @@ impl Runs {
                     return Err(StartError::ShuttingDown);
                 }
                 let busy = active
-                    .by_invocation
+                    .by_run
                     .values()
                     .find(|r| r.session_key == session_key);
                 match busy {
@@ -457,7 +466,7 @@ impl Runs {
                             leased: false,
                             agent_ref: None,
                         };
-                        active.by_invocation.insert(invocation_id.clone(), run);
+                        active.by_run.insert(key(account_id, &invocation_id), run);
                         break;
                     }
                     Some(run) if !run.finishing => {
@@ -482,7 +491,11 @@ impl Runs {
         };
         match self.store.claim(&claim).await {
             Ok(Claimed::Granted) => {
-                if let Some(run) = self.active().by_invocation.get_mut(&invocation_id) {
+                if let Some(run) = self
+                    .active()
+                    .by_run
+                    .get_mut(&key(account_id, &invocation_id))
+                {
                     run.leased = true;
                 }
             }
@@ -491,11 +504,11 @@ impl Runs {
                 ..
             }) => {
                 tracing::info!(account_id, session_id, busy_invocation_id = %other, "session busy on another replica");
-                self.forget(&invocation_id);
+                self.forget(account_id, &invocation_id);
                 return Err(StartError::SessionBusy(session_id.to_owned()));
             }
             Err(e) => {
-                self.forget(&invocation_id);
+                self.forget(account_id, &invocation_id);
                 return Err(e.into());
             }
         }
@@ -513,7 +526,7 @@ impl Runs {
         let (history, committed) = match started {
             Ok(v) => v,
             Err(e) => {
-                self.forget(&invocation_id);
+                self.forget(account_id, &invocation_id);
                 return Err(e);
             }
         };
@@ -735,17 +748,30 @@ impl Runs {
     }
 
     /// The agent's handle for a run of this gateway, once the agent named it.
-    pub fn agent_ref(&self, invocation_id: &str) -> Option<String> {
+    pub fn agent_ref(&self, account_id: &str, invocation_id: &str) -> Option<String> {
         self.active()
-            .by_invocation
-            .get(invocation_id)
+            .by_run
+            .get(&key(account_id, invocation_id))
             .and_then(|r| r.agent_ref.clone())
+    }
+
+    /// Whether an invocation with this id is live on this gateway in any account (an
+    /// import must not adopt it).
+    pub fn is_live_anywhere(&self, invocation_id: &str) -> bool {
+        self.active()
+            .by_run
+            .keys()
+            .any(|(_, id)| id == invocation_id)
     }
 
     /// Remembers the agent's handle for a run, here and in the store (where clients of
     /// any replica find the run by it).
     async fn set_agent_ref(&self, run: &StartedRun, agent_ref: &str) {
-        if let Some(r) = self.active().by_invocation.get_mut(&run.invocation_id) {
+        if let Some(r) = self
+            .active()
+            .by_run
+            .get_mut(&key(&run.account_id, &run.invocation_id))
+        {
             r.agent_ref = Some(agent_ref.to_owned());
         }
         if let Err(error) = self
@@ -757,21 +783,30 @@ impl Runs {
         }
     }
 
-    fn forget(&self, invocation_id: &str) {
-        self.active().by_invocation.remove(invocation_id);
+    fn forget(&self, account_id: &str, invocation_id: &str) {
+        self.active().by_run.remove(&key(account_id, invocation_id));
         self.changed.notify_waiters();
     }
 
-    fn mark_finishing(&self, invocation_id: &str) {
-        if let Some(run) = self.active().by_invocation.get_mut(invocation_id) {
+    fn mark_finishing(&self, account_id: &str, invocation_id: &str) {
+        if let Some(run) = self
+            .active()
+            .by_run
+            .get_mut(&key(account_id, invocation_id))
+        {
             run.finishing = true;
         }
     }
 
-    /// Stops a running invocation of this gateway (idempotent). Returns whether it is
-    /// running here. The run stays active until its end is committed.
-    pub fn stop(&self, invocation_id: &str, why: Stop) -> bool {
-        match self.active().by_invocation.get_mut(invocation_id) {
+    /// Stops a running invocation of the account on this gateway (idempotent), for a
+    /// client, another replica or the gateway itself. Returns whether it is running here.
+    /// The run stays active until its end is committed.
+    pub fn stop(&self, account_id: &str, invocation_id: &str, why: Stop) -> bool {
+        match self
+            .active()
+            .by_run
+            .get_mut(&key(account_id, invocation_id))
+        {
             Some(run) => {
                 if let Some(stop) = run.stop.take() {
                     let _ = stop.send(why);
@@ -780,17 +815,6 @@ impl Runs {
             }
             None => false,
         }
-    }
-
-    /// Stops a run of this gateway on another replica's request (a cancel that reached the
-    /// wrong replica); ignores ids of other accounts.
-    pub fn stop_for(&self, account_id: &str, invocation_id: &str, why: Stop) -> bool {
-        let mine = self
-            .active()
-            .by_invocation
-            .get(invocation_id)
-            .is_some_and(|r| r.session_key.0 == account_id);
-        mine && self.stop(invocation_id, why)
     }
 
     /// Drives a run on a task of its own and writes down how it ended. The driver's task
@@ -815,7 +839,7 @@ impl Runs {
             Ok(why) = &mut stop => Box::pin(self.stop_driver(&run, cancel.as_ref(), why, &mut driver)).await,
         };
         Box::pin(self.record_end(&run, outcome)).await;
-        self.forget(&run.invocation_id);
+        self.forget(&run.account_id, &run.invocation_id);
         drop(permit);
     }
 
@@ -829,7 +853,7 @@ impl Runs {
         why: Stop,
         driver: &mut tokio::task::JoinHandle<Outcome>,
     ) -> Outcome {
-        let agent_ref = self.agent_ref(&run.invocation_id);
+        let agent_ref = self.agent_ref(&run.account_id, &run.invocation_id);
         let cancel = cancel.zip(agent_ref).map(|(cancel, r)| cancel(&r));
         let mut ended = false;
         if let (Stop::Cancel, Some(request)) = (why, cancel) {
@@ -896,7 +920,7 @@ impl Runs {
             metadata.insert(INPUT_SUPERSEDED.into(), json!(true));
         }
         // Where the next turn's adapter finds the agent's handle for this run.
-        if let Some(agent_ref) = self.agent_ref(&run.invocation_id) {
+        if let Some(agent_ref) = self.agent_ref(&run.account_id, &run.invocation_id) {
             metadata.insert("agent_ref".into(), json!(agent_ref));
         }
         let mut terminal = event(
@@ -907,7 +931,7 @@ impl Runs {
             terminal = terminal.with_metadata(Value::Object(metadata));
         }
         batch.push(terminal);
-        self.mark_finishing(&run.invocation_id);
+        self.mark_finishing(&run.account_id, &run.invocation_id);
         let commit = spans::commit("run_end", batch.len());
         if let Err(e) = self.writer.append(batch).instrument(commit).await {
             tracing::error!(error = %e, run_id = %run.run_id, "could not record the end of a run");

@@ -1,10 +1,12 @@
 //! The Pingora service: every request comes in here. Its head is checked first (see
-//! `client::head`); health checks and metrics are answered at once; everything else is
+//! `client::head`), then where it comes from (`client::site`: the Host rule on every
+//! request, the site rule and CORS preflights on Tether's own paths); health checks and metrics are answered at once; everything else is
 //! authenticated, rate-limited and routed (see `route`) to a run, a local API, or the
 //! agent through the proxy pipeline, whose remaining phases hand the exchange to
 //! `passthrough`.
 
 pub mod deadline;
+mod grant;
 mod health;
 pub mod listener;
 mod route;
@@ -21,7 +23,8 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, Result};
 use serde_json::json;
 
-use crate::client::{head, respond};
+use crate::client::{head, respond, site};
+use crate::error::ApiError;
 use crate::metrics::METRICS;
 use crate::passthrough::{self, Exchange};
 use crate::state::State;
@@ -51,6 +54,32 @@ impl Gateway {
         })
     }
 
+    /// The Host rule on every request; on Tether's own paths the site rule (recording a
+    /// CORS grant for a configured foreign origin) and the JSON content type.
+    fn check_site(&self, session: &mut Session, path: &str) -> Option<site::SiteError> {
+        let health = matches!(path, "/healthz" | "/readyz" | "/metrics");
+        let req = session.req_header();
+        if let Err(e) = self.state.host_rule.check(req, health) {
+            return Some(e);
+        }
+        if !self.tether_answers(path) {
+            return None;
+        }
+        let granted = match self.state.site_rule.check(req) {
+            Ok(granted) => granted,
+            Err(e) => return Some(e),
+        };
+        if let Err(e) = site::check_content_type(req) {
+            return Some(e);
+        }
+        if let Some(origin) = granted {
+            if let Some(grant) = session.downstream_modules_ctx.get_mut::<grant::Grant>() {
+                grant.origin = Some(origin);
+            }
+        }
+        None
+    }
+
     /// Whether Tether answers `path` itself (any method): health, metrics, the console,
     /// control, OpenAI run paths, and what the agent protocol's surface claims.
     fn tether_answers(&self, path: &str) -> bool {
@@ -61,6 +90,8 @@ impl Gateway {
             || path == "/v1/responses"
             || path == "/v1/chat/completions"
             || path.starts_with("/v1/responses/")
+            || path == "/v1/conversations"
+            || path.starts_with("/v1/conversations/")
             || self
                 .state
                 .protocol_surface
@@ -71,6 +102,13 @@ impl Gateway {
 #[async_trait]
 impl ProxyHttp for Gateway {
     type CTX = Ctx;
+
+    fn init_downstream_modules(&self, modules: &mut pingora::modules::http::HttpModules) {
+        // Pingora's default (response compression, off), plus the CORS grant.
+        modules
+            .add_module(pingora::modules::http::compression::ResponseCompressionBuilder::enable(0));
+        modules.add_module(Box::new(grant::GrantBuilder));
+    }
 
     fn new_ctx(&self) -> Ctx {
         Ctx {
@@ -96,6 +134,26 @@ impl ProxyHttp for Gateway {
             let req = session.req_header();
             (req.method.clone(), req.uri.path().to_owned())
         };
+        if let Some(e) = self.check_site(session, &path) {
+            tracing::info!(status = e.status, code = e.code, host = ?session.req_header().headers.get(http::header::HOST), origin = ?session.req_header().headers.get(http::header::ORIGIN), "refused a request by the host or site rule");
+            let e = ApiError::new(e.status, "invalid_request_error", e.code, e.message);
+            route::refuse_early(&self.state, session, &method, &path, e).await?;
+            return Ok(true);
+        }
+        if self.tether_answers(&path) && site::is_preflight(session.req_header()) {
+            // Only origins the site rule let through get here.
+            let req = session.req_header();
+            let origin = String::from_utf8_lossy(
+                req.headers
+                    .get(http::header::ORIGIN)
+                    .map_or(&b""[..], |o| o.as_bytes()),
+            )
+            .into_owned();
+            let pairs = site::preflight_grant(req, &origin);
+            let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            respond::empty(session, 204, &pairs).await?;
+            return Ok(true);
+        }
         match (method.clone(), path.as_str()) {
             (Method::GET, "/healthz") => {
                 respond::json(session, 200, &json!({ "status": "ok" }), &[]).await?;

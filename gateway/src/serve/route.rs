@@ -182,6 +182,19 @@ pub async fn route(
     }
 }
 
+/// A refusal made before authentication (the host and site rules), in the format of the
+/// API the path belongs to.
+pub async fn refuse_early(
+    state: &State,
+    session: &mut Session,
+    method: &Method,
+    path: &str,
+    e: ApiError,
+) -> Result<()> {
+    let area = Area::of(state, session, method, path);
+    refuse(session, area, path, e).await
+}
+
 /// Why the `x-session-id` header, when sent, is not a usable id. (Non-ASCII values were
 /// refused with the request head.)
 fn session_header_error(session: &Session) -> Option<crate::ids::IdError> {

@@ -204,7 +204,7 @@ fn api_keys_and_jwts_are_accepted_and_bad_jwts_are_not() {
 /// agent saw as x-account-id (a string, or an array when repeated).
 fn echo_raw(port: u16, header_lines: &str) -> Value {
     let request = format!(
-        "GET /echo HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {KEY_A}\r\n{header_lines}\r\n"
+        "GET /echo HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {KEY_A}\r\n{header_lines}\r\n"
     );
     let (raw, _) = raw_exchange(port, request.as_bytes(), Duration::from_secs(3));
     assert_eq!(

@@ -10,7 +10,7 @@ use crate::harness::*;
 use crate::interop::{interop_python, run_pytest_with};
 
 /// Debian's chromium, or `None` (a failure in CI) when it is not installed.
-fn chromium() -> Option<String> {
+pub fn chromium() -> Option<String> {
     let found = Command::new("sh")
         .args(["-c", "command -v chromium"])
         .output()
@@ -67,5 +67,10 @@ fn the_console_in_a_real_browser() {
         .env("TETHER_AGENT_URL", agent.url())
         .env("TETHER_SCREENSHOTS", &screenshots)
         .env("CHROMIUM", chromium);
-    run_pytest_with(pytest, &["tests/ui"], &[&tether, &with_auth]);
+    // tests/ui/test_web_origins.py needs gateways of its own: see `web_origins`.
+    run_pytest_with(
+        pytest,
+        &["tests/ui/test_console.py"],
+        &[&tether, &with_auth],
+    );
 }

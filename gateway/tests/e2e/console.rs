@@ -598,8 +598,8 @@ fn workspace_files_stay_inside_the_accounts_root() {
             )
         })
         .collect();
-    // Directories first, then names; the link out of the workspace and the one into B's
-    // directory are not listed; the link to a file inside is.
+    // Directories first, then names; links are not listed (none is ever followed, not
+    // even one to a file inside: it could be re-pointed between a check and a read).
     assert_eq!(
         names,
         vec![
@@ -610,7 +610,6 @@ fn workspace_files_stay_inside_the_accounts_root() {
             ("chart.png", false),
             ("page.html", false),
             ("report.pdf", false),
-            ("todo-link", false),
         ]
     );
     assert_eq!(root["Path"], "");
@@ -625,11 +624,11 @@ fn workspace_files_stay_inside_the_accounts_root() {
     assert_eq!(notes["Files"][1]["Path"], "notes/todo.txt");
     assert_eq!(notes["Files"][1]["SizeBytes"], 9);
 
-    // Reading: typed by content; only images and plain text inline; never sniffable.
+    // Reading: typed by content; only images and plain text inline; never sniffable,
+    // never embeddable by another site, sandboxed when opened.
     for (query, content_type, inline) in [
         ("notes/todo.txt", "text/plain; charset=utf-8", true),
         ("notes%2Ftodo.txt", "text/plain; charset=utf-8", true),
-        ("todo-link", "text/plain; charset=utf-8", true),
         ("chart.png", "image/png", true),
         ("page.html", "text/plain; charset=utf-8", true),
         ("report.pdf", "application/pdf", false),
@@ -642,6 +641,16 @@ fn workspace_files_stay_inside_the_accounts_root() {
         assert_eq!(
             r.header("x-content-type-options"),
             Some("nosniff"),
+            "{query}"
+        );
+        assert_eq!(
+            r.header("cross-origin-resource-policy"),
+            Some("same-origin"),
+            "{query}"
+        );
+        assert_eq!(
+            r.header("content-security-policy"),
+            Some("default-src 'none'; sandbox"),
             "{query}"
         );
         let disposition = r.header("content-disposition").unwrap();
@@ -693,6 +702,7 @@ fn workspace_files_stay_inside_the_accounts_root() {
         ("escape", "escape"),
         ("to-b/secret.txt", "to-b/secret.txt"),
         ("to-b", "to-b"),
+        ("todo-link", "todo-link"),
     ];
     for (query, path) in table {
         let r = content(KEY_A, query);
@@ -709,7 +719,7 @@ fn workspace_files_stay_inside_the_accounts_root() {
             "ListWorkspaceFiles",
             json!({ "Path": path }),
         );
-        // A symlink to a file is refused for leaving the root before it is found a file.
+        // A link is refused as a link, whatever it points at.
         let d = refused(&listed, 400, "ListWorkspaceFiles");
         assert_eq!(
             d["code"], "path_not_allowed",

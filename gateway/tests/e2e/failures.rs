@@ -248,7 +248,7 @@ fn a_finished_stream_leaves_the_connection_usable() {
     let mut tcp = std::net::TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let body = Surface::Chat.body("hello", None, true).to_string();
-    write!(tcp, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    write!(tcp, "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     while !seen.ends_with(b"0\r\n\r\n") {
@@ -263,7 +263,7 @@ fn a_finished_stream_leaves_the_connection_usable() {
     let head = String::from_utf8_lossy(&seen).to_lowercase();
     assert!(head.contains("transfer-encoding: chunked"), "{head}");
     assert!(head.contains("data: [done]"));
-    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let n = tcp.read(&mut buf).unwrap();
     assert!(

@@ -111,34 +111,34 @@ fn a_malformed_request_head_gets_400_with_connection_close_and_reaches_nobody() 
         ),
         (
             "non-ASCII session id",
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nx-session-id: s\u{e9}ance\r\ncontent-length: 2\r\n\r\n{}"
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nx-session-id: s\u{e9}ance\r\ncontent-length: 2\r\n\r\n{}"
                 .as_bytes()
                 .to_vec(),
             "x-session-id",
         ),
         (
             "CL and TE",
-            b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
+            b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
             "content-length",
         ),
         (
             "an encoded slash in a run path",
-            b"POST /v1/chat%2Fcompletions HTTP/1.1\r\nHost: t\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+            b"POST /v1/chat%2Fcompletions HTTP/1.1\r\nHost: localhost\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
             "path",
         ),
         (
             "an encoded slash in a control path",
-            b"POST /agentengine/api%2Fv1/ListSessions HTTP/1.1\r\nHost: t\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+            b"POST /agentengine/api%2Fv1/ListSessions HTTP/1.1\r\nHost: localhost\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
             "path",
         ),
         (
             "a dot segment",
-            b"GET /x/../v1/responses HTTP/1.1\r\nHost: t\r\n\r\n".to_vec(),
+            b"GET /x/../v1/responses HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec(),
             "dot segment",
         ),
         (
             "an encoded dot segment",
-            b"GET /x/%2e%2E/echo HTTP/1.1\r\nHost: t\r\n\r\n".to_vec(),
+            b"GET /x/%2e%2E/echo HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec(),
             "dot segment",
         ),
     ];
@@ -171,7 +171,7 @@ fn a_malformed_request_head_gets_400_with_connection_close_and_reaches_nobody() 
     // An encoded slash outside Tether's own paths is the agent's business.
     let (raw, _) = raw_exchange(
         tether.port,
-        b"GET /files/a%2Fb HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        b"GET /files/a%2Fb HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
         Duration::from_secs(3),
     );
     assert_eq!(
@@ -186,10 +186,10 @@ fn a_malformed_request_head_gets_400_with_connection_close_and_reaches_nobody() 
 fn pipelined_requests_are_answered_in_order() {
     let (_store, agent, tether) = chat_gateway(&[]);
     let _ = &agent;
-    let request = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n\
-GET /echo?n=2 HTTP/1.1\r\nHost: t\r\n\r\n\
-POST /agentengine/api/v1/ListSessions HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}\
-GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n\
+GET /echo?n=2 HTTP/1.1\r\nHost: localhost\r\n\r\n\
+POST /agentengine/api/v1/ListSessions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}\
+GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     let mut s = TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
     s.write_all(request).unwrap();
     let (raw, closed) = read_until_closed(&mut s, Duration::from_secs(5));
@@ -208,7 +208,7 @@ fn an_oversized_chunked_pass_through_body_reaches_nothing() {
     // 300 KB in 10 KB chunks: the limit is crossed well past Pingora's 64 KiB replay
     // buffer, where bytes used to stream to the agent before the 413.
     let mut request =
-        b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        b"POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..30 {
         request.extend_from_slice(format!("{:x}\r\n", 10_000).as_bytes());
         request.extend_from_slice(&[b'z'; 10_000]);
@@ -225,7 +225,7 @@ fn an_oversized_chunked_pass_through_body_reaches_nothing() {
     assert_eq!(raw_json(&raw)["error"]["code"], "request_too_large");
     // With Content-Length too.
     let mut request = format!(
-        "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
         300_000
     )
     .into_bytes();
@@ -266,7 +266,7 @@ fn a_large_pass_through_body_within_the_limit_arrives_whole() {
             format!("Content-Length: {}", body.len())
         };
         let mut request = format!(
-            "POST /echo?chunked={chunked} HTTP/1.1\r\nHost: t\r\nx-session-id: big-{chunked}\r\nConnection: close\r\n{framing}\r\n\r\n"
+            "POST /echo?chunked={chunked} HTTP/1.1\r\nHost: localhost\r\nx-session-id: big-{chunked}\r\nConnection: close\r\n{framing}\r\n\r\n"
         )
         .into_bytes();
         if chunked {
@@ -321,7 +321,8 @@ fn the_header_deadline_holds_past_64_kib() {
     let (_store, _agent, tether) = chat_gateway(&["--conf", &conf.arg()]);
     let mut s = TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
     let started = Instant::now();
-    s.write_all(b"GET /echo HTTP/1.1\r\nHost: t\r\n").unwrap();
+    s.write_all(b"GET /echo HTTP/1.1\r\nHost: localhost\r\n")
+        .unwrap();
     s.write_all(format!("X-Long: {}\r\n", "a".repeat(70_000)).as_bytes())
         .unwrap();
     let mut closed = false;
@@ -373,7 +374,7 @@ fn a_body_trickling_at_40_bytes_a_second_is_cut_off_on_run_and_control_paths() {
         let mut s = TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
         s.write_all(
             format!(
-                "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
                 padded.len()
             )
             .as_bytes(),

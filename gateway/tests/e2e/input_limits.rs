@@ -55,7 +55,7 @@ fn oversized_and_deep_bodies_are_refused_on_every_path() {
     assert_eq!(r.json()["error"]["code"], "request_too_large");
     // A chunked pass-through body has no Content-Length: counted as it streams.
     let chunked = format!(
-        "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nx-session-id: big2\r\n\r\n{:x}\r\n{}\r\n0\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nx-session-id: big2\r\n\r\n{:x}\r\n{}\r\n0\r\n\r\n",
         3000,
         "y".repeat(3000)
     );
@@ -98,7 +98,9 @@ fn a_client_that_never_finishes_its_headers_is_cut_off() {
     let mut trickle = std::net::TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
     let started = Instant::now();
     let mut closed = false;
-    for b in b"GET /echo HTTP/1.1\r\nHost: t\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n" {
+    for b in
+        b"GET /echo HTTP/1.1\r\nHost: localhost\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"
+    {
         if trickle.write_all(&[*b]).is_err() {
             closed = true;
             break;
@@ -121,7 +123,7 @@ fn a_body_that_trickles_in_is_refused_and_writes_nothing() {
         .body("hello there", None, false)
         .to_string();
     let head = format!(
-        "POST /v1/responses HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len() + 2000
     );
     let mut s = std::net::TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
@@ -137,7 +139,7 @@ fn a_body_that_trickles_in_is_refused_and_writes_nothing() {
     // Pass-through too: the body is cut off, no 2xx.
     let mut s = std::net::TcpStream::connect(("127.0.0.1", tether.port)).unwrap();
     s.write_all(
-        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\nx-session-id: slow\r\n\r\nabc",
+        b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000\r\nx-session-id: slow\r\n\r\nabc",
     )
     .unwrap();
     let (got, _) = read_until_closed(&mut s, Duration::from_secs(5));

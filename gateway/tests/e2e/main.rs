@@ -36,3 +36,4 @@ mod smuggling;
 mod tour;
 mod traces;
 mod upgrade;
+mod web_origins;

@@ -265,7 +265,7 @@ fn chunked_pass_through_bodies_of_any_size_are_forwarded_whole_and_recorded() {
         wire.extend_from_slice(b"0\r\n\r\n");
         let session = format!("chunked-{name}");
         let mut request = format!(
-            "POST /echo?case={name} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nx-session-id: {session}\r\nConnection: close\r\n\r\n"
+            "POST /echo?case={name} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nx-session-id: {session}\r\nConnection: close\r\n\r\n"
         )
         .into_bytes();
         request.extend_from_slice(&wire);

@@ -8,13 +8,13 @@ use std::time::Duration;
 use crate::harness::*;
 
 /// A request hidden in the body of the outer one; it must never reach the agent.
-const SMUGGLED: &str = "GET /echo?smuggled=1 HTTP/1.1\r\nHost: t\r\n\r\n";
+const SMUGGLED: &str = "GET /echo?smuggled=1 HTTP/1.1\r\nHost: localhost\r\n\r\n";
 
 #[test]
 fn ambiguous_framing_is_refused_and_nothing_is_smuggled() {
     let (store, agent, tether) = chat_gateway(&[]);
     let post = |headers: &str, body: &str| {
-        format!("POST /echo?outer=1 HTTP/1.1\r\nHost: t\r\n{headers}\r\n{body}")
+        format!("POST /echo?outer=1 HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n{body}")
     };
     let cases: Vec<(&str, String)> = vec![
         ("CL + TE", post("Content-Length: 4\r\nTransfer-Encoding: chunked\r\n", &format!("0\r\n\r\n{SMUGGLED}"))),
@@ -31,11 +31,11 @@ fn ambiguous_framing_is_refused_and_nothing_is_smuggled() {
         ("TE space before colon", post("Transfer-Encoding : chunked\r\n", &format!("0\r\n\r\n{SMUGGLED}"))),
         ("TE vertical tab", post("Transfer-Encoding:\x0bchunked\r\n", &format!("0\r\n\r\n{SMUGGLED}"))),
         ("chunk-size overflow", post("Transfer-Encoding: chunked\r\n", &format!("ffffffffffffffffff\r\nab\r\n0\r\n\r\n{SMUGGLED}"))),
-        ("bare LF", format!("POST /echo?outer=1 HTTP/1.1\nHost: t\nContent-Length: 0\n\n{SMUGGLED}")),
-        ("bare LF in one header", format!("GET /echo?outer=1 HTTP/1.1\r\nHost: t\nX-A: b\r\n\r\n{SMUGGLED}")),
+        ("bare LF", format!("POST /echo?outer=1 HTTP/1.1\nHost: localhost\nContent-Length: 0\n\n{SMUGGLED}")),
+        ("bare LF in one header", format!("GET /echo?outer=1 HTTP/1.1\r\nHost: localhost\nX-A: b\r\n\r\n{SMUGGLED}")),
         ("obs-fold", post("X-Fold: a\r\n Transfer-Encoding: chunked\r\nContent-Length: 0\r\n", SMUGGLED)),
         ("obs-fold of TE", post("Transfer-Encoding:\r\n chunked\r\n", &format!("0\r\n\r\n{SMUGGLED}"))),
-        ("HTTP/1.0 with TE", format!("POST /echo?outer=1 HTTP/1.0\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{SMUGGLED}")),
+        ("HTTP/1.0 with TE", format!("POST /echo?outer=1 HTTP/1.0\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{SMUGGLED}")),
     ];
     let mut failures = Vec::new();
     for (name, request) in &cases {
@@ -72,7 +72,7 @@ fn ambiguous_framing_is_refused_and_nothing_is_smuggled() {
     // A well-formed request still works, on a fresh connection.
     let ok = raw_exchange(
         tether.port,
-        b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
         Duration::from_secs(3),
     );
     assert_eq!(

@@ -211,6 +211,25 @@ pub(crate) const INVOCATION: &str = concat!(
     " FROM invocations WHERE account_id = $1 AND invocation_id = $2"
 );
 
+/// Which of `ids` an account other than `account_id` holds (one is enough).
+pub(crate) fn invocation_known_elsewhere<'q, DB: Database>(
+    account_id: &'q str,
+    ids: &'q [String],
+) -> QueryBuilder<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+{
+    let mut q = QueryBuilder::new("SELECT invocation_id FROM invocations WHERE account_id <> ");
+    q.push_bind(account_id);
+    q.push(" AND invocation_id IN (");
+    let mut list = q.separated(", ");
+    for id in ids {
+        list.push_bind(id.as_str());
+    }
+    q.push(") LIMIT 1");
+    q
+}
+
 /// The most recent invocation of a `keyed` account and agent handle.
 pub(crate) const INVOCATION_BY_AGENT_REF: &str = concat!(
     "SELECT ",

@@ -729,6 +729,21 @@ impl Store for SqliteStore {
         row.as_ref().map(sql::invocation_from_row).transpose()
     }
 
+    async fn invocation_known_elsewhere(
+        &self,
+        account_id: &str,
+        invocation_ids: &[String],
+    ) -> Result<Option<String>, StoreError> {
+        if invocation_ids.is_empty() {
+            return Ok(None);
+        }
+        let row = sql::invocation_known_elsewhere(account_id, invocation_ids)
+            .build()
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get::<String, _>(0)).transpose()?)
+    }
+
     async fn set_agent_ref(
         &self,
         account_id: &str,

@@ -1485,6 +1485,17 @@ impl Store for JournaledStore {
         self.inner.merge_invocation(inv).await
     }
 
+    async fn invocation_known_elsewhere(
+        &self,
+        account_id: &str,
+        invocation_ids: &[String],
+    ) -> Result<Option<String>, StoreError> {
+        self.inner
+            .pg
+            .invocation_known_elsewhere(account_id, invocation_ids)
+            .await
+    }
+
     async fn set_agent_ref(
         &self,
         account_id: &str,
