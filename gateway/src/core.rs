@@ -287,4 +287,12 @@ impl Store for CoreStore {
         let (a, sid) = (account_id.to_owned(), session_id.map(str::to_owned));
         delegate!(self, |s| s.list_feedback(&a, sid.as_deref(), offset, limit))
     }
+
+    async fn remove(
+        &self,
+        removal: &session_log::Removal,
+    ) -> Result<session_log::Deletion, StoreError> {
+        let removal = removal.clone();
+        delegate!(self, |s| s.remove(&removal))
+    }
 }

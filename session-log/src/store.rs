@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
+use crate::removal::{Deletion, Removal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -459,4 +460,9 @@ pub trait Store: Send + Sync + 'static {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Feedback>, i64), StoreError>;
+
+    /// Removes what `removal` names (a session, a user's or an account's data) and writes
+    /// its audit row, in one transaction; refuses, changing nothing, a session with a run
+    /// in progress or with forks left behind (see [`crate::removal`]).
+    async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError>;
 }

@@ -80,7 +80,7 @@ fn lexical(path: &str) -> Result<Vec<&str>, Refusal> {
 /// The account's root, canonical, if the account id can name a directory and the root
 /// is a directory inside `workspace_dir` (a symlinked account root leaving it is refused
 /// like any other).
-fn account_root(workspace_dir: &Path, account_id: &str) -> Option<PathBuf> {
+pub(super) fn account_root(workspace_dir: &Path, account_id: &str) -> Option<PathBuf> {
     let plain = !account_id.is_empty()
         && account_id != "."
         && account_id != ".."

@@ -20,6 +20,7 @@ mod hardening;
 mod history;
 mod input_limits;
 mod interop;
+mod lifecycle;
 mod metrics;
 mod outage;
 mod passthrough;

@@ -2,7 +2,7 @@
 //! PostgreSQL behind the outage journal), what they share, and the factory that builds
 //! one from its configuration.
 //!
-//! `plan`, `sql`, `feedback` and `idempotency` are shared by both dialects and import no store; `sqlite` and
+//! `plan`, `sql`, `feedback`, `idempotency` and `removal` are shared by both dialects and import no store; `sqlite` and
 //! `postgres` import only those (and `claims`); `journal` builds on both stores, and
 //! `factory` on all three. Nothing here imports `factory` or `journal` back.
 
@@ -13,5 +13,6 @@ mod idempotency;
 pub mod journal;
 mod plan;
 pub mod postgres;
+mod removal;
 mod sql;
 pub mod sqlite;

@@ -15,9 +15,10 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{feedback, idempotency, sql};
+use super::{feedback, idempotency, removal, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::import;
+use crate::removal::{Deletion, Removal};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
     Invocation, Lease, Renewed, Store, StoreError,
@@ -945,6 +946,19 @@ impl Store for PgStore {
         limit: i64,
     ) -> Result<(Vec<Feedback>, i64), StoreError> {
         feedback::list(&self.pool, account_id, session_id, offset, limit).await
+    }
+
+    async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {
+        let now = plan::commit_time();
+        // A pooled connection: removals are rare, and the write connection's turns
+        // belong to the stream of commits.
+        let mut tx = self.pool.begin().await?;
+        let outcome =
+            removal::remove::<Postgres>(&mut tx, &removal::POSTGRES, removal, now).await?;
+        if matches!(outcome, Deletion::Removed(_)) {
+            tx.commit().await?;
+        }
+        Ok(outcome)
     }
 }
 

@@ -21,9 +21,10 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{feedback, idempotency, sql};
+use super::{feedback, idempotency, removal, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
+use crate::removal::{Deletion, Removal};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
     Invocation, Lease, Renewed, Store, StoreError,
@@ -943,6 +944,56 @@ impl Store for SqliteStore {
     ) -> Result<(Vec<Feedback>, i64), StoreError> {
         feedback::list(&self.pool, account_id, session_id, offset, limit).await
     }
+
+    async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {
+        let now = plan::commit_time();
+        let mut turn = self.write_turn().await?;
+        // Overwrite what the delete frees with zeros, so the file keeps none of the
+        // content; only for this transaction (appends free nothing worth the writes).
+        sqlx::query("PRAGMA secure_delete = ON")
+            .execute(&mut *turn)
+            .await?;
+        let outcome = remove_on(&mut turn, removal, now).await;
+        let reset = sqlx::query("PRAGMA secure_delete = OFF")
+            .execute(&mut *turn)
+            .await;
+        let outcome = outcome?;
+        reset?;
+        if matches!(outcome, Deletion::Removed(_)) {
+            // The WAL still holds the pages as they were before (and the zeroed ones):
+            // copy it into the file and empty it now rather than at the background
+            // checkpoint. A reader holding old frames makes this wait (up to the busy
+            // timeout) or leave them for the next checkpoint; either way the content
+            // leaves the WAL when it is next restarted.
+            match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(TRUNCATE)")
+                .fetch_one(&mut *turn)
+                .await
+            {
+                Ok((0, _, _)) => {}
+                Ok(_) => tracing::info!(
+                    "WAL not emptied after a delete (a reader held it); the next checkpoint copies it"
+                ),
+                Err(error) => tracing::warn!(%error, "WAL checkpoint after a delete failed"),
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// [`Store::remove`] in one transaction on the write connection.
+async fn remove_on(
+    conn: &mut SqliteConnection,
+    removal: &Removal,
+    now: DateTime<Utc>,
+) -> Result<Deletion, StoreError> {
+    // Deferred is enough: every write of this file goes through this connection, so
+    // nothing writes between the removal's reads and its deletes.
+    let mut tx = Connection::begin(conn).await?;
+    let outcome = removal::remove::<Sqlite>(&mut tx, &removal::SQLITE, removal, now).await?;
+    if matches!(outcome, Deletion::Removed(_)) {
+        tx.commit().await?;
+    }
+    Ok(outcome)
 }
 
 /// The pool reads go through. A connection to a file in this process does not go stale

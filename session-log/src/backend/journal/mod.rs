@@ -57,6 +57,7 @@ use super::postgres::{self, PgStore};
 use super::sql;
 use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
+use crate::removal::{Deletion, Removal, Scope};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
     Invocation, Lease, Renewed, Store, StoreError,
@@ -1753,5 +1754,39 @@ impl Store for JournaledStore {
             .pg
             .list_feedback(account_id, session_id, offset, limit)
             .await
+    }
+
+    // Removals are not journalled: a delete accepted while the journal holds events of a
+    // session it takes would be undone when the backfill writes them. So it is refused
+    // (the caller answers 503, to be retried) while PostgreSQL is down or the journal
+    // holds any such session, and goes to PostgreSQL otherwise.
+    async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {
+        let inner = &*self.inner;
+        if inner.degraded.load(Ordering::Relaxed) {
+            return Ok(Deletion::Journaled { session_id: None });
+        }
+        let journaled = |inner: &Inner| -> Option<String> {
+            let pending = inner.pending.lock().map(|p| p.clone()).unwrap_or_default();
+            let mut held: Vec<&Key> = pending
+                .iter()
+                .filter(|(account, session)| {
+                    *account == removal.account_id
+                        && match &removal.scope {
+                            Scope::Session(id) => session == id,
+                            // Which sessions a user's removal takes is known only to
+                            // PostgreSQL: any journalled session of the account may be one.
+                            Scope::User(_) | Scope::Account => true,
+                        }
+                })
+                .collect();
+            held.sort();
+            held.first().map(|(_, session)| session.clone())
+        };
+        if let Some(session_id) = journaled(inner) {
+            return Ok(Deletion::Journaled {
+                session_id: Some(session_id),
+            });
+        }
+        inner.pg.remove(removal).await
     }
 }
