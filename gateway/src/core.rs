@@ -288,6 +288,35 @@ impl Store for CoreStore {
         delegate!(self, |s| s.list_feedback(&a, sid.as_deref(), offset, limit))
     }
 
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<bool, StoreError> {
+        let (a, id) = (account_id.to_owned(), session_id.to_owned());
+        delegate!(self, |s| s.set_archived(&a, &id, at))
+    }
+
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let (a, id) = (account_id.to_owned(), session_id.to_owned());
+        delegate!(self, |s| s.archived_at(&a, &id))
+    }
+
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        let a = account_id.to_owned();
+        delegate!(self, |s| s.list_archived(&a, offset, limit))
+    }
+
     async fn remove(
         &self,
         removal: &session_log::Removal,

@@ -465,4 +465,29 @@ pub trait Store: Send + Sync + 'static {
     /// its audit row, in one transaction; refuses, changing nothing, a session with a run
     /// in progress or with forks left behind (see [`crate::removal`]).
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError>;
+
+    /// Archives (`at` set) or unarchives (`None`) a session of the account: an archived
+    /// session is read-only (no run starts in it) and left out of `list_sessions`.
+    /// Returns whether the account has the session.
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError>;
+
+    /// When the session was archived; `None` when active or unknown.
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError>;
+
+    /// The account's archived sessions, most recently updated first, and their count.
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError>;
 }

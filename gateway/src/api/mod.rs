@@ -3,6 +3,7 @@
 //! caller's account, and another account's id is "not found". This module reads the
 //! request and writes the envelope; each action family has a file of its own.
 
+mod archive;
 mod attachments;
 mod bootstrap;
 mod checkpoints;
@@ -55,6 +56,8 @@ const ACTIONS: &[&str] = &[
     "DeleteSession",
     "DeleteUserData",
     "DeleteAccountData",
+    "ArchiveSession",
+    "UnarchiveSession",
 ];
 
 /// Whether this API answers `action`.
@@ -277,6 +280,8 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "DeleteSession" => deletion::delete_session(call).await,
         "DeleteUserData" => deletion::delete_user_data(call).await,
         "DeleteAccountData" => deletion::delete_account_data(call).await,
+        "ArchiveSession" => archive::archive(call, true).await,
+        "UnarchiveSession" => archive::archive(call, false).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

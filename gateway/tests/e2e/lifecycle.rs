@@ -536,3 +536,94 @@ fn a_delete_during_a_postgres_outage_is_refused_until_the_journal_is_backfilled(
     });
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// An archived session is read-only (a run is refused in the surface's format, before
+/// anything reaches the agent or the log), hidden from the default listing, still
+/// readable, and restored as it was by `UnarchiveSession`.
+fn archive_is_read_only_hidden_and_restorable(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let api = Api::of(&tether);
+    let s = unique("arch");
+    chat(
+        &tether,
+        &s,
+        "My project is named zebra42. Reply with OK.",
+        &[],
+    );
+    store.wait_for_terminal("local", &s, 1);
+    let listed = |archived: bool| -> Vec<String> {
+        api.ok(
+            "ListSessions",
+            json!({ "PageSize": 100, "Archived": archived }),
+        )["Sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["SessionId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(listed(false).contains(&s));
+
+    let archived = api.ok("ArchiveSession", json!({ "SessionId": s }));
+    assert_eq!(archived["Archived"], true);
+    let at = archived["ArchivedAt"].clone();
+    assert!(at.is_string());
+    let again = api.ok("ArchiveSession", json!({ "SessionId": s }));
+    assert_eq!(
+        again["ArchivedAt"], at,
+        "archiving again keeps the first time"
+    );
+    assert!(
+        !listed(false).contains(&s),
+        "hidden from the default listing"
+    );
+    assert!(listed(true).contains(&s));
+
+    let (events, requests) = (store.events("local", &s).len(), agent.requests().len());
+    let refused = post_json(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("What is my project named?", Some(&s), false),
+    );
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "session_archived");
+    let (status, envelope) = api.call("CompactSession", json!({ "SessionId": s, "Summary": "x" }));
+    assert_eq!(status, 409);
+    assert_eq!(envelope["Data"]["code"], "session_archived");
+    assert_eq!(store.events("local", &s).len(), events, "nothing logged");
+    assert_eq!(
+        agent.requests().len(),
+        requests,
+        "nothing reached the agent"
+    );
+    // Still readable.
+    let page = api.ok("ListSessionEvents", json!({ "SessionId": s }));
+    assert_eq!(page["Events"].as_array().unwrap().len(), events);
+
+    let (status, _) = api.call("ArchiveSession", json!({ "SessionId": "no-such-session" }));
+    assert_eq!(status, 404);
+
+    let restored = api.ok("UnarchiveSession", json!({ "SessionId": s }));
+    assert_eq!(restored["Archived"], false);
+    assert!(listed(false).contains(&s));
+    assert!(!listed(true).contains(&s));
+    let reply = chat(&tether, &s, "What is my project named?", &[]);
+    assert_eq!(
+        Surface::Chat.text(&reply.json()),
+        "zebra42",
+        "its history is intact"
+    );
+}
+
+#[test]
+fn archive_is_read_only_hidden_and_restorable_sqlite() {
+    archive_is_read_only_hidden_and_restorable(StoreKind::Sqlite);
+}
+
+#[test]
+fn archive_is_read_only_hidden_and_restorable_postgres() {
+    archive_is_read_only_hidden_and_restorable(StoreKind::Postgres);
+}

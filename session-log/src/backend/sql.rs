@@ -126,14 +126,37 @@ where
 {
     sqlx::query(concat!(
         select_sessions!(),
-        "WHERE s.account_id = $1 ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
+        "WHERE s.account_id = $1 AND s.archived_at IS NULL \
+         ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
     ))
     .bind(account_id)
     .bind(non_negative(limit))
     .bind(non_negative(offset))
 }
 
-pub(crate) const COUNT_SESSIONS: &str = "SELECT COUNT(*) FROM sessions WHERE account_id = $1";
+/// `sessions`, of the archived ones only.
+pub(crate) fn archived_sessions<'q, DB: Database>(
+    account_id: &'q str,
+    offset: i64,
+    limit: i64,
+) -> Statement<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(concat!(
+        select_sessions!(),
+        "WHERE s.account_id = $1 AND s.archived_at IS NOT NULL \
+         ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
+    ))
+    .bind(account_id)
+    .bind(non_negative(limit))
+    .bind(non_negative(offset))
+}
+
+/// The count `sessions` pages: archived sessions are left out.
+pub(crate) const COUNT_SESSIONS: &str =
+    "SELECT COUNT(*) FROM sessions WHERE account_id = $1 AND archived_at IS NULL";
 
 /// Creates a session with `last_seq` 1 for the event its creator inserts next (`$1`
 /// account, `$2` session, `$3` now), unless the account has it already: then no row is

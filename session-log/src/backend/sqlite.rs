@@ -21,7 +21,7 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{feedback, idempotency, removal, sql};
+use super::{archive, feedback, idempotency, removal, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
@@ -943,6 +943,33 @@ impl Store for SqliteStore {
         limit: i64,
     ) -> Result<(Vec<Feedback>, i64), StoreError> {
         feedback::list(&self.pool, account_id, session_id, offset, limit).await
+    }
+
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError> {
+        let mut turn = self.write_turn().await?;
+        archive::set::<Sqlite, _>(&mut *turn, account_id, session_id, at).await
+    }
+
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        archive::archived_at::<Sqlite, _>(&self.pool, account_id, session_id).await
+    }
+
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        archive::list(&self.pool, account_id, offset, limit).await
     }
 
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {

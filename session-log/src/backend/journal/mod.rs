@@ -1756,6 +1756,33 @@ impl Store for JournaledStore {
             .await
     }
 
+    // Archiving is not journalled: while PostgreSQL is down it fails (503) and is retried.
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError> {
+        self.inner.pg.set_archived(account_id, session_id, at).await
+    }
+
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.inner.pg.archived_at(account_id, session_id).await
+    }
+
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        self.inner.pg.list_archived(account_id, offset, limit).await
+    }
+
     // Removals are not journalled: a delete accepted while the journal holds events of a
     // session it takes would be undone when the backfill writes them. So it is refused
     // (the caller answers 503, to be retried) while PostgreSQL is down or the journal
