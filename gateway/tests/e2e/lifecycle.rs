@@ -412,12 +412,44 @@ fn user_and_account_erasure(kind: StoreKind) {
     assert_eq!(none["Sessions"], 0);
     assert_eq!(store.session_count(&account), 2);
 
+    // Sessions whose events name an ADK user (imported as an ADK session records them).
+    let adk_session = |session: &str, user: &str| {
+        let meta = json!({ "adk": { "author": "assistant", "app_name": "app", "user_id": user } });
+        api.ok(
+            "ImportSession",
+            json!({ "SessionId": session, "Events": [
+                { "SeqId": 1, "EventType": "message", "Role": "user", "Content": { "text": "hi" },
+                  "Timestamp": "2026-01-05T10:00:00Z" },
+                { "SeqId": 2, "EventType": "message", "Role": "assistant", "Content": { "text": "hello" },
+                  "Metadata": meta, "Timestamp": "2026-01-05T10:00:01Z" }] }),
+        );
+    };
+    let (u1a, u1b, u2) = (unique("u1a"), unique("u1b"), unique("u2"));
+    adk_session(&u1a, "u1");
+    adk_session(&u1b, "u1");
+    adk_session(&u2, "u2");
+    let user = api.ok("DeleteUserData", json!({ "UserId": "u1" }));
+    let mut expected = vec![u1a.clone(), u1b.clone()];
+    expected.sort();
+    assert_eq!(user["SessionIds"], json!(expected));
+    assert_eq!(user["Events"], 4);
+    assert_eq!(
+        store.session_count(&account),
+        3,
+        "u2's and the two others stay"
+    );
+    assert_eq!(store.events(&account, &u1a).len(), 0);
+    assert_eq!(store.events(&account, &u2).len(), 2);
+    let audit = audit_row(&store, kind, user["DeletionId"].as_str().unwrap());
+    assert_eq!(audit["Scope"], "user");
+    assert_eq!(audit["Subject"], "u1");
+
     let (status, refused) = api.call("DeleteAccountData", json!({ "AccountId": "someone-else" }));
     assert_eq!(status, 400, "{refused}");
-    assert_eq!(store.session_count(&account), 2);
+    assert_eq!(store.session_count(&account), 3);
 
     let all = api.ok("DeleteAccountData", json!({ "AccountId": account }));
-    assert_eq!(all["Sessions"], 2);
+    assert_eq!(all["Sessions"], 3);
     assert_eq!(all["DeletedBy"], "key:ops");
     assert_eq!(all["WorkspaceFiles"], 1);
     assert_eq!(store.session_count(&account), 0);
@@ -626,4 +658,53 @@ fn archive_is_read_only_hidden_and_restorable_sqlite() {
 #[test]
 fn archive_is_read_only_hidden_and_restorable_postgres() {
     archive_is_read_only_hidden_and_restorable(StoreKind::Postgres);
+}
+
+/// `tether sessions delete` and `tether data delete-user|delete-account` as an operator
+/// runs them: a summary line (or the audit row with `--json`), one line on stderr and exit
+/// code 1 when refused.
+#[test]
+fn the_cli_deletes_and_says_what_it_removed() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let tether = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    let url = tether.url();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(args)
+            .args(["--url", &url])
+            .env_remove("TETHER_URL")
+            .env_remove("TETHER_API_KEY")
+            .env_remove("TETHER_LISTEN")
+            .output()
+            .expect("run tether")
+    };
+    let s = unique("cli-del");
+    chat(&tether, &s, "hello", &[]);
+    store.wait_for_terminal("local", &s, 1);
+    let out = cli(&["sessions", "delete", &s]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("deleted 1 session(s) (") && text.contains("; audit del_"),
+        "{text}"
+    );
+    assert_eq!(store.events("local", &s).len(), 0);
+    let out = cli(&["sessions", "delete", &s]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not found") && err.lines().count() == 1,
+        "{err}"
+    );
+    let out = cli(&["data", "delete-user", "nobody", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let audit: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(audit["Scope"], "user");
+    let out = cli(&["data", "delete-account", "not-local"]);
+    assert_eq!(out.status.code(), Some(1), "a wrong account is refused");
+    let out = cli(&["data", "delete-account", "local", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let audit: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(audit["Scope"], "account");
 }
