@@ -56,6 +56,8 @@ const CHECKPOINT_AFTER: Duration = Duration::from_secs(1);
 const OPEN_BY_SESSION: &str = "INDEXED BY invocations_open_by_session";
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the checkpoint after a delete waits for readers, holding up appends meanwhile.
+const CHECKPOINT_WAIT: Duration = Duration::from_millis(100);
 
 /// A session log in one SQLite database file.
 pub struct SqliteStore {
@@ -989,13 +991,19 @@ impl Store for SqliteStore {
         if matches!(outcome, Deletion::Removed(_)) {
             // The WAL still holds the pages as they were before (and the zeroed ones):
             // copy it into the file and empty it now rather than at the background
-            // checkpoint. A reader holding old frames makes this wait (up to the busy
-            // timeout) or leave them for the next checkpoint; either way the content
-            // leaves the WAL when it is next restarted.
-            match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(TRUNCATE)")
-                .fetch_one(&mut *turn)
-                .await
-            {
+            // checkpoint. Appends wait meanwhile, and a reader holding old frames would
+            // make the checkpoint wait for it: at most CHECKPOINT_WAIT, then the frames
+            // are left to the next checkpoint (the content leaves the WAL when it is next
+            // restarted).
+            let wait = format!("PRAGMA busy_timeout = {}", CHECKPOINT_WAIT.as_millis());
+            sqlx::query(&wait).execute(&mut *turn).await?;
+            let checkpoint =
+                sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .fetch_one(&mut *turn)
+                    .await;
+            let restore = format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis());
+            sqlx::query(&restore).execute(&mut *turn).await?;
+            match checkpoint {
                 Ok((0, _, _)) => {}
                 Ok(_) => tracing::info!(
                     "WAL not emptied after a delete (a reader held it); the next checkpoint copies it"
