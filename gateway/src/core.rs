@@ -317,6 +317,24 @@ impl Store for CoreStore {
         delegate!(self, |s| s.list_archived(&a, offset, limit))
     }
 
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let owner = owner.to_owned();
+        delegate!(self, |s| s.claim_sweep(&owner, lease))
+    }
+
+    async fn idle_sessions(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        delegate!(self, |s| s.idle_sessions(before, offset, limit))
+    }
+
     async fn remove(
         &self,
         removal: &session_log::Removal,

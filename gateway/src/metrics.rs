@@ -37,15 +37,16 @@ pub struct Metrics {
     /// Time from an event's commit to its frame being written to a client.
     forward_lag_us: Histogram,
     /// Hard deletes, by scope (`DELETION_SCOPES` order), and what they removed.
-    deletions: [AtomicU64; 3],
+    deletions: [AtomicU64; 4],
     deleted_sessions: AtomicU64,
     deleted_events: AtomicU64,
     /// Bytes removed: events' JSON, attachments, workspace files.
     deleted_bytes: [AtomicU64; 3],
 }
 
-/// The scopes of hard deletes, as `session_log::Scope::as_str` names them.
-const DELETION_SCOPES: [&str; 3] = ["session", "user", "account"];
+/// The scopes of hard deletes, as `session_log::Scope::as_str` names them, and the
+/// retention sweep's (one session each).
+const DELETION_SCOPES: [&str; 4] = ["session", "user", "account", "retention"];
 
 const TERMINAL: [RunStatus; 4] = [
     RunStatus::Completed,
@@ -178,7 +179,7 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
     labelled(
         out,
         ("tether_deleted_total", "counter"),
-        "Hard deletes this replica made (DeleteSession, DeleteUserData, DeleteAccountData), by scope.",
+        "Hard deletes this replica made (DeleteSession, DeleteUserData, DeleteAccountData; retention: sessions its sweeps removed), by scope.",
         "scope",
         DELETION_SCOPES
             .iter()

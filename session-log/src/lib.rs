@@ -11,6 +11,7 @@ pub mod history;
 pub mod hub;
 pub mod import;
 pub mod removal;
+pub mod retention;
 pub mod store;
 pub mod tail;
 pub mod writer;

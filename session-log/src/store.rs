@@ -490,4 +490,22 @@ pub trait Store: Send + Sync + 'static {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError>;
+
+    /// Takes or renews the retention sweeper's lease for `owner` (for `lease` from now),
+    /// unless another owner holds it: whether `owner` holds it, so exactly one replica
+    /// sweeps at a time.
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// (account, session) of sessions, across accounts, last active before `before`,
+    /// oldest first: `limit` of them after skipping `offset`.
+    async fn idle_sessions(
+        &self,
+        before: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StoreError>;
 }

@@ -64,30 +64,51 @@ fn respond(tether: &Tether, session: &str, content: Value) -> Value {
 }
 
 /// A query on the store's raw tables, answering one integer.
-fn raw_count(store: &TestStore, kind: StoreKind, sql: &str, bind: &str) -> i64 {
-    store.with_store(async |_| match kind {
-        StoreKind::Sqlite => {
-            let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", store.url))
-                .await
-                .unwrap();
-            let n = sqlx::query_scalar::<_, i64>(sql)
-                .bind(bind)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-            n
+fn raw_count(url: &str, kind: StoreKind, sql: &str, bind: &str) -> i64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match kind {
+            StoreKind::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&format!("sqlite://{url}"))
+                    .await
+                    .unwrap();
+                let n = sqlx::query_scalar::<_, i64>(sql)
+                    .bind(bind)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                pool.close().await;
+                n
+            }
+            StoreKind::Postgres => {
+                let pool = sqlx::PgPool::connect(url).await.unwrap();
+                let n = sqlx::query_scalar::<_, i64>(sql)
+                    .bind(bind)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                pool.close().await;
+                n
+            }
         }
-        StoreKind::Postgres => {
-            let pool = sqlx::PgPool::connect(&store.url).await.unwrap();
-            let n = sqlx::query_scalar::<_, i64>(sql)
-                .bind(bind)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-            n
-        }
+    })
+}
+
+/// Every event of a session in the store at `url`.
+fn events_at(url: &str, session: &str) -> Vec<session_log::Event> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = session_log::open(url).await.unwrap();
+        store
+            .events(&session_log::EventQuery::session("local", session))
+            .await
+            .unwrap()
     })
 }
 
@@ -131,7 +152,7 @@ fn rows_holding(store: &TestStore, kind: StoreKind, marker: &str) -> i64 {
         "SELECT COUNT(*) FROM deletions WHERE session_ids LIKE $1 OR subject LIKE $1",
     ]
     .iter()
-    .map(|sql| raw_count(store, kind, sql, &like))
+    .map(|sql| raw_count(&store.url, kind, sql, &like))
     .sum()
 }
 
@@ -322,7 +343,7 @@ fn hard_delete_of_a_crafted_session(kind: StoreKind) {
     let file_id = own_uri.trim_start_matches("tether-upload://");
     assert_eq!(
         raw_count(
-            &store,
+            &store.url,
             kind,
             "SELECT COUNT(*) FROM attachments WHERE file_id = $1",
             file_id
@@ -707,4 +728,141 @@ fn the_cli_deletes_and_says_what_it_removed() {
     assert!(out.status.success(), "{out:?}");
     let audit: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(audit["Scope"], "account");
+}
+
+/// `[retention]` with a 2 s maximum idle time, swept every second.
+fn retention_conf() -> Conf {
+    Conf::write("[retention]\nmax_idle_seconds = 2\nsweep_interval_seconds = 1\nsweep_batch = 1\n")
+}
+
+/// An idle session is swept (audit row by `retention`), a session whose live run is idle
+/// longer than the maximum is not, until the run has ended and the session idled again.
+fn retention_sweeps_idle_sessions_but_never_a_live_run(kind: StoreKind) {
+    // A store of its own: the sweep removes every idle session in it, other tests' too.
+    let (_sqlite, _cluster, url) = match kind {
+        StoreKind::Sqlite => {
+            let store = TestStore::new(kind).unwrap();
+            let url = store.url.clone();
+            (Some(store), None, url)
+        }
+        StoreKind::Postgres => {
+            let Some(cluster) = crate::outage::pg_cluster::Cluster::start() else {
+                return;
+            };
+            let url = cluster.url();
+            (None, Some(cluster), url)
+        }
+    };
+    let agent = FakeAgent::start();
+    let conf = retention_conf();
+    let tether = Tether::start(&agent.url(), "openai-chat", &url, &["--conf", &conf.arg()]);
+    let idle = unique("ret-idle");
+    chat(&tether, &idle, "hello", &[]);
+    // A live run that is silent for 3 s at a time: idle by its timestamps, but live.
+    let live = unique("ret-live");
+    let mut sse = SseStream::post(
+        &format!("{}/v1/chat/completions", tether.url()),
+        &Surface::Chat.body("slow:3:3000", Some(&live), true),
+    );
+    sse.next_event().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !events_at(&url, &idle).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle session was not swept"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Swept past its idle time while its run was still live: kept.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let during = events_at(&url, &live);
+    assert!(
+        !during.is_empty() && !during.iter().any(|e| e.is_terminal()),
+        "the live run's session is kept"
+    );
+    let audit = raw_count(
+        &url,
+        kind,
+        "SELECT COUNT(*) FROM deletions WHERE deleted_by = 'retention' AND subject = $1",
+        &idle,
+    );
+    assert_eq!(audit, 1, "one audit row by retention");
+    // The run ends; then the session idles out too.
+    while sse.next_event().is_some() {}
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !events_at(&url, &live).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ended session was not swept"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let metrics = get(&format!("{}/metrics", tether.url()), &[]).body;
+    assert!(
+        metrics.contains("tether_deleted_total{scope=\"retention\"} 2"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn retention_sweeps_idle_sessions_but_never_a_live_run_sqlite() {
+    retention_sweeps_idle_sessions_but_never_a_live_run(StoreKind::Sqlite);
+}
+
+#[test]
+fn retention_sweeps_idle_sessions_but_never_a_live_run_postgres() {
+    retention_sweeps_idle_sessions_but_never_a_live_run(StoreKind::Postgres);
+}
+
+/// Two replicas with retention on one PostgreSQL: one holds the sweeper's lease and
+/// sweeps; the other never does while it lives.
+#[test]
+fn exactly_one_replica_sweeps() {
+    // A cluster of its own: the sweep removes every idle session in it, other tests' too.
+    let Some(cluster) = crate::outage::pg_cluster::Cluster::start() else {
+        return;
+    };
+    let url = cluster.url();
+    let agent = FakeAgent::start();
+    let conf = retention_conf();
+    let start = |id: &str| {
+        Tether::start(
+            &agent.url(),
+            "openai-chat",
+            &url,
+            &["--conf", &conf.arg(), "--replica-id", id],
+        )
+    };
+    let (a, b) = (start("sweeper-a"), start("sweeper-b"));
+    let sessions: Vec<String> = (0..4).map(|_| unique("ret-two")).collect();
+    for (i, s) in sessions.iter().enumerate() {
+        chat(if i % 2 == 0 { &a } else { &b }, s, "hello", &[]);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sessions.iter().any(|s| !events_at(&url, s).is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "not swept");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let swept = |t: &Tether| -> u64 {
+        let metrics = get(&format!("{}/metrics", t.url()), &[]).body;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("tether_deleted_total{scope=\"retention\"} "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let (by_a, by_b) = (swept(&a), swept(&b));
+    assert!(
+        (by_a == 0) != (by_b == 0),
+        "one replica swept: a {by_a}, b {by_b}"
+    );
+    for s in &sessions {
+        let rows = raw_count(
+            &url,
+            StoreKind::Postgres,
+            "SELECT COUNT(*) FROM deletions WHERE deleted_by = 'retention' AND subject = $1",
+            s,
+        );
+        assert_eq!(rows, 1, "{s}");
+    }
 }

@@ -15,7 +15,7 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{archive, feedback, idempotency, removal, sql};
+use super::{archive, feedback, idempotency, removal, retention, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
@@ -972,6 +972,25 @@ impl Store for PgStore {
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
         archive::list(&self.pool, account_id, offset, limit).await
+    }
+
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now().timestamp_millis();
+        let until = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        retention::claim::<Postgres, _>(&self.pool, owner, now, until).await
+    }
+
+    async fn idle_sessions(
+        &self,
+        before: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        retention::idle(&self.pool, before, offset, limit).await
     }
 
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {

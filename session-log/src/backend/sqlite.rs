@@ -21,7 +21,7 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{archive, feedback, idempotency, removal, sql};
+use super::{archive, feedback, idempotency, removal, retention, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
@@ -972,6 +972,26 @@ impl Store for SqliteStore {
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
         archive::list(&self.pool, account_id, offset, limit).await
+    }
+
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now().timestamp_millis();
+        let until = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let mut turn = self.write_turn().await?;
+        retention::claim::<Sqlite, _>(&mut *turn, owner, now, until).await
+    }
+
+    async fn idle_sessions(
+        &self,
+        before: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        retention::idle(&self.pool, before, offset, limit).await
     }
 
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {

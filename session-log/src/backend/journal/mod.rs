@@ -1783,6 +1783,28 @@ impl Store for JournaledStore {
         self.inner.pg.list_archived(account_id, offset, limit).await
     }
 
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        // No sweep while anything is journalled: a session's activity there is not in
+        // PostgreSQL's `updated_at` yet, and its delete would be refused anyway.
+        if self.inner.degraded.load(Ordering::Relaxed) || self.inner.pending_count() > 0 {
+            return Ok(false);
+        }
+        self.inner.pg.claim_sweep(owner, lease).await
+    }
+
+    async fn idle_sessions(
+        &self,
+        before: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.inner.pg.idle_sessions(before, offset, limit).await
+    }
+
     // Removals are not journalled: a delete accepted while the journal holds events of a
     // session it takes would be undone when the backfill writes them. So it is refused
     // (the caller answers 503, to be retried) while PostgreSQL is down or the journal
