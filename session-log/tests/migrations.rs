@@ -41,6 +41,18 @@ const SQLITE: &[(i64, &str)] = &[
         9,
         "c72443ce002d3617dab141423a5dde24fb5519756a6b1860e0eb0e1ccca986f1f785711b622fb16a01a22f0c8f07426d",
     ),
+    (
+        10,
+        "b8ff3a2a66a049c7234f331f7982353ddc87cc9b03fc587fe938ce2b99d72d713ed91b86746fa896836f3fa5eb153a90",
+    ),
+    (
+        11,
+        "34354f90a7d313968f1caee99f6cf9ef87787ae622956e47407bf2cbd82c47f637a4c4bf65f4a7ed4922ee2a7af9d680",
+    ),
+    (
+        12,
+        "e278efb27bd2354f0c240d0af0c66390f4227733fd85b984c83a14d254a0fad22f313fad9f5f76efffccd48712ec2f26",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -86,6 +98,18 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         11,
         "9444a378eb247ac4752d46229b0acf69d63c52d0ebeea8aac6b47e6d0b5d08262c37fdd330876cd2f8b3e6662594f6d1",
+    ),
+    (
+        12,
+        "b47a66562d112c9c16586503162c7c9502874c822a5a2c759e6d5f769dd7740e02f0a83c6a6d0fae85efb761392ba234",
+    ),
+    (
+        13,
+        "2ea5bbfc01586be3bacf34855165681503abe93aa5a6c759eacf8ad674c44c0b65f6694122c58aacf11d93c149007c09",
+    ),
+    (
+        14,
+        "0be06b2a1b93df6dbe684d1b8f6ab34c69a34ed6013933b857be7ae6ca9ccf2fdb86c9d6e70dd0830ce7895a157c7813",
     ),
 ];
 

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{id_param, ActionResult, Call, ControlError};
 
 #[derive(Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[serde(rename_all = "PascalCase")]
 struct Params {
     session_id: String,
 }

@@ -20,7 +20,7 @@ use crate::metrics::METRICS;
 const JOURNALED_RETRY_SECONDS: u64 = 5;
 
 #[derive(Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[serde(rename_all = "PascalCase")]
 struct DeleteSession {
     session_id: String,
 }
@@ -33,7 +33,7 @@ pub async fn delete_session(call: &Call<'_>) -> ActionResult {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[serde(rename_all = "PascalCase")]
 struct DeleteUserData {
     user_id: String,
 }
@@ -47,7 +47,7 @@ pub async fn delete_user_data(call: &Call<'_>) -> ActionResult {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[serde(rename_all = "PascalCase")]
 struct DeleteAccountData {
     /// The caller's own account id, repeated: a wipe is never one mistyped action away.
     account_id: String,
