@@ -195,6 +195,10 @@ pub struct RetentionSettings {
     pub sweep_interval_seconds: Option<u64>,
     /// Sessions a sweep reads per page. [default: 100]
     pub sweep_batch: Option<u64>,
+    /// `[retention.accounts]`: `account_id = max_idle_seconds` for accounts with a maximum
+    /// of their own.
+    #[serde(default)]
+    pub accounts: std::collections::HashMap<String, u64>,
 }
 
 /// The `[compaction]` table; its flags and variables are prefixed with `compaction`.
@@ -758,6 +762,14 @@ impl Settings {
                         60,
                     )?),
                     batch: batch as i64,
+                    accounts: r
+                        .accounts
+                        .into_iter()
+                        .map(|(account, secs)| {
+                            let key = format!("retention.accounts.{account}");
+                            Ok((account, Duration::from_secs(positive(&key, Some(secs), 0)?)))
+                        })
+                        .collect::<Result<_, ConfigError>>()?,
                 })
             }
         };

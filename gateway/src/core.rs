@@ -331,7 +331,7 @@ impl Store for CoreStore {
         before: chrono::DateTime<chrono::Utc>,
         offset: i64,
         limit: i64,
-    ) -> Result<Vec<(String, String)>, StoreError> {
+    ) -> Result<Vec<(String, String, chrono::DateTime<chrono::Utc>)>, StoreError> {
         delegate!(self, |s| s.idle_sessions(before, offset, limit))
     }
 

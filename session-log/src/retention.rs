@@ -4,6 +4,7 @@
 //! `retention`). A session with a run in progress is never swept (its delete is refused),
 //! nor one whose forks still read it (it goes once they do).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ pub const BY: &str = "retention";
 pub struct RetentionConfig {
     /// Sessions whose last activity is older than this are removed.
     pub max_idle: Duration,
+    /// Accounts with a maximum of their own instead.
+    pub accounts: HashMap<String, Duration>,
     /// How often a sweep runs.
     pub interval: Duration,
     /// Sessions read per page of a sweep.
@@ -59,14 +62,26 @@ pub async fn sweep(
     if !store.claim_sweep(owner, config.interval * 2).await? {
         return Ok(0);
     }
-    let before = Utc::now() - chrono::Duration::from_std(config.max_idle).unwrap_or_default();
+    let now = Utc::now();
+    let cutoff = |idle: Duration| now - chrono::Duration::from_std(idle).unwrap_or_default();
+    // Read from the shortest maximum; a session of an account allowed longer is skipped.
+    let shortest = config
+        .accounts
+        .values()
+        .fold(config.max_idle, |a, b| a.min(*b));
+    let before = cutoff(shortest);
     let (mut count, mut skipped) = (0, 0);
     loop {
         let page = store.idle_sessions(before, skipped, config.batch).await?;
         if page.is_empty() {
             return Ok(count);
         }
-        for (account_id, session_id) in page {
+        for (account_id, session_id, active_at) in page {
+            let max_idle = config.accounts.get(&account_id).unwrap_or(&config.max_idle);
+            if active_at >= cutoff(*max_idle) {
+                skipped += 1;
+                continue;
+            }
             let removal = Removal {
                 deletion_id: new_id(),
                 account_id,

@@ -500,12 +500,12 @@ pub trait Store: Send + Sync + 'static {
         lease: std::time::Duration,
     ) -> Result<bool, StoreError>;
 
-    /// (account, session) of sessions, across accounts, last active before `before`,
-    /// oldest first: `limit` of them after skipping `offset`.
+    /// (account, session, last activity) of sessions, across accounts, last active
+    /// before `before`, oldest first: `limit` of them after skipping `offset`.
     async fn idle_sessions(
         &self,
         before: DateTime<Utc>,
         offset: i64,
         limit: i64,
-    ) -> Result<Vec<(String, String)>, StoreError>;
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError>;
 }

@@ -866,3 +866,30 @@ fn exactly_one_replica_sweeps() {
         assert_eq!(rows, 1, "{s}");
     }
 }
+
+/// An account's own maximum (`[retention.accounts]`) is swept by, whatever the default.
+#[test]
+fn an_account_s_own_maximum_idle_time_is_swept_by() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    let conf = Conf::write(
+        "[retention]\nmax_idle_seconds = 3600\nsweep_interval_seconds = 1\n\
+         [retention.accounts]\nlocal = 2\n",
+    );
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &store.url,
+        &["--conf", &conf.arg()],
+    );
+    let s = unique("ret-account");
+    chat(&tether, &s, "hello", &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !store.events("local", &s).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not swept by the account's maximum"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -989,7 +989,7 @@ impl Store for PgStore {
         before: DateTime<Utc>,
         offset: i64,
         limit: i64,
-    ) -> Result<Vec<(String, String)>, StoreError> {
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
         retention::idle(&self.pool, before, offset, limit).await
     }
 

@@ -33,7 +33,8 @@ where
     Ok(row.is_some())
 }
 
-/// (account, session) of sessions last active before `before`, oldest first. No index
+/// (account, session, last activity) of sessions last active before `before`, oldest
+/// first. No index
 /// serves it (one on `updated_at` would cost every append): a sweep reads the sessions
 /// table, which is small beside the log.
 pub(crate) async fn idle<DB>(
@@ -41,7 +42,7 @@ pub(crate) async fn idle<DB>(
     before: DateTime<Utc>,
     offset: i64,
     limit: i64,
-) -> Result<Vec<(String, String)>, StoreError>
+) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -49,10 +50,11 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> DateTime<Utc>: Decode<'r, DB>,
     usize: ColumnIndex<DB::Row>,
 {
     let rows = sqlx::query(
-        "SELECT account_id, session_id FROM sessions WHERE updated_at < $1 \
+        "SELECT account_id, session_id, updated_at FROM sessions WHERE updated_at < $1 \
          ORDER BY updated_at, account_id, session_id LIMIT $2 OFFSET $3",
     )
     .bind(before)
@@ -61,6 +63,6 @@ where
     .fetch_all(pool)
     .await?;
     rows.iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
         .collect()
 }

@@ -1801,7 +1801,7 @@ impl Store for JournaledStore {
         before: DateTime<Utc>,
         offset: i64,
         limit: i64,
-    ) -> Result<Vec<(String, String)>, StoreError> {
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
         self.inner.pg.idle_sessions(before, offset, limit).await
     }
 
