@@ -195,6 +195,26 @@ pub struct Settings {
     /// as well).
     #[arg(skip)]
     pub telemetry: Option<TelemetryConfig>,
+    /// `[retention]`: removal of idle sessions (file only). [default: off, kept forever]
+    #[arg(skip)]
+    pub retention: Option<RetentionSettings>,
+}
+
+/// The `[retention]` table (file only): how long an idle session is kept.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// Sessions with no activity for this long are removed (with an audit row by
+    /// `retention`). Required in the table.
+    pub max_idle_seconds: Option<u64>,
+    /// How often a sweep runs. [default: 60]
+    pub sweep_interval_seconds: Option<u64>,
+    /// Sessions a sweep reads per page. [default: 100]
+    pub sweep_batch: Option<u64>,
+    /// `[retention.accounts]`: `account_id = max_idle_seconds` for accounts with a maximum
+    /// of their own.
+    #[serde(default)]
+    pub accounts: std::collections::HashMap<String, u64>,
 }
 
 /// The `[compaction]` table; its flags and variables are prefixed with `compaction`.
@@ -383,6 +403,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub compaction: CompactionConfig,
     pub telemetry: Telemetry,
+    /// `None`: sessions are kept until deleted.
+    pub retention: Option<session_log::retention::RetentionConfig>,
 }
 
 /// The agent's base URL, split for the connector.
@@ -622,7 +644,8 @@ impl Settings {
             auth,
             rate_limits,
             limits,
-            telemetry
+            telemetry,
+            retention
         )
     }
 
@@ -766,6 +789,39 @@ impl Settings {
             // Heartbeats every third of the lease: below 1 s a slow commit loses it.
             return Err(bad("run_lease_seconds", "must be at least 3"));
         }
+        let retention = match self.retention {
+            None => None,
+            Some(r) => {
+                let max_idle = r.max_idle_seconds.ok_or_else(|| {
+                    bad("retention.max_idle_seconds", "is required in [retention]")
+                })?;
+                let batch = positive("retention.sweep_batch", r.sweep_batch, 100)?;
+                if batch > 10_000 {
+                    return Err(bad("retention.sweep_batch", "must be at most 10000"));
+                }
+                Some(session_log::retention::RetentionConfig {
+                    max_idle: Duration::from_secs(positive(
+                        "retention.max_idle_seconds",
+                        Some(max_idle),
+                        0,
+                    )?),
+                    interval: Duration::from_secs(positive(
+                        "retention.sweep_interval_seconds",
+                        r.sweep_interval_seconds,
+                        60,
+                    )?),
+                    batch: batch as i64,
+                    accounts: r
+                        .accounts
+                        .into_iter()
+                        .map(|(account, secs)| {
+                            let key = format!("retention.accounts.{account}");
+                            Ok((account, Duration::from_secs(positive(&key, Some(secs), 0)?)))
+                        })
+                        .collect::<Result<_, ConfigError>>()?,
+                })
+            }
+        };
         let telemetry = self.telemetry.unwrap_or_default();
         let telemetry = Telemetry {
             otlp_endpoint: match telemetry.otlp_endpoint {
@@ -878,6 +934,7 @@ impl Settings {
             limits,
             compaction: self.compaction.validate(protocol)?,
             telemetry,
+            retention,
         })
     }
 }
@@ -1199,6 +1256,50 @@ mod tests {
         )
         .unwrap();
         assert!(err(&["--conf", conf]).to_string().contains("trigger"));
+    }
+
+    #[test]
+    fn retention_is_off_unless_its_table_names_a_maximum() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        let conf = path.to_str().unwrap();
+        let load = |table: &str| {
+            std::fs::write(&path, format!("upstream = \"http://x\"\n{table}")).unwrap();
+            settings(&["--conf", conf]).load()
+        };
+        assert!(load("").unwrap().retention.is_none());
+        let r = load("[retention]\nmax_idle_seconds = 90\n")
+            .unwrap()
+            .retention
+            .unwrap();
+        assert_eq!(
+            (r.max_idle, r.interval, r.batch),
+            (Duration::from_secs(90), Duration::from_secs(60), 100)
+        );
+        for (table, key) in [
+            (
+                "[retention]\nsweep_batch = 5\n",
+                "retention.max_idle_seconds",
+            ),
+            (
+                "[retention]\nmax_idle_seconds = 0\n",
+                "retention.max_idle_seconds",
+            ),
+            (
+                "[retention]\nmax_idle_seconds = 9\nsweep_interval_seconds = 0\n",
+                "retention.sweep_interval_seconds",
+            ),
+            (
+                "[retention]\nmax_idle_seconds = 9\nsweep_batch = 20000\n",
+                "retention.sweep_batch",
+            ),
+        ] {
+            assert_eq!(load(table).unwrap_err().key, key, "{table}");
+        }
+        assert!(
+            load("[retention]\nmax_age = 5\n").is_err(),
+            "unknown keys are refused"
+        );
     }
 
     #[test]

@@ -302,4 +302,59 @@ impl Store for CoreStore {
         let (a, sid) = (account_id.to_owned(), session_id.map(str::to_owned));
         delegate!(self, |s| s.list_feedback(&a, sid.as_deref(), offset, limit))
     }
+
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<bool, StoreError> {
+        let (a, id) = (account_id.to_owned(), session_id.to_owned());
+        delegate!(self, |s| s.set_archived(&a, &id, at))
+    }
+
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let (a, id) = (account_id.to_owned(), session_id.to_owned());
+        delegate!(self, |s| s.archived_at(&a, &id))
+    }
+
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        let a = account_id.to_owned();
+        delegate!(self, |s| s.list_archived(&a, offset, limit))
+    }
+
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let owner = owner.to_owned();
+        delegate!(self, |s| s.claim_sweep(&owner, lease))
+    }
+
+    async fn idle_sessions(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String, chrono::DateTime<chrono::Utc>)>, StoreError> {
+        delegate!(self, |s| s.idle_sessions(before, offset, limit))
+    }
+
+    async fn remove(
+        &self,
+        removal: &session_log::Removal,
+    ) -> Result<session_log::Deletion, StoreError> {
+        let removal = removal.clone();
+        delegate!(self, |s| s.remove(&removal))
+    }
 }

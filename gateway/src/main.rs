@@ -256,6 +256,15 @@ fn serve(
         runs::compaction::Compactor::new(&config, agent.clone()),
     );
     handle.spawn(runs.clone().keep_leases());
+    if let Some(retention) = config.retention.clone() {
+        handle.spawn(session_log::retention::keep(
+            raw_store.clone(),
+            config.replica_id.clone(),
+            retention,
+            || ids::new_id("del"),
+            |removed| metrics::METRICS.deleted(session_log::retention::BY, removed, 0),
+        ));
+    }
     if raw_store.backend() == "postgres" {
         // Live tail and cancels across replicas (see session_log::tail).
         let runs = runs.clone();

@@ -36,7 +36,17 @@ pub struct Metrics {
     rate_limited_runs: AtomicU64,
     /// Time from an event's commit to its frame being written to a client.
     forward_lag_us: Histogram,
+    /// Hard deletes, by scope (`DELETION_SCOPES` order), and what they removed.
+    deletions: [AtomicU64; 4],
+    deleted_sessions: AtomicU64,
+    deleted_events: AtomicU64,
+    /// Bytes removed: events' JSON, attachments, workspace files.
+    deleted_bytes: [AtomicU64; 3],
 }
+
+/// The scopes of hard deletes, as `session_log::Scope::as_str` names them, and the
+/// retention sweep's (one session each).
+const DELETION_SCOPES: [&str; 4] = ["session", "user", "account", "retention"];
 
 const TERMINAL: [RunStatus; 4] = [
     RunStatus::Completed,
@@ -54,6 +64,10 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     rate_limited_requests: AtomicU64::new(0),
     rate_limited_runs: AtomicU64::new(0),
     forward_lag_us: Histogram::new(&LAG_BOUNDS_US),
+    deletions: Default::default(),
+    deleted_sessions: AtomicU64::new(0),
+    deleted_events: AtomicU64::new(0),
+    deleted_bytes: Default::default(),
 });
 
 /// Which limit refused a request.
@@ -86,6 +100,25 @@ impl Metrics {
     pub fn run_ended(&self, status: RunStatus) {
         if let Some(i) = TERMINAL.iter().position(|s| *s == status) {
             self.runs_ended[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A hard delete of `scope` removed `removed`, and `workspace_bytes` of files.
+    pub fn deleted(&self, scope: &str, removed: &session_log::Removed, workspace_bytes: u64) {
+        if let Some(i) = DELETION_SCOPES.iter().position(|s| *s == scope) {
+            self.deletions[i].fetch_add(1, Ordering::Relaxed);
+        }
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        self.deleted_sessions
+            .fetch_add(removed.session_ids.len() as u64, Ordering::Relaxed);
+        self.deleted_events
+            .fetch_add(n(removed.events), Ordering::Relaxed);
+        for (slot, bytes) in self.deleted_bytes.iter().zip([
+            n(removed.event_bytes),
+            n(removed.attachment_bytes),
+            workspace_bytes,
+        ]) {
+            slot.fetch_add(bytes, Ordering::Relaxed);
         }
     }
 
@@ -142,6 +175,38 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
             ("requests", load(&m.rate_limited_requests)),
             ("concurrent_runs", load(&m.rate_limited_runs)),
         ],
+    );
+    labelled(
+        out,
+        ("tether_deleted_total", "counter"),
+        "Hard deletes this replica made (DeleteSession, DeleteUserData, DeleteAccountData; retention: sessions its sweeps removed), by scope.",
+        "scope",
+        DELETION_SCOPES
+            .iter()
+            .zip(&m.deletions)
+            .map(|(s, n)| (*s, load(n))),
+    );
+    single(
+        out,
+        ("tether_deleted_sessions_total", "counter"),
+        "Sessions hard deletes removed.",
+        load(&m.deleted_sessions),
+    );
+    single(
+        out,
+        ("tether_deleted_events_total", "counter"),
+        "Events hard deletes removed.",
+        load(&m.deleted_events),
+    );
+    labelled(
+        out,
+        ("tether_deleted_bytes_total", "counter"),
+        "Bytes hard deletes removed, by what held them.",
+        "what",
+        ["events", "attachments", "workspace"]
+            .into_iter()
+            .zip(&m.deleted_bytes)
+            .map(|(w, n)| (w, load(n))),
     );
     single(
         out,
@@ -314,6 +379,10 @@ mod tests {
             rate_limited_requests: AtomicU64::new(0),
             rate_limited_runs: AtomicU64::new(0),
             forward_lag_us: Histogram::new(&LAG_BOUNDS_US),
+            deletions: Default::default(),
+            deleted_sessions: AtomicU64::new(0),
+            deleted_events: AtomicU64::new(0),
+            deleted_bytes: Default::default(),
         };
         m.request_done(Some(200));
         m.request_done(Some(429));

@@ -195,6 +195,12 @@ async fn prepare_run(
                     "conversation_busy",
                     format!("{e}; wait for it to finish or cancel it"),
                 ),
+                StartError::Archived(_) => ApiError::new(
+                    409,
+                    "invalid_request_error",
+                    "session_archived",
+                    e.to_string(),
+                ),
                 StartError::ShuttingDown => {
                     ApiError::new(503, "server_error", "shutting_down", e.to_string())
                 }

@@ -10,6 +10,8 @@ pub mod histogram;
 pub mod history;
 pub mod hub;
 pub mod import;
+pub mod removal;
+pub mod retention;
 pub mod store;
 pub mod tail;
 pub mod writer;
@@ -20,6 +22,7 @@ pub use backend::{journal, postgres, sqlite};
 pub use event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
+pub use removal::{Deletion, Removal, Removed, Scope};
 pub use store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
     Invocation, Lease, Rating, Renewed, Store, StoreError,

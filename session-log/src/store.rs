@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
+use crate::removal::{Deletion, Removal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -476,4 +477,52 @@ pub trait Store: Send + Sync + 'static {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Feedback>, i64), StoreError>;
+
+    /// Removes what `removal` names (a session, a user's or an account's data) and writes
+    /// its audit row, in one transaction; refuses, changing nothing, a session with a run
+    /// in progress or with forks left behind (see [`crate::removal`]).
+    async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError>;
+
+    /// Archives (`at` set) or unarchives (`None`) a session of the account: an archived
+    /// session is read-only (no run starts in it) and left out of `list_sessions`.
+    /// Returns whether the account has the session.
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError>;
+
+    /// When the session was archived; `None` when active or unknown.
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError>;
+
+    /// The account's archived sessions, most recently updated first, and their count.
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError>;
+
+    /// Takes or renews the retention sweeper's lease for `owner` (for `lease` from now),
+    /// unless another owner holds it: whether `owner` holds it, so exactly one replica
+    /// sweeps at a time.
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// (account, session, last activity) of sessions, across accounts, last active
+    /// before `before`, oldest first: `limit` of them after skipping `offset`.
+    async fn idle_sessions(
+        &self,
+        before: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError>;
 }

@@ -45,6 +45,18 @@ const SQLITE: &[(i64, &str)] = &[
         10,
         "0af047ce02f7f30a860ec648c08d65abb968a3117d566319088c9b680366b456752b52247e44fffb34adbe4bd3f1e2c2",
     ),
+    (
+        11,
+        "b8ff3a2a66a049c7234f331f7982353ddc87cc9b03fc587fe938ce2b99d72d713ed91b86746fa896836f3fa5eb153a90",
+    ),
+    (
+        12,
+        "34354f90a7d313968f1caee99f6cf9ef87787ae622956e47407bf2cbd82c47f637a4c4bf65f4a7ed4922ee2a7af9d680",
+    ),
+    (
+        13,
+        "e278efb27bd2354f0c240d0af0c66390f4227733fd85b984c83a14d254a0fad22f313fad9f5f76efffccd48712ec2f26",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -94,6 +106,18 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         12,
         "19bcf08cd961ed17017ff961088e841dea5ba008803598f0b4b8e426cf44e5bc4a3bc9b8463d20897d8e99f5a091c112",
+    ),
+    (
+        13,
+        "b47a66562d112c9c16586503162c7c9502874c822a5a2c759e6d5f769dd7740e02f0a83c6a6d0fae85efb761392ba234",
+    ),
+    (
+        14,
+        "2ea5bbfc01586be3bacf34855165681503abe93aa5a6c759eacf8ad674c44c0b65f6694122c58aacf11d93c149007c09",
+    ),
+    (
+        15,
+        "0be06b2a1b93df6dbe684d1b8f6ab34c69a34ed6013933b857be7ae6ca9ccf2fdb86c9d6e70dd0830ce7895a157c7813",
     ),
 ];
 

@@ -299,6 +299,12 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
                 ControlError::conflict("the session is busy; try again", Value::Null)
             }))
         }
+        Err(e @ StartError::Archived(_)) => {
+            return Err(ControlError::conflict(
+                e.to_string(),
+                json!({ "code": "session_archived" }),
+            ))
+        }
         Err(StartError::TooManyRuns(l)) => return Err(ApiError::limited(&l).into()),
         Err(StartError::ShuttingDown) => {
             return Err(ControlError::new(

@@ -102,6 +102,13 @@ pub async fn compact_session(call: &Call<'_>) -> ActionResult {
     let lineage = Lineage::resolve(store, call.account_id, &p.session_id)
         .await?
         .ok_or_else(|| ControlError::not_found("session", &p.session_id))?;
+    if store
+        .archived_at(call.account_id, &p.session_id)
+        .await?
+        .is_some()
+    {
+        return Err(super::archive::archived(&p.session_id));
+    }
     let (_, markers) = lineage.branch(store, None).await?;
     let open = open_run(&lineage, &markers)
         .or_else(|| state.runs.active_in_session(call.account_id, &p.session_id));

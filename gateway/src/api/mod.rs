@@ -3,9 +3,11 @@
 //! caller's account, and another account's id is "not found". This module reads the
 //! request and writes the envelope; each action family has a file of its own.
 
+mod archive;
 mod attachments;
 mod bootstrap;
 mod checkpoints;
+mod deletion;
 mod event;
 mod feedback;
 mod history;
@@ -51,6 +53,11 @@ const ACTIONS: &[&str] = &[
     "ListFeedback",
     "ListWorkspaceFiles",
     "ImportSession",
+    "DeleteSession",
+    "DeleteUserData",
+    "DeleteAccountData",
+    "ArchiveSession",
+    "UnarchiveSession",
 ];
 
 /// Whether this API answers `action`.
@@ -140,10 +147,14 @@ fn non_empty(name: &str, value: &str) -> std::result::Result<(), ControlError> {
     Ok(())
 }
 
-/// What an action handler gets: the shared state, the caller's account and the body.
+/// What an action handler gets: the shared state, the caller's account and credential,
+/// and the body.
 pub struct Call<'a> {
     pub state: &'a State,
     pub account_id: &'a str,
+    /// The credential the caller used (`key:<id>`, `jwt:<sub>`, `local`): the audit
+    /// trail's "by whom".
+    pub credential_id: &'a str,
     pub body: Value,
 }
 
@@ -160,6 +171,7 @@ pub async fn serve(
     state: &State,
     session: &mut Session,
     account_id: &str,
+    credential_id: &str,
     method: Method,
     action: &str,
 ) -> Result<()> {
@@ -181,7 +193,10 @@ pub async fn serve(
     match action {
         "AttachmentContent" => attachments::content(state, session, account_id, &request_id).await,
         "SubscribeRunEvents" => subscribe::handle(state, session, account_id, &request_id).await,
-        _ => handle(state, session, account_id, action, &request_id).await,
+        _ => {
+            let caller = (account_id, credential_id);
+            handle(state, session, caller, action, &request_id).await
+        }
     }
 }
 
@@ -189,7 +204,7 @@ pub async fn serve(
 async fn handle(
     state: &State,
     session: &mut Session,
-    account_id: &str,
+    (account_id, credential_id): (&str, &str),
     action: &str,
     request_id: &str,
 ) -> Result<()> {
@@ -198,6 +213,7 @@ async fn handle(
             let call = Call {
                 state,
                 account_id,
+                credential_id,
                 body,
             };
             if action == "ResumeRun" {
@@ -261,6 +277,11 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListFeedback" => feedback::list(call).await,
         "ListWorkspaceFiles" => workspace::list_files(call).await,
         "ImportSession" => import::import_session(call).await,
+        "DeleteSession" => deletion::delete_session(call).await,
+        "DeleteUserData" => deletion::delete_user_data(call).await,
+        "DeleteAccountData" => deletion::delete_account_data(call).await,
+        "ArchiveSession" => archive::archive(call, true).await,
+        "UnarchiveSession" => archive::archive(call, false).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

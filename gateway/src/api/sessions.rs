@@ -21,9 +21,13 @@ struct ListSessions {
     page: Option<i64>,
     #[serde(default)]
     page_size: Option<i64>,
+    /// The archived sessions instead of the active ones.
+    #[serde(default)]
+    archived: bool,
 }
 
-/// Sessions of the caller's account, most recently updated first.
+/// Sessions of the caller's account, most recently updated first; archived ones only
+/// with `Archived: true`.
 pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
     let p: ListSessions = call.params()?;
     let page = p.page.unwrap_or(1);
@@ -36,11 +40,20 @@ pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
             "PageSize must be between 1 and 100",
         ));
     }
-    let (sessions, total) = call
-        .state
-        .store
-        .list_sessions(call.account_id, (page - 1) * page_size, page_size)
-        .await?;
+    let store = &call.state.store;
+    let offset = (page - 1) * page_size;
+    let (sessions, total) = match p.archived {
+        false => {
+            store
+                .list_sessions(call.account_id, offset, page_size)
+                .await?
+        }
+        true => {
+            store
+                .list_archived(call.account_id, offset, page_size)
+                .await?
+        }
+    };
     let mut rows = Vec::with_capacity(sessions.len());
     for s in &sessions {
         rows.push(json!({
@@ -53,6 +66,7 @@ pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
             "UpdatedAt": s.updated_at.to_rfc3339(),
             "ForkedFrom": s.forked_from.as_ref().map(forked_from),
             "Metadata": s.metadata,
+            "Archived": p.archived,
         }));
     }
     Ok(json!({ "Sessions": rows, "Total": total, "Page": page, "PageSize": page_size }))

@@ -10,7 +10,7 @@
 //! their content, never by their name, and sent inert (see `runs::attachments::inert`).
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
@@ -136,6 +136,12 @@ fn account_root(workspace_dir: &Path, account_id: &str) -> Option<OwnedFd> {
     )
     .ok()?;
     open_beneath(&dir, &[account_id], OFlags::DIRECTORY).ok()
+}
+
+/// The account's workspace directory by name, for removing it whole (an account's data
+/// deletion), when it is one `account_root` opens: a plain name and no link.
+pub(super) fn account_dir(workspace_dir: &Path, account_id: &str) -> Option<PathBuf> {
+    account_root(workspace_dir, account_id).map(|_| workspace_dir.join(account_id))
 }
 
 /// Logs a refused path (a path trick is worth an operator's attention) and makes the

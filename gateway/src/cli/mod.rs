@@ -28,6 +28,9 @@ pub enum Command {
     /// Runs.
     #[command(subcommand)]
     Runs(Runs),
+    /// Erasure of a user's or the whole account's data (hard deletes, audited).
+    #[command(subcommand)]
+    Data(Data),
     /// Writes a session's log to stdout (or --output): JSON Lines, which `tether import`
     /// reads, or a Markdown transcript.
     Export(ExportArgs),
@@ -58,6 +61,34 @@ pub enum Sessions {
     Show {
         /// The session id.
         id: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Removes a session and everything of it for good (DeleteSession): refused while a
+    /// run is in progress or forks of it exist.
+    Delete {
+        /// The session id.
+        id: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum Data {
+    /// Removes every session whose events name this user id, with their forks
+    /// (DeleteUserData).
+    DeleteUser {
+        /// The user id (as the ADK surface's `user_id`).
+        user: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Removes everything of the account: sessions, uploads, workspace files
+    /// (DeleteAccountData).
+    DeleteAccount {
+        /// The account id, repeated as a confirmation (it must be the API key's).
+        account: String,
         #[command(flatten)]
         connection: Connection,
     },
@@ -150,6 +181,27 @@ fn execute(command: Command, out: &mut impl Write) -> Result<(), CliError> {
             let summary = show::session_summary(&id, &events);
             emit(out, &connection, &summary, show::session_text)
         }
+        Command::Sessions(Sessions::Delete { id, connection }) => removal(
+            out,
+            &connection,
+            "DeleteSession",
+            json!({ "SessionId": id }),
+        ),
+        Command::Data(Data::DeleteUser { user, connection }) => removal(
+            out,
+            &connection,
+            "DeleteUserData",
+            json!({ "UserId": user }),
+        ),
+        Command::Data(Data::DeleteAccount {
+            account,
+            connection,
+        }) => removal(
+            out,
+            &connection,
+            "DeleteAccountData",
+            json!({ "AccountId": account }),
+        ),
         Command::Events(args) => events(args, out),
         Command::Runs(Runs::Cancel {
             invocation,
@@ -205,6 +257,27 @@ fn execute(command: Command, out: &mut impl Write) -> Result<(), CliError> {
             emit(out, &connection, &data, |_| "ready\n".to_owned())
         }
     }
+}
+
+/// A hard delete: the audit row's summary (or all of it with `--json`).
+fn removal(
+    out: &mut impl Write,
+    connection: &Connection,
+    action: &str,
+    params: Value,
+) -> Result<(), CliError> {
+    let data = Client::new(connection).call(action, &params)?;
+    emit(out, connection, &data, |d| {
+        format!(
+            "deleted {} session(s) ({} events, {} bytes; {} attachment(s), {} bytes); audit {}\n",
+            d["Sessions"],
+            d["Events"],
+            d["EventBytes"],
+            d["Attachments"],
+            d["AttachmentBytes"],
+            d["DeletionId"].as_str().unwrap_or("?")
+        )
+    })
 }
 
 /// `tether events`: the log after `--after`, then (with `--follow`) new events as they

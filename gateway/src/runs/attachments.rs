@@ -16,8 +16,9 @@ use session_log::{Attachment, Store};
 use crate::error::ApiError;
 use crate::ids::new_id;
 
-/// Scheme of the references Tether puts in the log in place of inline data.
-pub const SCHEME: &str = "tether-upload://";
+/// Scheme of the references Tether puts in the log in place of inline data (the store's
+/// deletes read it too, to find a session's uploads).
+pub const SCHEME: &str = session_log::removal::UPLOAD_SCHEME;
 
 /// An accepted attachment, checked but not yet stored.
 pub struct Upload {

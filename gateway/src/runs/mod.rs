@@ -43,6 +43,11 @@ pub use leases::close_as_interrupted;
 pub enum StartError {
     #[error("session {0:?} already has a run in progress")]
     SessionBusy(String),
+    /// Archived sessions are read-only until unarchived.
+    #[error(
+        "session {0:?} is archived (read-only); unarchive it (UnarchiveSession) to continue it"
+    )]
+    Archived(String),
     #[error("the gateway is shutting down")]
     ShuttingDown,
     /// The account is at its concurrent-run cap.
@@ -489,6 +494,21 @@ impl Runs {
             lease: self.lease,
             fresh: resume.is_none() && turn.session == SessionRef::New,
         };
+        // An archived session takes no run: checked before the claim writes anything.
+        // A session Tether just named cannot be archived.
+        if !claim.fresh {
+            match self.store.archived_at(account_id, session_id).await {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    self.forget(&invocation_id);
+                    return Err(StartError::Archived(session_id.to_owned()));
+                }
+                Err(e) => {
+                    self.forget(&invocation_id);
+                    return Err(e.into());
+                }
+            }
+        }
         match self.store.claim(&claim).await {
             Ok(Claimed::Granted) => {
                 if let Some(run) = self

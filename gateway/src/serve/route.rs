@@ -98,6 +98,7 @@ pub async fn route(
         refuse(session, area, path, e.to_api()).await?;
         return Ok(true);
     }
+    let credential_id = identity.credential_id;
     ctx.account_id = identity.account_id;
     let credential_id = identity.credential_id;
     let account_id = ctx.account_id.as_str();
@@ -145,7 +146,15 @@ pub async fn route(
         }
         (method, path) if path.starts_with(api::PREFIX) => {
             let action = &path[api::PREFIX.len()..];
-            Box::pin(api::serve(state, session, account_id, method, action)).await?;
+            Box::pin(api::serve(
+                state,
+                session,
+                account_id,
+                &credential_id,
+                method,
+                action,
+            ))
+            .await?;
             Ok(true)
         }
         (method, path) if path.starts_with("/v1/responses/") => {

@@ -23,6 +23,7 @@ mod hardening;
 mod history;
 mod input_limits;
 mod interop;
+mod lifecycle;
 mod metrics;
 mod openai_turns;
 mod outage;

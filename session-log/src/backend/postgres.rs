@@ -15,9 +15,10 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{feedback, idempotency, sql};
+use super::{archive, feedback, idempotency, removal, retention, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::import;
+use crate::removal::{Deletion, Removal};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
     Invocation, Lease, Renewed, Store, StoreError,
@@ -969,6 +970,64 @@ impl Store for PgStore {
         limit: i64,
     ) -> Result<(Vec<Feedback>, i64), StoreError> {
         feedback::list(&self.pool, account_id, session_id, offset, limit).await
+    }
+
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError> {
+        archive::set::<Postgres, _>(&self.pool, account_id, session_id, at).await
+    }
+
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        archive::archived_at::<Postgres, _>(&self.pool, account_id, session_id).await
+    }
+
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        archive::list(&self.pool, account_id, offset, limit).await
+    }
+
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now().timestamp_millis();
+        let until = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        retention::claim::<Postgres, _>(&self.pool, owner, now, until).await
+    }
+
+    async fn idle_sessions(
+        &self,
+        before: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
+        retention::idle(&self.pool, before, offset, limit).await
+    }
+
+    async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {
+        let now = plan::commit_time();
+        // A pooled connection: removals are rare, and the write connection's turns
+        // belong to the stream of commits.
+        let mut tx = self.pool.begin().await?;
+        let outcome =
+            removal::remove::<Postgres>(&mut tx, &removal::POSTGRES, removal, now).await?;
+        if matches!(outcome, Deletion::Removed(_)) {
+            tx.commit().await?;
+        }
+        Ok(outcome)
     }
 }
 

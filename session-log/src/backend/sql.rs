@@ -160,7 +160,7 @@ where
 {
     sqlx::query(concat!(
         select_sessions!(),
-        "WHERE s.account_id = $1",
+        "WHERE s.account_id = $1 AND s.archived_at IS NULL",
         not_deleted!(),
         " ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
     ))
@@ -169,8 +169,36 @@ where
     .bind(non_negative(offset))
 }
 
+/// `sessions`, of the archived ones only.
+pub(crate) fn archived_sessions<'q, DB: Database>(
+    account_id: &'q str,
+    offset: i64,
+    limit: i64,
+) -> Statement<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(concat!(
+        select_sessions!(),
+        "WHERE s.account_id = $1 AND s.archived_at IS NOT NULL",
+        not_deleted!(),
+        " ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
+    ))
+    .bind(account_id)
+    .bind(non_negative(limit))
+    .bind(non_negative(offset))
+}
+
+/// The count `sessions` pages: archived sessions are left out.
 pub(crate) const COUNT_SESSIONS: &str = concat!(
-    "SELECT COUNT(*) FROM sessions AS s WHERE s.account_id = $1",
+    "SELECT COUNT(*) FROM sessions AS s WHERE s.account_id = $1 AND s.archived_at IS NULL",
+    not_deleted!()
+);
+
+/// The count `archived_sessions` pages.
+pub(crate) const COUNT_ARCHIVED: &str = concat!(
+    "SELECT COUNT(*) FROM sessions AS s WHERE s.account_id = $1 AND s.archived_at IS NOT NULL",
     not_deleted!()
 );
 

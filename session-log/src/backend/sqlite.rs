@@ -21,9 +21,10 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{feedback, idempotency, sql};
+use super::{archive, feedback, idempotency, removal, retention, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
+use crate::removal::{Deletion, Removal};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
     Invocation, Lease, Renewed, Store, StoreError,
@@ -55,6 +56,8 @@ const CHECKPOINT_AFTER: Duration = Duration::from_secs(1);
 const OPEN_BY_SESSION: &str = "INDEXED BY invocations_open_by_session";
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the checkpoint after a delete waits for readers, holding up appends meanwhile.
+const CHECKPOINT_WAIT: Duration = Duration::from_millis(100);
 
 /// A session log in one SQLite database file.
 pub struct SqliteStore {
@@ -975,6 +978,109 @@ impl Store for SqliteStore {
     ) -> Result<(Vec<Feedback>, i64), StoreError> {
         feedback::list(&self.pool, account_id, session_id, offset, limit).await
     }
+
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError> {
+        let mut turn = self.write_turn().await?;
+        archive::set::<Sqlite, _>(&mut *turn, account_id, session_id, at).await
+    }
+
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        archive::archived_at::<Sqlite, _>(&self.pool, account_id, session_id).await
+    }
+
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        archive::list(&self.pool, account_id, offset, limit).await
+    }
+
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now().timestamp_millis();
+        let until = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let mut turn = self.write_turn().await?;
+        retention::claim::<Sqlite, _>(&mut *turn, owner, now, until).await
+    }
+
+    async fn idle_sessions(
+        &self,
+        before: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
+        retention::idle(&self.pool, before, offset, limit).await
+    }
+
+    async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {
+        let now = plan::commit_time();
+        let mut turn = self.write_turn().await?;
+        // Overwrite what the delete frees with zeros, so the file keeps none of the
+        // content; only for this transaction (appends free nothing worth the writes).
+        sqlx::query("PRAGMA secure_delete = ON")
+            .execute(&mut *turn)
+            .await?;
+        let outcome = remove_on(&mut turn, removal, now).await;
+        let reset = sqlx::query("PRAGMA secure_delete = OFF")
+            .execute(&mut *turn)
+            .await;
+        let outcome = outcome?;
+        reset?;
+        if matches!(outcome, Deletion::Removed(_)) {
+            // The WAL still holds the pages as they were before (and the zeroed ones):
+            // copy it into the file and empty it now rather than at the background
+            // checkpoint. Appends wait meanwhile, and a reader holding old frames would
+            // make the checkpoint wait for it: at most CHECKPOINT_WAIT, then the frames
+            // are left to the next checkpoint (the content leaves the WAL when it is next
+            // restarted).
+            let wait = format!("PRAGMA busy_timeout = {}", CHECKPOINT_WAIT.as_millis());
+            sqlx::query(&wait).execute(&mut *turn).await?;
+            let checkpoint =
+                sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .fetch_one(&mut *turn)
+                    .await;
+            let restore = format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis());
+            sqlx::query(&restore).execute(&mut *turn).await?;
+            match checkpoint {
+                Ok((0, _, _)) => {}
+                Ok(_) => tracing::info!(
+                    "WAL not emptied after a delete (a reader held it); the next checkpoint copies it"
+                ),
+                Err(error) => tracing::warn!(%error, "WAL checkpoint after a delete failed"),
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// [`Store::remove`] in one transaction on the write connection.
+async fn remove_on(
+    conn: &mut SqliteConnection,
+    removal: &Removal,
+    now: DateTime<Utc>,
+) -> Result<Deletion, StoreError> {
+    // Deferred is enough: every write of this file goes through this connection, so
+    // nothing writes between the removal's reads and its deletes.
+    let mut tx = Connection::begin(conn).await?;
+    let outcome = removal::remove::<Sqlite>(&mut tx, &removal::SQLITE, removal, now).await?;
+    if matches!(outcome, Deletion::Removed(_)) {
+        tx.commit().await?;
+    }
+    Ok(outcome)
 }
 
 /// The pool reads go through. A connection to a file in this process does not go stale

@@ -57,6 +57,7 @@ use super::postgres::{self, PgStore};
 use super::sql;
 use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
+use crate::removal::{Deletion, Removal, Scope};
 use crate::store::{
     Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
     Invocation, Lease, Renewed, Store, StoreError,
@@ -1780,5 +1781,88 @@ impl Store for JournaledStore {
             .pg
             .list_feedback(account_id, session_id, offset, limit)
             .await
+    }
+
+    // Archiving is not journalled: while PostgreSQL is down it fails (503) and is retried.
+    async fn set_archived(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError> {
+        self.inner.pg.set_archived(account_id, session_id, at).await
+    }
+
+    async fn archived_at(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.inner.pg.archived_at(account_id, session_id).await
+    }
+
+    async fn list_archived(
+        &self,
+        account_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Session>, i64), StoreError> {
+        self.inner.pg.list_archived(account_id, offset, limit).await
+    }
+
+    async fn claim_sweep(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        // No sweep while anything is journalled: a session's activity there is not in
+        // PostgreSQL's `updated_at` yet, and its delete would be refused anyway.
+        if self.inner.degraded.load(Ordering::Relaxed) || self.inner.pending_count() > 0 {
+            return Ok(false);
+        }
+        self.inner.pg.claim_sweep(owner, lease).await
+    }
+
+    async fn idle_sessions(
+        &self,
+        before: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
+        self.inner.pg.idle_sessions(before, offset, limit).await
+    }
+
+    // Removals are not journalled: a delete accepted while the journal holds events of a
+    // session it takes would be undone when the backfill writes them. So it is refused
+    // (the caller answers 503, to be retried) while PostgreSQL is down or the journal
+    // holds any such session, and goes to PostgreSQL otherwise.
+    async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {
+        let inner = &*self.inner;
+        if inner.degraded.load(Ordering::Relaxed) {
+            return Ok(Deletion::Journaled { session_id: None });
+        }
+        let journaled = |inner: &Inner| -> Option<String> {
+            let pending = inner.pending.lock().map(|p| p.clone()).unwrap_or_default();
+            let mut held: Vec<&Key> = pending
+                .iter()
+                .filter(|(account, session)| {
+                    *account == removal.account_id
+                        && match &removal.scope {
+                            Scope::Session(id) => session == id,
+                            // Which sessions a user's removal takes is known only to
+                            // PostgreSQL: any journalled session of the account may be one.
+                            Scope::User(_) | Scope::Account => true,
+                        }
+                })
+                .collect();
+            held.sort();
+            held.first().map(|(_, session)| session.clone())
+        };
+        if let Some(session_id) = journaled(inner) {
+            return Ok(Deletion::Journaled {
+                session_id: Some(session_id),
+            });
+        }
+        inner.pg.remove(removal).await
     }
 }

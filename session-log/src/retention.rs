@@ -1,0 +1,101 @@
+//! Retention: sessions idle longer than a maximum age are removed in the background, one
+//! session per transaction (the writer's other commits go between them), by the one
+//! replica holding the sweeper's lease, each with its audit row (`deleted_by` =
+//! `retention`). A session with a run in progress is never swept (its delete is refused),
+//! nor one whose forks still read it (it goes once they do).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::removal::{Deletion, Removal, Removed, Scope};
+use crate::store::Store;
+
+/// Who the audit trail names for a sweep's deletes.
+pub const BY: &str = "retention";
+
+#[derive(Clone, Debug)]
+pub struct RetentionConfig {
+    /// Sessions whose last activity is older than this are removed.
+    pub max_idle: Duration,
+    /// Accounts with a maximum of their own instead.
+    pub accounts: HashMap<String, Duration>,
+    /// How often a sweep runs.
+    pub interval: Duration,
+    /// Sessions read per page of a sweep.
+    pub batch: i64,
+}
+
+/// Sweeps every `config.interval` while the process lives. `new_id` makes the audit rows'
+/// ids; `removed` is told of each delete (metrics).
+pub async fn keep(
+    store: Arc<dyn Store>,
+    owner: String,
+    config: RetentionConfig,
+    new_id: impl Fn() -> String + Send + 'static,
+    removed: impl Fn(&Removed) + Send + 'static,
+) {
+    let mut tick = tokio::time::interval(config.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match sweep(&*store, &owner, &config, &new_id, &removed).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(sessions = n, "retention sweep removed idle sessions"),
+            Err(error) => tracing::warn!(%error, "retention sweep failed; retrying at the next"),
+        }
+    }
+}
+
+/// One sweep, if this replica holds the sweeper's lease: how many sessions it removed.
+pub async fn sweep(
+    store: &dyn Store,
+    owner: &str,
+    config: &RetentionConfig,
+    new_id: &impl Fn() -> String,
+    removed: &impl Fn(&Removed),
+) -> Result<usize, crate::StoreError> {
+    // The lease outlives the sweep's interval a little: a replica whose sweep runs long
+    // keeps it, and one that died hands it over after two intervals.
+    if !store.claim_sweep(owner, config.interval * 2).await? {
+        return Ok(0);
+    }
+    let now = Utc::now();
+    let cutoff = |idle: Duration| now - chrono::Duration::from_std(idle).unwrap_or_default();
+    // Read from the shortest maximum; a session of an account allowed longer is skipped.
+    let shortest = config
+        .accounts
+        .values()
+        .fold(config.max_idle, |a, b| a.min(*b));
+    let before = cutoff(shortest);
+    let (mut count, mut skipped) = (0, 0);
+    loop {
+        let page = store.idle_sessions(before, skipped, config.batch).await?;
+        if page.is_empty() {
+            return Ok(count);
+        }
+        for (account_id, session_id, active_at) in page {
+            let max_idle = config.accounts.get(&account_id).unwrap_or(&config.max_idle);
+            if active_at >= cutoff(*max_idle) {
+                skipped += 1;
+                continue;
+            }
+            let removal = Removal {
+                deletion_id: new_id(),
+                account_id,
+                scope: Scope::Session(session_id),
+                by: BY.to_owned(),
+            };
+            match store.remove(&removal).await? {
+                Deletion::Removed(r) => {
+                    count += 1;
+                    removed(&r);
+                }
+                // Kept for now; the next pages start after it.
+                _ => skipped += 1,
+            }
+        }
+    }
+}
