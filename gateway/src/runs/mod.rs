@@ -500,11 +500,11 @@ impl Runs {
             match self.store.archived_at(account_id, session_id).await {
                 Ok(None) => {}
                 Ok(Some(_)) => {
-                    self.forget(&invocation_id);
+                    self.forget(account_id, &invocation_id);
                     return Err(StartError::Archived(session_id.to_owned()));
                 }
                 Err(e) => {
-                    self.forget(&invocation_id);
+                    self.forget(account_id, &invocation_id);
                     return Err(e.into());
                 }
             }

@@ -98,7 +98,6 @@ pub async fn route(
         refuse(session, area, path, e.to_api()).await?;
         return Ok(true);
     }
-    let credential_id = identity.credential_id;
     ctx.account_id = identity.account_id;
     let credential_id = identity.credential_id;
     let account_id = ctx.account_id.as_str();
