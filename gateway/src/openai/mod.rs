@@ -5,8 +5,8 @@
 //! the log; the Conversations API (in `conversations`) reads and changes sessions as
 //! conversations.
 
-pub mod references;
 pub mod conversations;
+pub mod references;
 pub mod stored;
 
 use pingora::proxy::Session;

@@ -361,6 +361,48 @@ fn a2a_over_grpc_through_tether_survives_agent_restarts() {
     );
 }
 
+/// tests/interop/test_a2a_mounted.py: agents mounted under `/agent` (JSON-RPC at
+/// `/agent/jsonrpc`, HTTP+JSON below `/agent/api`), one also serving gRPC, one offering
+/// only v0.3; gateways in front of them with no `a2a_upstream_transport` and over gRPC.
+/// The a2a-sdk client over JSON-RPC, HTTP+JSON and gRPC, on every gateway, across a kill -9.
+#[test]
+fn a2a_agents_are_called_at_the_urls_their_cards_list() {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let conf = auth_conf("");
+    let conf_arg = conf.arg();
+    let llm = FakeAgent::start();
+    let (mounted_port, mounted_grpc_port, v03_port) = (free_port(), free_port(), free_port());
+    let start = |port: u16, store: &TestStore, transport: &str| {
+        let upstream = format!("http://127.0.0.1:{port}");
+        let args = ["--conf", &conf_arg, "--a2a-upstream-transport", transport];
+        Tether::start(&upstream, "a2a", &store.url, &args)
+    };
+    let stores: Vec<TestStore> = (0..3)
+        .map(|_| TestStore::new(StoreKind::Sqlite).unwrap())
+        .collect();
+    let tether = start(mounted_port, &stores[0], "jsonrpc");
+    let grpc_tether = start(mounted_port, &stores[1], "grpc");
+    let v03_tether = start(v03_port, &stores[2], "jsonrpc");
+    let env = [
+        ("TETHER_URL", tether.url()),
+        ("TETHER_GRPC_URL", grpc_tether.url()),
+        ("TETHER_V03_URL", v03_tether.url()),
+        ("MOUNTED_AGENT_PORT", mounted_port.to_string()),
+        ("MOUNTED_AGENT_GRPC_PORT", mounted_grpc_port.to_string()),
+        ("V03_AGENT_PORT", v03_port.to_string()),
+        ("FAKE_LLM_URL", llm.url()),
+        ("TETHER_API_KEY", KEY_A.to_owned()),
+    ];
+    pytest(
+        &python,
+        "tests/interop/test_a2a_mounted.py",
+        &env,
+        &[&tether, &grpc_tether, &v03_tether],
+    );
+}
+
 /// The third account's key (rate-limited to one request) for the gRPC tests.
 const KEY_C: &str = "tk-account-c-0123456789abcdef";
 /// The body limit of the gRPC tests' gateways: a message over it is refused.
