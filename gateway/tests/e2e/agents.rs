@@ -106,9 +106,9 @@ fn stack_python(var: &str) -> Option<String> {
 }
 
 /// tests/interop/test_a2a_stacks.py for one A2A agent stack: pytest with the interop venv
-/// (the official clients), the agent with `agent_python`; `v03_only`: the agent speaks
-/// only A2A v0.3, so Tether calls it so (`--a2a-upstream-transport jsonrpc-0.3`).
-fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
+/// (the official clients), the agent with `agent_python`. Nothing says how to call the
+/// agent: a stack that speaks only A2A v0.3 says so in its card, and Tether calls it so.
+fn run_a2a_stack(stack: &str, agent_python: Option<String>) {
     let (Some(python), Some(agent_python)) = (interop_python(), agent_python) else {
         return;
     };
@@ -116,10 +116,6 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
         ("STACK", stack.to_owned()),
         ("TETHER_STACK_PYTHON", agent_python),
     ];
-    let args: &[&str] = match v03_only {
-        true => &["--a2a-upstream-transport", "jsonrpc-0.3"],
-        false => &[],
-    };
     run_pytest_in(
         &python,
         "tests/interop/test_a2a_stacks.py",
@@ -127,7 +123,7 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
         None,
         None,
         &more,
-        args,
+        &[],
     );
 }
 
@@ -135,11 +131,7 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
 /// the seed's two turns across a kill -9, streaming and not; cancel; reconnect.
 #[test]
 fn kagent_adk_through_tether_survives_kill_9() {
-    run_a2a_stack(
-        "kagent-adk",
-        stack_python("TETHER_STACK_PYTHON_KAGENT"),
-        true,
-    );
+    run_a2a_stack("kagent-adk", stack_python("TETHER_STACK_PYTHON_KAGENT"));
 }
 
 /// kagent's LangGraph runtime (kagent-langgraph 0.10.4's app, in-memory task store and
@@ -149,24 +141,19 @@ fn kagent_langgraph_through_tether_survives_kill_9() {
     run_a2a_stack(
         "kagent-langgraph",
         stack_python("TETHER_STACK_PYTHON_KAGENT"),
-        true,
     );
 }
 
 /// Google ADK 1.x's `to_a2a()` (google-adk 1.39.1, a2a-sdk 0.3.26, the kagent venv).
 #[test]
 fn adk_1_to_a2a_through_tether_survives_kill_9() {
-    run_a2a_stack(
-        "adk-a2a-1x",
-        stack_python("TETHER_STACK_PYTHON_KAGENT"),
-        true,
-    );
+    run_a2a_stack("adk-a2a-1x", stack_python("TETHER_STACK_PYTHON_KAGENT"));
 }
 
 /// Google ADK 2.x's `to_a2a()` (google-adk 2.13.0, a2a-sdk 1.3.0, the interop venv).
 #[test]
 fn adk_2_to_a2a_through_tether_survives_kill_9() {
-    run_a2a_stack("adk-a2a", interop_python(), false);
+    run_a2a_stack("adk-a2a", interop_python());
 }
 
 /// Runs `file` with `env` (and the venv's python), failing with the pytest report and the
