@@ -52,8 +52,8 @@ pub enum AgentTransport {
     #[default]
     Http,
     Grpc,
-    /// HTTP at `upstream`, A2A JSON-RPC v0.3 at its `/` whatever the client speaks (an A2A
-    /// agent that speaks only v0.3: `a2a_upstream_transport = "jsonrpc-0.3"`).
+    /// HTTP at `upstream`, A2A JSON-RPC v0.3 whatever the client speaks (an A2A agent that
+    /// speaks only v0.3: `a2a_upstream_transport = "jsonrpc-0.3"`, or a card that says so).
     JsonRpc03,
 }
 

@@ -240,9 +240,10 @@ impl A2aUpstream {
 
     /// Where and how the turn's requests go, without its message: all a cancel needs.
     /// Over HTTP, in the client's own transport and version (a gRPC client's as v1.0
-    /// JSON-RPC at `/`, a2a-sdk's mount; a turn from another surface as v0.3 JSON-RPC at
-    /// `/`, which every A2A agent serves); over gRPC, as v1.0; to an agent pinned to v0.3,
-    /// as v0.3 JSON-RPC at `/`.
+    /// JSON-RPC, a turn from another surface as v0.3 JSON-RPC, which every A2A agent
+    /// serves); over gRPC, as v1.0; to an agent pinned to v0.3, as v0.3 JSON-RPC. The
+    /// path here is the client's (`/` for JSON-RPC of Tether's own making); the gateway
+    /// sends each request to the URL the agent's card lists for it (`CardReader`).
     fn addressed(&self, turn: &TurnRequest) -> Sent {
         let kept = Sent::kept(turn);
         let client = kept.map(|(c, _)| Client::from_value(c));
