@@ -12,7 +12,7 @@ TETHER_V03_URL in front of the v0.3-only agent by default. Clients, the official
 1.3 client over each binding in v1.0, reach Tether at its root (`/`, `/rest`, gRPC on its
 port): paths the agents do not serve, so a call sent to the client's path would fail.
 Each case kills the agent (SIGKILL) between two turns, so the probe and the restore go to
-the card's URLs too.
+the card's URLs too; one restarts it under another mount, found by its new card.
 
 Environment (gateway/tests/e2e/agents.rs sets it): TETHER_URL, TETHER_GRPC_URL,
 TETHER_V03_URL, MOUNTED_AGENT_PORT, MOUNTED_AGENT_GRPC_PORT, V03_AGENT_PORT, FAKE_LLM_URL,
@@ -22,6 +22,7 @@ TETHER_API_KEY. Unset: every test here is skipped (and the Rust wrapper fails on
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import httpx
@@ -49,6 +50,7 @@ FIRST = "My project is named zebra42."
 SECOND = "What is my project named?"
 MOUNT = ("--mount", "/agent")
 CALL_TIMEOUT = 30
+CARD_TTL = 5  # s Tether keeps the agent's card before reading it again
 
 TETHERS = {"jsonrpc": "TETHER_URL", "grpc": "TETHER_GRPC_URL", "v03": "TETHER_V03_URL"}
 
@@ -140,3 +142,23 @@ def test_a_mounted_agent_is_called_where_its_card_says(mounted_process, v03_proc
     transport = "grpc" if upstream == "grpc" else "http"
     assert [r["transport"] for r in received] == [transport, transport], received
     assert FIRST in received[0]["text"] and received[1]["text"] == SECOND, received
+
+
+def test_an_agent_restarted_under_another_mount_is_found_by_its_new_card(mounted_process):
+    """The card is read again (after 5 s): an agent that comes back mounted elsewhere is
+    called there, its conversation restored from the log."""
+    base = agents.env("TETHER_URL").rstrip("/")
+    mounted_process.ensure_running()
+    _, context, _ = turn(base, "JSONRPC", True, FIRST, None)
+    mounted_process.kill()
+    mounted_process.extra = ("--mount", "/moved")
+    try:
+        mounted_process.start()
+        time.sleep(CARD_TTL + 0.5)
+        answer, context2, shown = turn(base, "JSONRPC", True, SECOND, context)
+        assert (context2, "zebra42" in answer) == (context, True), shown
+        received = [r for r in mounted_process.received() if r["contextId"] == context]
+        assert FIRST in received[0]["text"] and received[1]["text"] == SECOND, received
+    finally:
+        mounted_process.kill()
+        mounted_process.extra = MOUNT

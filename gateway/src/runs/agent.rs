@@ -67,6 +67,9 @@ struct AgentCard {
 }
 
 const RESOLVE_TTL: Duration = Duration::from_secs(5);
+/// How soon a card that could not be read is asked for again: soon, since calls go where
+/// they would without it meanwhile (an agent mounted under a prefix is not found there).
+const CARD_RETRY: Duration = Duration::from_secs(1);
 /// Concurrent calls on one HTTP/2 connection to a gRPC agent before another is opened.
 const H2_STREAMS: usize = 100;
 
@@ -180,7 +183,8 @@ impl Agent {
             config,
         );
         agent.grpc.configured = config.a2a_grpc_upstream.clone();
-        agent.card.reader = reader;
+        // A configured gRPC address is for an agent without an HTTP card: none is asked for.
+        agent.card.reader = reader.filter(|_| agent.grpc.configured.is_none());
         agent
     }
 
@@ -228,8 +232,8 @@ impl Agent {
         peer
     }
 
-    /// The agent's card, read again once `RESOLVE_TTL` has passed; `None` when there is
-    /// no reader or the agent did not give it.
+    /// The agent's card, read again once `RESOLVE_TTL` has passed (`CARD_RETRY` after it
+    /// could not be read); `None` when there is no reader or the agent did not give it.
     pub async fn card(&self) -> Option<Arc<Value>> {
         let reader = self.card.reader.as_ref()?;
         let cached = self
@@ -238,7 +242,15 @@ impl Agent {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if let Some((_, card)) = cached.filter(|(at, _)| at.elapsed() < RESOLVE_TTL) {
+        let fresh = |(at, card): &(Instant, Option<Arc<Value>>)| {
+            let ttl = if card.is_some() {
+                RESOLVE_TTL
+            } else {
+                CARD_RETRY
+            };
+            at.elapsed() < ttl
+        };
+        if let Some((_, card)) = cached.filter(fresh) {
             return card;
         }
         let trace = tracing::Span::none();
