@@ -22,7 +22,7 @@ Served (one process, one port):
   /rest/...                          HTTP+JSON: v1.0 (/rest/message:send, /rest/tasks/{id},
                                      ...) and v0.3 (/rest/v1/message:send, ...)
   GET  /_received                    what the executor was given, in order (tests read the
-                                     agent's view): [{contextId, transport, account, text}]
+                                     agent's view): [{contextId, transport, account, text, version}]
 With --mount /PREFIX, JSON-RPC is at /PREFIX/jsonrpc and HTTP+JSON below /PREFIX/api instead
 (the card says so; nothing is served at / but the card), as agents mounted in a larger app
 are. With --v03-only, the card lists only v0.3 interfaces and v1.0 requests are refused as
@@ -81,18 +81,19 @@ REST_PREFIX = "/rest"
 
 # contextId -> [{"role": "user"|"assistant", "content": str}, ...]  (memory only)
 HISTORY: dict[str, list[dict]] = {}
-# Every message the executor was given: the transport it came over ("grpc" or "http") and
-# the x-account-id it carried (memory only, like everything else here).
+# Every message the executor was given: the transport it came over ("grpc" or "http"), the
+# x-account-id and A2A-Version it carried (memory only, like everything else here).
 RECEIVED: list[dict] = []
 
 
-def arrival(context: RequestContext) -> tuple[str, str | None]:
-    """(transport, x-account-id) of the call that brought this message."""
+def arrival(context: RequestContext) -> tuple[str, str | None, str | None]:
+    """(transport, x-account-id, A2A-Version) of the call that brought this message."""
     state = context.call_context.state if context.call_context else {}
     if "grpc_context" in state:
         metadata = dict(state["grpc_context"].invocation_metadata() or ())
-        return "grpc", metadata.get("x-account-id")
-    return "http", (state.get("headers") or {}).get("x-account-id")
+        return "grpc", metadata.get("x-account-id"), metadata.get("a2a-version")
+    headers = state.get("headers") or {}
+    return "http", headers.get("x-account-id"), headers.get("a2a-version")
 
 
 class LlmAgentExecutor(AgentExecutor):
@@ -108,8 +109,11 @@ class LlmAgentExecutor(AgentExecutor):
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
-        transport, account = arrival(context)
-        RECEIVED.append({"contextId": task.context_id, "transport": transport, "account": account, "text": user_text})
+        transport, account, version = arrival(context)
+        RECEIVED.append(
+            {"contextId": task.context_id, "transport": transport, "account": account, "text": user_text,
+             "version": version}
+        )
         if user_text.strip() == NEED_INPUT:
             # The task waits for the user (INPUT_REQUIRED); their next message continues it.
             await updater.requires_input(updater.new_agent_message([new_text_part("Go on.")]))

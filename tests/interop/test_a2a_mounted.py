@@ -8,14 +8,15 @@ MOUNTED_AGENT_GRPC_PORT) speaks v1.0 and v0.3; V03_AGENT_PORT offers only v0.3 i
 and refuses v1.0 (-32601, 404) as kagent's runtimes and ADK's `to_a2a()` do. Gateways:
 TETHER_URL in front of the mounted agent as configured by default, TETHER_GRPC_URL in
 front of it over gRPC (`--a2a-upstream-transport grpc`, its address from the card),
-TETHER_V03_URL in front of the v0.3-only agent by default. Clients, the official a2a-sdk
+TETHER_V03_URL in front of the v0.3-only agent by default, TETHER_PINNED_URL in front of the
+mounted agent with `--a2a-upstream-transport jsonrpc-0.3` (configuration wins over the card). Clients, the official a2a-sdk
 1.3 client over each binding in v1.0, reach Tether at its root (`/`, `/rest`, gRPC on its
 port): paths the agents do not serve, so a call sent to the client's path would fail.
 Each case kills the agent (SIGKILL) between two turns, so the probe and the restore go to
 the card's URLs too; one restarts it under another mount, found by its new card.
 
 Environment (gateway/tests/e2e/agents.rs sets it): TETHER_URL, TETHER_GRPC_URL,
-TETHER_V03_URL, MOUNTED_AGENT_PORT, MOUNTED_AGENT_GRPC_PORT, V03_AGENT_PORT, FAKE_LLM_URL,
+TETHER_V03_URL, TETHER_PINNED_URL, MOUNTED_AGENT_PORT, MOUNTED_AGENT_GRPC_PORT, V03_AGENT_PORT, FAKE_LLM_URL,
 TETHER_API_KEY. Unset: every test here is skipped (and the Rust wrapper fails on a skip).
 """
 
@@ -32,7 +33,7 @@ import agents
 from agents import A2aAgent, auth_headers, describe, session_events, terminal_statuses
 
 _missing = agents.missing_env(
-    "TETHER_URL", "TETHER_GRPC_URL", "TETHER_V03_URL", "MOUNTED_AGENT_PORT", "MOUNTED_AGENT_GRPC_PORT",
+    "TETHER_URL", "TETHER_GRPC_URL", "TETHER_V03_URL", "TETHER_PINNED_URL", "MOUNTED_AGENT_PORT", "MOUNTED_AGENT_GRPC_PORT",
     "V03_AGENT_PORT", "FAKE_LLM_URL", "TETHER_API_KEY",
 )
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"not set: {', '.join(_missing)}")
@@ -52,7 +53,9 @@ MOUNT = ("--mount", "/agent")
 CALL_TIMEOUT = 30
 CARD_TTL = 5  # s Tether keeps the agent's card before reading it again
 
-TETHERS = {"jsonrpc": "TETHER_URL", "grpc": "TETHER_GRPC_URL", "v03": "TETHER_V03_URL"}
+TETHERS = {
+    "jsonrpc": "TETHER_URL", "grpc": "TETHER_GRPC_URL", "v03": "TETHER_V03_URL", "pinned": "TETHER_PINNED_URL",
+}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +121,7 @@ def turn(base: str, binding: str, streaming: bool, text: str, context_id: str | 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["unary", "stream"])
 @pytest.mark.parametrize("client", ["JSONRPC", "HTTP+JSON", "GRPC"])
-@pytest.mark.parametrize("upstream", ["jsonrpc", "grpc", "v03"])
+@pytest.mark.parametrize("upstream", ["jsonrpc", "grpc", "v03", "pinned"])
 def test_a_mounted_agent_is_called_where_its_card_says(mounted_process, v03_process, upstream, client, streaming):
     agent = v03_process if upstream == "v03" else mounted_process
     agent.ensure_running()
@@ -137,11 +140,16 @@ def test_a_mounted_agent_is_called_where_its_card_says(mounted_process, v03_proc
     assert terminal_statuses(events) == ["completed", "completed"], describe(events)
 
     # The agent's view since its restart: the restored transcript, then turn 2, over the
-    # transport Tether calls it with (the v0.3-only agent refuses anything but v0.3).
+    # transport and in the version Tether calls it with: v0.3 (no A2A-Version) where the
+    # card offers only that or configuration says so, v1.0 where the client speaks it.
     received = [r for r in agent.received() if r["contextId"] == context]
     transport = "grpc" if upstream == "grpc" else "http"
     assert [r["transport"] for r in received] == [transport, transport], received
     assert FIRST in received[0]["text"] and received[1]["text"] == SECOND, received
+    if upstream in ("v03", "pinned"):
+        assert [r["version"] for r in received] == [None, None], received
+    elif client != "HTTP+JSON":
+        assert [r["version"] for r in received] == ["1.0", "1.0"], received
 
 
 def test_an_agent_restarted_under_another_mount_is_found_by_its_new_card(mounted_process):

@@ -350,7 +350,8 @@ fn a2a_over_grpc_through_tether_survives_agent_restarts() {
 
 /// tests/interop/test_a2a_mounted.py: agents mounted under `/agent` (JSON-RPC at
 /// `/agent/jsonrpc`, HTTP+JSON below `/agent/api`), one also serving gRPC, one offering
-/// only v0.3; gateways in front of them with no `a2a_upstream_transport` and over gRPC.
+/// only v0.3; gateways in front of them with no `a2a_upstream_transport`, over gRPC and
+/// pinned to v0.3.
 /// The a2a-sdk client over JSON-RPC, HTTP+JSON and gRPC, on every gateway, across a kill -9.
 #[test]
 fn a2a_agents_are_called_at_the_urls_their_cards_list() {
@@ -366,16 +367,18 @@ fn a2a_agents_are_called_at_the_urls_their_cards_list() {
         let args = ["--conf", &conf_arg, "--a2a-upstream-transport", transport];
         Tether::start(&upstream, "a2a", &store.url, &args)
     };
-    let stores: Vec<TestStore> = (0..3)
+    let stores: Vec<TestStore> = (0..4)
         .map(|_| TestStore::new(StoreKind::Sqlite).unwrap())
         .collect();
     let tether = start(mounted_port, &stores[0], "jsonrpc");
     let grpc_tether = start(mounted_port, &stores[1], "grpc");
     let v03_tether = start(v03_port, &stores[2], "jsonrpc");
+    let pinned_tether = start(mounted_port, &stores[3], "jsonrpc-0.3");
     let env = [
         ("TETHER_URL", tether.url()),
         ("TETHER_GRPC_URL", grpc_tether.url()),
         ("TETHER_V03_URL", v03_tether.url()),
+        ("TETHER_PINNED_URL", pinned_tether.url()),
         ("MOUNTED_AGENT_PORT", mounted_port.to_string()),
         ("MOUNTED_AGENT_GRPC_PORT", mounted_grpc_port.to_string()),
         ("V03_AGENT_PORT", v03_port.to_string()),
@@ -386,7 +389,7 @@ fn a2a_agents_are_called_at_the_urls_their_cards_list() {
         &python,
         "tests/interop/test_a2a_mounted.py",
         &env,
-        &[&tether, &grpc_tether, &v03_tether],
+        &[&tether, &grpc_tether, &v03_tether, &pinned_tether],
     );
 }
 
