@@ -159,10 +159,11 @@ pub struct Settings {
     pub workspace_dir: Option<PathBuf>,
     // --- A2A over gRPC ---
     /// With protocol a2a: how Tether calls the agent, jsonrpc (the client's own HTTP
-    /// transport; JSON-RPC for gRPC clients), jsonrpc-0.3 (JSON-RPC v0.3 at `/`, whatever
-    /// the client speaks: an agent that speaks only v0.3) or grpc (its
-    /// lf.a2a.v1.A2AService, at the address its agent card lists, or a2a_grpc_upstream).
-    /// [default: jsonrpc]
+    /// transport; JSON-RPC for gRPC clients; v0.3 JSON-RPC when the agent's card offers
+    /// only v0.3), jsonrpc-0.3 (JSON-RPC v0.3 whatever the client speaks and the card
+    /// says) or grpc (its lf.a2a.v1.A2AService, at the address its agent card lists, or
+    /// a2a_grpc_upstream). Each call goes to the URL the card lists for its binding and
+    /// version. [default: jsonrpc]
     #[arg(long, env = "TETHER_A2A_UPSTREAM_TRANSPORT")]
     pub a2a_upstream_transport: Option<String>,
     /// With a2a_upstream_transport = grpc: the agent's gRPC address (host:port), for an

@@ -240,7 +240,7 @@ fn serve(
     })?;
     let store = core::CoreStore::shared(raw_store.clone(), handle.clone());
     let upstream = runtime_adapter::upstream(config.protocol, config.a2a_upstream_transport);
-    let agent = Arc::new(agent::Agent::new(&config, upstream.grpc_locator()));
+    let agent = Arc::new(agent::Agent::new(&config, upstream.card_reader()));
     let limits = Arc::new(policies::RateLimits::new(&config.rate_limits));
     let runs = Runs::new(
         raw_store.clone(),

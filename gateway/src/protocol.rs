@@ -454,9 +454,12 @@ async fn forward_as(
     relay: Relay,
 ) -> Result<()> {
     let agent = state.agent.clone();
-    let upstream = state.runs.upstream();
+    let runs = state.runs.clone();
     let account_id = client.account_id.to_owned();
     let answer = on_core(&state.core, async move {
+        // The agent's card (read again now and then) says how it is called.
+        agent.card().await;
+        let upstream = runs.upstream();
         let toward = upstream.forwarded(&request);
         let (answer, caching) = agent
             .exchange_relayed(&toward, &account_id, FORWARD_CAP)

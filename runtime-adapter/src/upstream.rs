@@ -52,8 +52,8 @@ pub enum AgentTransport {
     #[default]
     Http,
     Grpc,
-    /// HTTP at `upstream`, A2A JSON-RPC v0.3 at its `/` whatever the client speaks (an A2A
-    /// agent that speaks only v0.3: `a2a_upstream_transport = "jsonrpc-0.3"`).
+    /// HTTP at `upstream`, A2A JSON-RPC v0.3 whatever the client speaks (an A2A agent that
+    /// speaks only v0.3: `a2a_upstream_transport = "jsonrpc-0.3"`, or a card that says so).
     JsonRpc03,
 }
 
@@ -164,12 +164,29 @@ pub struct Restore {
     pub request: AgentRequest,
 }
 
-/// How to find where the agent serves gRPC when configuration names no address: a request
-/// to send over HTTP at `upstream`, and how to read the `host:port` from its answer.
-#[derive(Clone, Debug)]
-pub struct GrpcLocator {
+/// What Tether reads from the agent's own description of itself (an A2A agent card): a
+/// request to send over HTTP at `upstream`, and what its answer (parsed JSON) says.
+/// The gateway keeps the answer a while and reads it again, so that a restarted agent's
+/// new card is found.
+#[derive(Clone)]
+pub struct CardReader {
     pub request: AgentRequest,
-    pub address: fn(&[u8]) -> Option<String>,
+    /// Where the agent serves gRPC (`host:port`), for an adapter that calls it over gRPC.
+    pub grpc_address: Option<fn(&Value) -> Option<String>>,
+    /// The path (and query) an HTTP request goes to instead of its own, as the card says;
+    /// `None` to keep it (the card lists nothing for the request's binding and version).
+    pub relocate: fn(&Value, &AgentRequest) -> Option<String>,
+    /// The adapter to use instead when the card says the agent speaks only an older
+    /// version of the protocol.
+    pub older: Option<Older>,
+}
+
+/// An older version of the protocol: whether a card offers only it, and the adapter that
+/// speaks it.
+#[derive(Clone, Copy)]
+pub struct Older {
+    pub only: fn(&Value) -> bool,
+    pub upstream: &'static dyn Upstream,
 }
 
 /// An answer from the agent read whole: HTTP status, content type, body.
@@ -219,8 +236,8 @@ pub trait Upstream: Send + Sync {
         None
     }
 
-    /// Where the agent serves gRPC, for an adapter whose transport is gRPC.
-    fn grpc_locator(&self) -> Option<GrpcLocator> {
+    /// How to read the agent's card: where it serves each binding and version.
+    fn card_reader(&self) -> Option<CardReader> {
         None
     }
 

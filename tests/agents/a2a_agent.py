@@ -9,7 +9,7 @@ every message, sends that whole history plus the new user text to an OpenAI-comp
 LLM (tests/fake_agent.py) with `stream: true`, forwarding each delta as it arrives.
 
     python tests/agents/a2a_agent.py --port N --llm http://127.0.0.1:P [--public-url URL]
-                                     [--grpc-port G]
+                                     [--grpc-port G] [--mount /PREFIX] [--v03-only]
 
 `--port 0` picks a free port; `READY <port>` is printed on stdout once listening (and,
 with `--grpc-port`, the gRPC server too).
@@ -22,7 +22,12 @@ Served (one process, one port):
   /rest/...                          HTTP+JSON: v1.0 (/rest/message:send, /rest/tasks/{id},
                                      ...) and v0.3 (/rest/v1/message:send, ...)
   GET  /_received                    what the executor was given, in order (tests read the
-                                     agent's view): [{contextId, transport, account, text}]
+                                     agent's view): [{contextId, transport, account, text, version}]
+With --mount /PREFIX, JSON-RPC is at /PREFIX/jsonrpc and HTTP+JSON below /PREFIX/api instead
+(the card says so; nothing is served at / but the card), as agents mounted in a larger app
+are. With --v03-only, the card lists only v0.3 interfaces and v1.0 requests are refused as
+a v0.3-only agent refuses them (JSON-RPC -32601 Method not found; HTTP+JSON 404), like
+kagent's runtimes or ADK's `to_a2a()`.
 With --grpc-port G, also (second port, HTTP/2 without TLS, grpcio):
   lf.a2a.v1.A2AService               gRPC, the same handler and task store; the card lists
                                      it as a v1.0 GRPC interface at 127.0.0.1:G
@@ -76,18 +81,19 @@ REST_PREFIX = "/rest"
 
 # contextId -> [{"role": "user"|"assistant", "content": str}, ...]  (memory only)
 HISTORY: dict[str, list[dict]] = {}
-# Every message the executor was given: the transport it came over ("grpc" or "http") and
-# the x-account-id it carried (memory only, like everything else here).
+# Every message the executor was given: the transport it came over ("grpc" or "http"), the
+# x-account-id and A2A-Version it carried (memory only, like everything else here).
 RECEIVED: list[dict] = []
 
 
-def arrival(context: RequestContext) -> tuple[str, str | None]:
-    """(transport, x-account-id) of the call that brought this message."""
+def arrival(context: RequestContext) -> tuple[str, str | None, str | None]:
+    """(transport, x-account-id, A2A-Version) of the call that brought this message."""
     state = context.call_context.state if context.call_context else {}
     if "grpc_context" in state:
         metadata = dict(state["grpc_context"].invocation_metadata() or ())
-        return "grpc", metadata.get("x-account-id")
-    return "http", (state.get("headers") or {}).get("x-account-id")
+        return "grpc", metadata.get("x-account-id"), metadata.get("a2a-version")
+    headers = state.get("headers") or {}
+    return "http", headers.get("x-account-id"), headers.get("a2a-version")
 
 
 class LlmAgentExecutor(AgentExecutor):
@@ -103,8 +109,11 @@ class LlmAgentExecutor(AgentExecutor):
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
-        transport, account = arrival(context)
-        RECEIVED.append({"contextId": task.context_id, "transport": transport, "account": account, "text": user_text})
+        transport, account, version = arrival(context)
+        RECEIVED.append(
+            {"contextId": task.context_id, "transport": transport, "account": account, "text": user_text,
+             "version": version}
+        )
         if user_text.strip() == NEED_INPUT:
             # The task waits for the user (INPUT_REQUIRED); their next message continues it.
             await updater.requires_input(updater.new_agent_message([new_text_part("Go on.")]))
@@ -166,13 +175,16 @@ class LlmAgentExecutor(AgentExecutor):
         await updater.cancel()
 
 
-def agent_card(public_url: str, grpc_address: str | None = None) -> AgentCard:
+def agent_card(
+    public_url: str, grpc_address: str | None = None, mount: str = "", v03_only: bool = False
+) -> AgentCard:
     base = public_url.rstrip("/")
+    rpc_url, rest_url = paths(mount)
     # v1.0 first (what v1.0 clients pick); the 0.3 ones become the card's v0.3 `url` fields.
     interfaces = [
         AgentInterface(url=url, protocol_binding=binding, protocol_version=version)
-        for version in ("1.0", "0.3")
-        for binding, url in (("JSONRPC", base + "/"), ("HTTP+JSON", base + REST_PREFIX))
+        for version in (("0.3",) if v03_only else ("1.0", "0.3"))
+        for binding, url in (("JSONRPC", base + rpc_url), ("HTTP+JSON", base + rest_url))
     ]
     if grpc_address:
         interfaces.append(AgentInterface(url=grpc_address, protocol_binding="GRPC", protocol_version="1.0"))
@@ -196,12 +208,59 @@ def agent_card(public_url: str, grpc_address: str | None = None) -> AgentCard:
     )
 
 
-def build_app(card: AgentCard, handler: DefaultRequestHandler) -> Starlette:
+def paths(mount: str) -> tuple[str, str]:
+    """(JSON-RPC path, HTTP+JSON prefix) of an agent mounted at `mount` ("" for none)."""
+    return (mount + "/jsonrpc", mount + "/api") if mount else ("/", REST_PREFIX)
+
+
+class RefuseV10:
+    """ASGI middleware: v1.0 requests refused as an agent that speaks only v0.3 does."""
+
+    def __init__(self, app, rpc_url: str, rest_url: str):
+        self.app, self.rpc_url, self.rest_url = app, rpc_url, rest_url
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path == "/_received" or "/.well-known/" in path:
+            return await self.app(scope, receive, send)
+        if path.startswith(self.rest_url + "/") and not path.startswith(self.rest_url + "/v1/"):
+            return await JSONResponse({"detail": "Not Found"}, status_code=404)(scope, receive, send)
+        if path != self.rpc_url:
+            return await self.app(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = {}
+        if isinstance(request, dict) and "/" not in str(request.get("method", "/")):
+            error = {"code": -32601, "message": "Method not found"}
+            answer = JSONResponse({"jsonrpc": "2.0", "id": request.get("id"), "error": error})
+            return await answer(scope, receive, send)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+
+def build_app(card: AgentCard, handler: DefaultRequestHandler, mount: str = "", v03_only: bool = False):
+    rpc_url, rest_url = paths(mount)
     routes = [Route("/_received", lambda _request: JSONResponse(RECEIVED))]
     routes += create_agent_card_routes(card)  # first: the REST tenant mount is a catch-all
-    routes += create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
-    routes += create_rest_routes(handler, enable_v0_3_compat=True, path_prefix=REST_PREFIX)
-    return Starlette(routes=routes)
+    routes += create_jsonrpc_routes(handler, rpc_url=rpc_url, enable_v0_3_compat=True)
+    routes += create_rest_routes(handler, enable_v0_3_compat=True, path_prefix=rest_url)
+    app = Starlette(routes=routes)
+    return RefuseV10(app, rpc_url, rest_url) if v03_only else app
 
 
 async def start_grpc(handler: DefaultRequestHandler, host: str, port: int):
@@ -225,6 +284,8 @@ def main() -> None:
     parser.add_argument("--llm", required=True, help="fake LLM base URL, e.g. http://127.0.0.1:P")
     parser.add_argument("--public-url", help="base URL named in the agent card")
     parser.add_argument("--grpc-port", type=int, help="also serve gRPC on this port")
+    parser.add_argument("--mount", default="", help="serve JSON-RPC and HTTP+JSON below this path")
+    parser.add_argument("--v03-only", action="store_true", help="offer and accept only A2A v0.3")
     args = parser.parse_args()
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -235,7 +296,7 @@ def main() -> None:
     public_url = args.public_url or f"http://127.0.0.1:{port}"
     grpc_address = f"{args.host}:{args.grpc_port}" if args.grpc_port else None
 
-    card = agent_card(public_url, grpc_address)
+    card = agent_card(public_url, grpc_address, args.mount.rstrip("/"), args.v03_only)
     handler = DefaultRequestHandler(
         agent_executor=LlmAgentExecutor(args.llm),
         task_store=InMemoryTaskStore(),
@@ -243,7 +304,8 @@ def main() -> None:
         # Push configs are stored (and listed, read, deleted), never sent: no push_sender.
         push_config_store=InMemoryPushNotificationConfigStore(),
     )
-    config = uvicorn.Config(build_app(card, handler), log_level="warning", lifespan="off")
+    app = build_app(card, handler, args.mount.rstrip("/"), args.v03_only)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
 
     async def serve() -> None:

@@ -208,13 +208,15 @@ class FakeAgent(ReadyLineAgent):
 
 class A2aAgent(ReadyLineAgent):
     """tests/agents/a2a_agent.py (a2a-sdk, in-memory task store and histories); with
-    `grpc_port`, it also serves gRPC there, and its card lists that interface."""
+    `grpc_port`, it also serves gRPC there, and its card lists that interface; `extra`:
+    more of its options (`--mount /PREFIX`, `--v03-only`)."""
 
     name = "a2a-agent"
 
-    def __init__(self, port: int, grpc_port: int | None = None):
+    def __init__(self, port: int, grpc_port: int | None = None, extra: tuple[str, ...] = ()):
         super().__init__(port)
         self.grpc_port = grpc_port
+        self.extra = extra
 
     @property
     def grpc_address(self) -> str:
@@ -230,6 +232,7 @@ class A2aAgent(ReadyLineAgent):
             "--llm",
             fake_llm_base(),
             *grpc,
+            *self.extra,
         ]
 
     def received(self) -> list[dict]:

@@ -10,7 +10,7 @@
 //! `google.rpc.Code` gives its code (`NOT_FOUND`: 404).
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,9 +18,10 @@ use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
+use serde_json::Value;
 
 use runtime_adapter::grpc::{self, Status};
-use runtime_adapter::{AgentRequest, GrpcLocator};
+use runtime_adapter::{AgentRequest, CardReader, Upstream as Adapter};
 
 use crate::config::{Config, Upstream};
 use crate::telemetry::spans;
@@ -47,19 +48,28 @@ pub struct Agent {
     idle_timeout: Duration,
     resolved: Mutex<Option<(Instant, SocketAddr)>>,
     grpc: GrpcTarget,
+    card: AgentCard,
 }
 
-/// Where the agent serves gRPC: configured (`a2a_grpc_upstream`), or read from what the
-/// adapter's locator asks (the agent card), again after `RESOLVE_TTL` so that an agent
-/// restarted elsewhere is found.
+/// Where the agent serves gRPC: configured (`a2a_grpc_upstream`), or read from the agent's
+/// card.
 struct GrpcTarget {
     configured: Option<String>,
-    locator: Option<GrpcLocator>,
-    located: Mutex<Option<(Instant, String)>>,
     resolved: Mutex<Option<(Instant, SocketAddr)>>,
 }
 
+/// The agent's card as the adapter's reader asks for it, read again after `RESOLVE_TTL`
+/// so that a restarted agent's new card (or new address) is found. While it cannot be
+/// read (the agent is down), requests go where they would without a card.
+struct AgentCard {
+    reader: Option<CardReader>,
+    read: Mutex<Option<(Instant, Option<Arc<Value>>)>>,
+}
+
 const RESOLVE_TTL: Duration = Duration::from_secs(5);
+/// How soon a card that could not be read is asked for again: soon, since calls go where
+/// they would without it meanwhile (an agent mounted under a prefix is not found there).
+const CARD_RETRY: Duration = Duration::from_secs(1);
 /// Concurrent calls on one HTTP/2 connection to a gRPC agent before another is opened.
 const H2_STREAMS: usize = 100;
 
@@ -166,14 +176,15 @@ async fn resolve(
 }
 
 impl Agent {
-    pub fn new(config: &Config, locator: Option<GrpcLocator>) -> Self {
+    pub fn new(config: &Config, reader: Option<CardReader>) -> Self {
         let mut agent = Self::at(
             config.upstream.clone(),
             config.upstream_headers.clone(),
             config,
         );
         agent.grpc.configured = config.a2a_grpc_upstream.clone();
-        agent.grpc.locator = locator;
+        // A configured gRPC address is for an agent without an HTTP card: none is asked for.
+        agent.card.reader = reader.filter(|_| agent.grpc.configured.is_none());
         agent
     }
 
@@ -189,9 +200,11 @@ impl Agent {
             resolved: Mutex::new(None),
             grpc: GrpcTarget {
                 configured: None,
-                locator: None,
-                located: Mutex::new(None),
                 resolved: Mutex::new(None),
+            },
+            card: AgentCard {
+                reader: None,
+                read: Mutex::new(None),
             },
         }
     }
@@ -219,38 +232,80 @@ impl Agent {
         peer
     }
 
-    /// The agent's gRPC `host:port`: configured, or located (and kept `RESOLVE_TTL`).
-    async fn grpc_authority(&self) -> Result<String, AgentError> {
-        let target = &self.grpc;
-        if let Some(configured) = &target.configured {
-            return Ok(configured.clone());
-        }
-        let cached = target
-            .located
+    /// The agent's card, read again once `RESOLVE_TTL` has passed (`CARD_RETRY` after it
+    /// could not be read); `None` when there is no reader or the agent did not give it.
+    pub async fn card(&self) -> Option<Arc<Value>> {
+        let reader = self.card.reader.as_ref()?;
+        let cached = self
+            .card
+            .read
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if let Some((_, authority)) = cached.filter(|(at, _)| at.elapsed() < RESOLVE_TTL) {
-            return Ok(authority);
+        let fresh = |(at, card): &(Instant, Option<Arc<Value>>)| {
+            let ttl = if card.is_some() {
+                RESOLVE_TTL
+            } else {
+                CARD_RETRY
+            };
+            at.elapsed() < ttl
+        };
+        if let Some((_, card)) = cached.filter(fresh) {
+            return card;
         }
-        let locator = target.locator.as_ref().ok_or_else(|| {
-            AgentError::Locate("this agent protocol is not called over gRPC".into())
-        })?;
-        // Boxed: an exchange may be a gRPC call, which may come here.
-        let (status, _, body) = Box::pin(self.exchange(&locator.request, "", 1 << 20)).await?;
-        let authority = (200..300)
-            .contains(&status)
-            .then(|| (locator.address)(&body))
-            .flatten()
+        let trace = tracing::Span::none();
+        let card = match self.send_http(&reader.request, None, "", &trace).await {
+            Ok(mut response) => {
+                let body = response.read_to_end(1 << 20).await.ok();
+                let ok = (200..300).contains(&response.status);
+                self.release(response).await;
+                body.filter(|_| ok)
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .map(Arc::new)
+            }
+            Err(_) => None,
+        };
+        if card.is_none() {
+            tracing::debug!(path = %reader.request.path, "the agent's card could not be read");
+        }
+        *self.card.read.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), card.clone()));
+        card
+    }
+
+    /// The adapter to call the agent with: `configured`, or the older one its reader names
+    /// when the agent's card (as last read) says the agent speaks only that.
+    pub fn adapter(&self, configured: &'static dyn Adapter) -> &'static dyn Adapter {
+        let Some(older) = self.card.reader.as_ref().and_then(|r| r.older) else {
+            return configured;
+        };
+        let read = self.card.read.lock().unwrap_or_else(|p| p.into_inner());
+        match read.as_ref().and_then(|(_, card)| card.as_deref()) {
+            Some(card) if (older.only)(card) => older.upstream,
+            _ => configured,
+        }
+    }
+
+    /// The agent's gRPC `host:port`: configured, or read from its card.
+    async fn grpc_authority(&self) -> Result<String, AgentError> {
+        if let Some(configured) = &self.grpc.configured {
+            return Ok(configured.clone());
+        }
+        let reader = self.card.reader.as_ref();
+        let Some(address) = reader.and_then(|r| r.grpc_address) else {
+            return Err(AgentError::Locate(
+                "this agent protocol is not called over gRPC".into(),
+            ));
+        };
+        let path = reader.map_or("", |r| r.request.path.as_str());
+        self.card()
+            .await
+            .and_then(|card| address(&card))
             .ok_or_else(|| {
                 AgentError::Locate(format!(
-                    "{} (HTTP {status}) names no v1.0 GRPC interface; set a2a_grpc_upstream",
-                    locator.request.path
+                    "{path} names no v1.0 GRPC interface (or cannot be read); set a2a_grpc_upstream"
                 ))
-            })?;
-        *target.located.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((Instant::now(), authority.clone()));
-        Ok(authority)
+            })
     }
 
     /// Sends `request` (its path below the upstream's base path) and returns once the
@@ -263,7 +318,17 @@ impl Agent {
         let trace = spans::agent_request(request.method, &request.path);
         let sent = match &request.grpc {
             Some(message) => self.call(request, message, account_id, &trace).await,
-            None => self.send_http(request, account_id, &trace).await,
+            None => {
+                let path = match &self.card.reader {
+                    Some(reader) => self
+                        .card()
+                        .await
+                        .and_then(|c| (reader.relocate)(&c, request)),
+                    None => None,
+                };
+                self.send_http(request, path.as_deref(), account_id, &trace)
+                    .await
+            }
         };
         match sent {
             Ok(mut response) => {
@@ -278,17 +343,22 @@ impl Agent {
         }
     }
 
-    /// An HTTP/1.1 request, up to its response header.
+    /// An HTTP/1.1 request, up to its response header: to `path` (from the agent's
+    /// card, already below any base path) or to its own path below the upstream's base.
     async fn send_http(
         &self,
         request: &AgentRequest,
+        path: Option<&str>,
         account_id: &str,
         trace: &tracing::Span,
     ) -> Result<AgentResponse, AgentError> {
         let peer = self.peer().await?;
         let mut http = self.connect(&peer).await?;
         let io = |e: Box<pingora::Error>| AgentError::Io(e.to_string());
-        let uri = format!("{}{}", self.upstream.base_path, request.path);
+        let uri = match path {
+            Some(path) => path.to_owned(),
+            None => format!("{}{}", self.upstream.base_path, request.path),
+        };
         let mut req = RequestHeader::build(request.method, uri.as_bytes(), None).map_err(io)?;
         req.insert_header("host", &self.upstream.authority)
             .map_err(io)?;

@@ -115,7 +115,9 @@ async fn ask_agent(
     run: &StartedRun,
     call: &TurnCall<'_>,
 ) -> Result<(Answer, Box<dyn StreamParser>), Outcome> {
-    let upstream = runs.upstream;
+    // The agent's card (read again now and then) says how it is called.
+    runs.agent.card().await;
+    let upstream = runs.upstream();
     let unreachable = |e: AgentError| Outcome::failed("agent_unreachable", e.to_string());
     let forgot = match upstream.probe(call) {
         Probe::Skip => None,
@@ -187,7 +189,7 @@ async fn restore(
     call: &TurnCall<'_>,
     reason: &str,
 ) -> Result<Option<AgentRequest>, Outcome> {
-    let Some(plan) = runs.upstream.restore(call) else {
+    let Some(plan) = runs.upstream().restore(call) else {
         return Ok(None);
     };
     for request in &plan.before {
@@ -217,7 +219,7 @@ async fn restore(
         EventType::SessionRestore,
         json!({
             "reason": reason,
-            "protocol": runs.upstream.protocol().as_str(),
+            "protocol": runs.upstream().protocol().as_str(),
             "items": call.history.len(),
             "requests": plan.before.len(),
         }),

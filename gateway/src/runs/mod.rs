@@ -762,9 +762,9 @@ impl Runs {
         })
     }
 
-    /// The adapter for the agent's protocol.
+    /// The adapter for the agent's protocol (as its card, last read, says it speaks it).
     pub fn upstream(&self) -> &'static dyn Upstream {
-        self.upstream
+        self.agent.adapter(self.upstream)
     }
 
     /// The agent's handle for a run of this gateway, once the agent named it.
@@ -849,7 +849,7 @@ impl Runs {
         permit: policies::RunPermit,
     ) {
         // All a cancel needs of the turn, so the driver can own the rest of it.
-        let cancel = self.upstream.cancel(&turn);
+        let cancel = self.upstream().cancel(&turn);
         let mut driver =
             tokio::spawn(drive(self.clone(), run.clone(), history, turn).in_current_span());
         // This future waits for as long as the run streams: the steps after the wait are
@@ -877,7 +877,7 @@ impl Runs {
         let cancel = cancel.zip(agent_ref).map(|(cancel, r)| cancel(&r));
         let mut ended = false;
         if let (Stop::Cancel, Some(request)) = (why, cancel) {
-            tracing::debug!(protocol = self.upstream.protocol().as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");
+            tracing::debug!(protocol = self.upstream().protocol().as_str(), invocation_id = %run.invocation_id, "telling the agent to cancel");
             let told = Box::pin(
                 self.agent
                     .exchange(&request, &run.account_id, AGENT_ANSWER_CAP),

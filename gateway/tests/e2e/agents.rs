@@ -106,9 +106,9 @@ fn stack_python(var: &str) -> Option<String> {
 }
 
 /// tests/interop/test_a2a_stacks.py for one A2A agent stack: pytest with the interop venv
-/// (the official clients), the agent with `agent_python`; `v03_only`: the agent speaks
-/// only A2A v0.3, so Tether calls it so (`--a2a-upstream-transport jsonrpc-0.3`).
-fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
+/// (the official clients), the agent with `agent_python`. Nothing says how to call the
+/// agent: a stack that speaks only A2A v0.3 says so in its card, and Tether calls it so.
+fn run_a2a_stack(stack: &str, agent_python: Option<String>) {
     let (Some(python), Some(agent_python)) = (interop_python(), agent_python) else {
         return;
     };
@@ -116,10 +116,6 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
         ("STACK", stack.to_owned()),
         ("TETHER_STACK_PYTHON", agent_python),
     ];
-    let args: &[&str] = match v03_only {
-        true => &["--a2a-upstream-transport", "jsonrpc-0.3"],
-        false => &[],
-    };
     run_pytest_in(
         &python,
         "tests/interop/test_a2a_stacks.py",
@@ -127,7 +123,7 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
         None,
         None,
         &more,
-        args,
+        &[],
     );
 }
 
@@ -135,11 +131,7 @@ fn run_a2a_stack(stack: &str, agent_python: Option<String>, v03_only: bool) {
 /// the seed's two turns across a kill -9, streaming and not; cancel; reconnect.
 #[test]
 fn kagent_adk_through_tether_survives_kill_9() {
-    run_a2a_stack(
-        "kagent-adk",
-        stack_python("TETHER_STACK_PYTHON_KAGENT"),
-        true,
-    );
+    run_a2a_stack("kagent-adk", stack_python("TETHER_STACK_PYTHON_KAGENT"));
 }
 
 /// kagent's LangGraph runtime (kagent-langgraph 0.10.4's app, in-memory task store and
@@ -149,24 +141,19 @@ fn kagent_langgraph_through_tether_survives_kill_9() {
     run_a2a_stack(
         "kagent-langgraph",
         stack_python("TETHER_STACK_PYTHON_KAGENT"),
-        true,
     );
 }
 
 /// Google ADK 1.x's `to_a2a()` (google-adk 1.39.1, a2a-sdk 0.3.26, the kagent venv).
 #[test]
 fn adk_1_to_a2a_through_tether_survives_kill_9() {
-    run_a2a_stack(
-        "adk-a2a-1x",
-        stack_python("TETHER_STACK_PYTHON_KAGENT"),
-        true,
-    );
+    run_a2a_stack("adk-a2a-1x", stack_python("TETHER_STACK_PYTHON_KAGENT"));
 }
 
 /// Google ADK 2.x's `to_a2a()` (google-adk 2.13.0, a2a-sdk 1.3.0, the interop venv).
 #[test]
 fn adk_2_to_a2a_through_tether_survives_kill_9() {
-    run_a2a_stack("adk-a2a", interop_python(), false);
+    run_a2a_stack("adk-a2a", interop_python());
 }
 
 /// Runs `file` with `env` (and the venv's python), failing with the pytest report and the
@@ -358,6 +345,51 @@ fn a2a_over_grpc_through_tether_survives_agent_restarts() {
         "tests/interop/test_a2a_grpc.py",
         &env,
         &[&tether, &grpc_tether],
+    );
+}
+
+/// tests/interop/test_a2a_mounted.py: agents mounted under `/agent` (JSON-RPC at
+/// `/agent/jsonrpc`, HTTP+JSON below `/agent/api`), one also serving gRPC, one offering
+/// only v0.3; gateways in front of them with no `a2a_upstream_transport`, over gRPC and
+/// pinned to v0.3.
+/// The a2a-sdk client over JSON-RPC, HTTP+JSON and gRPC, on every gateway, across a kill -9.
+#[test]
+fn a2a_agents_are_called_at_the_urls_their_cards_list() {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let conf = auth_conf("");
+    let conf_arg = conf.arg();
+    let llm = FakeAgent::start();
+    let (mounted_port, mounted_grpc_port, v03_port) = (free_port(), free_port(), free_port());
+    let start = |port: u16, store: &TestStore, transport: &str| {
+        let upstream = format!("http://127.0.0.1:{port}");
+        let args = ["--conf", &conf_arg, "--a2a-upstream-transport", transport];
+        Tether::start(&upstream, "a2a", &store.url, &args)
+    };
+    let stores: Vec<TestStore> = (0..4)
+        .map(|_| TestStore::new(StoreKind::Sqlite).unwrap())
+        .collect();
+    let tether = start(mounted_port, &stores[0], "jsonrpc");
+    let grpc_tether = start(mounted_port, &stores[1], "grpc");
+    let v03_tether = start(v03_port, &stores[2], "jsonrpc");
+    let pinned_tether = start(mounted_port, &stores[3], "jsonrpc-0.3");
+    let env = [
+        ("TETHER_URL", tether.url()),
+        ("TETHER_GRPC_URL", grpc_tether.url()),
+        ("TETHER_V03_URL", v03_tether.url()),
+        ("TETHER_PINNED_URL", pinned_tether.url()),
+        ("MOUNTED_AGENT_PORT", mounted_port.to_string()),
+        ("MOUNTED_AGENT_GRPC_PORT", mounted_grpc_port.to_string()),
+        ("V03_AGENT_PORT", v03_port.to_string()),
+        ("FAKE_LLM_URL", llm.url()),
+        ("TETHER_API_KEY", KEY_A.to_owned()),
+    ];
+    pytest(
+        &python,
+        "tests/interop/test_a2a_mounted.py",
+        &env,
+        &[&tether, &grpc_tether, &v03_tether, &pinned_tether],
     );
 }
 

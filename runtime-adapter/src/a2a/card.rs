@@ -5,6 +5,8 @@
 
 use serde_json::{json, Value};
 
+use crate::upstream::AgentRequest;
+
 /// When the cards Tether serves list its gRPC interface (`a2a_advertise_grpc`). Tether
 /// serves gRPC in front of any agent, but a card that lists an interface the agent's own
 /// card does not is a surprise to clients that check every URL a card lists (ADK's
@@ -149,8 +151,7 @@ fn authority(url: &str) -> String {
 }
 
 /// The `host:port` of the v1.0 gRPC interface an agent card lists, if any.
-pub(super) fn grpc_address(card: &[u8]) -> Option<String> {
-    let card: Value = serde_json::from_slice(card).ok()?;
+pub(super) fn grpc_address(card: &Value) -> Option<String> {
     let iface = card["supportedInterfaces"]
         .as_array()?
         .iter()
@@ -162,4 +163,85 @@ pub(super) fn grpc_address(card: &[u8]) -> Option<String> {
     } else {
         url.trim_end_matches('/').to_owned()
     })
+}
+
+/// Whether a card offers the agent only in v0.3 (kagent's runtimes, ADK's `to_a2a()`):
+/// it is a card, and none of its interfaces is of v1.0.
+pub(super) fn speaks_only_v03(card: &Value) -> bool {
+    let v10 = card["supportedInterfaces"]
+        .as_array()
+        .is_some_and(|ifaces| ifaces.iter().any(is_v10));
+    looks_like_card(card) && !v10
+}
+
+/// The URL a card lists for `binding` (`JSONRPC`, `HTTP+JSON`) in `v03` or v1.0: v1.0's
+/// `supportedInterfaces`, or v0.3's `url` (of `preferredTransport`, JSON-RPC when it
+/// names none) and `additionalInterfaces`.
+fn interface_url<'c>(card: &'c Value, binding: &str, v03: bool) -> Option<&'c str> {
+    let named = |t: &Value| t.as_str().is_some_and(|t| t.eq_ignore_ascii_case(binding));
+    let listed = card["supportedInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| named(&i["protocolBinding"]) && is_v10(i) != v03);
+    if let Some(url) = listed.and_then(|i| i["url"].as_str()) {
+        return Some(url);
+    }
+    if !v03 {
+        return None;
+    }
+    let preferred = card
+        .get("preferredTransport")
+        .cloned()
+        .unwrap_or_else(|| json!("JSONRPC"));
+    if named(&preferred) {
+        if let Some(url) = card["url"].as_str() {
+            return Some(url);
+        }
+    }
+    card["additionalInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| named(&i["transport"]))
+        .and_then(|i| i["url"].as_str())
+}
+
+/// The path of a card's URL (its origin is not used: Tether reaches the agent at its
+/// configured upstream, where the card's public name may not lead).
+fn url_path(url: &str) -> &str {
+    match split_origin(url).map(|(_, rest)| rest.split(['?', '#']).next().unwrap_or("")) {
+        Some("") | None => "/",
+        Some(path) => path,
+    }
+}
+
+/// Where an HTTP request to the agent goes by its card: a JSON-RPC request (v0.3 when
+/// its method has v0.3's `a/b` form) to the card's JSON-RPC URL of that version; an
+/// HTTP+JSON one to its operation (`message:send`, `tasks/…`, `extendedAgentCard`)
+/// below the card's HTTP+JSON URL of that version (v0.3's operations are below `v1/`).
+/// `None` for a request of no binding (the card itself) or one the card lists nothing
+/// for: it keeps its path.
+pub(super) fn relocated(card: &Value, request: &AgentRequest) -> Option<String> {
+    if request.grpc.is_some() {
+        return None;
+    }
+    if let Some(body) = request.body.as_ref().filter(|b| b.get("jsonrpc").is_some()) {
+        let v03 = body["method"].as_str().is_some_and(|m| m.contains('/'));
+        return interface_url(card, "JSONRPC", v03).map(|url| url_path(url).to_owned());
+    }
+    let (path, query) = match request.path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (request.path.as_str(), None),
+    };
+    let at = ["message:send", "message:stream", "extendedAgentCard"]
+        .iter()
+        .find_map(|op| path.strip_suffix(op).map(str::len))
+        .or_else(|| path.rfind("/tasks").map(|i| i + 1))?;
+    let (base, operation) = path.split_at(at);
+    let v03 = base.ends_with("/v1/");
+    let prefix = url_path(interface_url(card, "HTTP+JSON", v03)?).trim_end_matches('/');
+    let version = if v03 { "/v1/" } else { "/" };
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    Some(format!("{prefix}{version}{operation}{query}"))
 }

@@ -13,10 +13,11 @@ use crate::percent::encode_segment;
 use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
 use crate::upstream::{
-    AgentRequest, Answer, Cancel, GrpcLocator, Probe, Restore, StreamParser, TurnCall, Upstream,
+    AgentRequest, Answer, Cancel, CardReader, Older, Probe, Restore, StreamParser, TurnCall,
+    Upstream,
 };
 
-use super::card::grpc_address;
+use super::card::{grpc_address, relocated, speaks_only_v03};
 use super::client::{
     method_name, rpc_code_of, Client, Op, Transport, Version, INTERNAL_ERROR, TASK_NOT_FOUND,
 };
@@ -112,11 +113,21 @@ impl Upstream for A2aUpstream {
         }))
     }
 
-    /// The agent's card (at `upstream`, over HTTP) names its gRPC interface.
-    fn grpc_locator(&self) -> Option<GrpcLocator> {
-        self.grpc.then(|| GrpcLocator {
+    /// The agent's card (at `upstream`, over HTTP) names its gRPC interface and the URL
+    /// of each HTTP binding and version; an agent whose card offers only v0.3 is called
+    /// as `JSONRPC_V03` unless configuration chose how it is called.
+    fn card_reader(&self) -> Option<CardReader> {
+        let older = Older {
+            only: speaks_only_v03,
+            upstream: &A2aUpstream::JSONRPC_V03,
+        };
+        Some(CardReader {
             request: AgentRequest::get("/.well-known/agent-card.json"),
-            address: grpc_address,
+            grpc_address: self
+                .grpc
+                .then_some(grpc_address as fn(&Value) -> Option<String>),
+            relocate: relocated,
+            older: (!self.grpc && !self.v03).then_some(older),
         })
     }
 
@@ -229,9 +240,10 @@ impl A2aUpstream {
 
     /// Where and how the turn's requests go, without its message: all a cancel needs.
     /// Over HTTP, in the client's own transport and version (a gRPC client's as v1.0
-    /// JSON-RPC at `/`, a2a-sdk's mount; a turn from another surface as v0.3 JSON-RPC at
-    /// `/`, which every A2A agent serves); over gRPC, as v1.0; to an agent pinned to v0.3,
-    /// as v0.3 JSON-RPC at `/`.
+    /// JSON-RPC, a turn from another surface as v0.3 JSON-RPC, which every A2A agent
+    /// serves); over gRPC, as v1.0; to an agent pinned to v0.3, as v0.3 JSON-RPC. The
+    /// path here is the client's (`/` for JSON-RPC of Tether's own making); the gateway
+    /// sends each request to the URL the agent's card lists for it (`CardReader`).
     fn addressed(&self, turn: &TurnRequest) -> Sent {
         let kept = Sent::kept(turn);
         let client = kept.map(|(c, _)| Client::from_value(c));

@@ -123,9 +123,7 @@ fn a_v03_card_whose_main_interface_is_grpc_points_at_tethers_json_rpc() {
 #[test]
 fn a_card_names_the_grpc_address_of_its_v10_interface() {
     use super::super::card::grpc_address;
-    let card = |ifaces: serde_json::Value| {
-        serde_json::to_vec(&json!({ "name": "x", "supportedInterfaces": ifaces })).unwrap()
-    };
+    let card = |ifaces: serde_json::Value| json!({ "name": "x", "supportedInterfaces": ifaces });
     let v03 = json!({ "url": "a:1", "protocolBinding": "GRPC", "protocolVersion": "0.3" });
     let v10 =
         json!({ "url": "127.0.0.1:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0" });
@@ -139,5 +137,85 @@ fn a_card_names_the_grpc_address_of_its_v10_interface() {
         Some("agent:7000")
     );
     assert_eq!(grpc_address(&card(json!([v03]))), None);
-    assert_eq!(grpc_address(b"not json"), None);
+    assert_eq!(grpc_address(&json!("not a card")), None);
+}
+
+/// A card of an agent mounted under `/agent`: JSON-RPC at `/agent/jsonrpc` (v1.0) and
+/// `/agent/rpc03` (v0.3), HTTP+JSON below `/agent/rest`.
+fn mounted_card() -> serde_json::Value {
+    let iface = |url: &str, binding: &str, version: &str| {
+        json!({ "url": format!("http://public.example:80{url}"), "protocolBinding": binding,
+                "protocolVersion": version })
+    };
+    json!({ "name": "x", "supportedInterfaces": [
+        iface("/agent/jsonrpc", "JSONRPC", "1.0"), iface("/agent/rest/", "HTTP+JSON", "1.0"),
+        iface("/agent/rpc03", "JSONRPC", "0.3"), iface("/agent/rest", "HTTP+JSON", "0.3"),
+    ] })
+}
+
+#[test]
+fn each_request_goes_to_the_url_its_card_lists_for_its_binding_and_version() {
+    use super::super::card::relocated;
+    use crate::upstream::AgentRequest;
+    let card = mounted_card();
+    let rpc = |method: &str| {
+        AgentRequest::post("/", json!({ "jsonrpc": "2.0", "id": 1, "method": method }))
+    };
+    let at = |request: AgentRequest| relocated(&card, &request);
+    assert_eq!(at(rpc("SendMessage")).as_deref(), Some("/agent/jsonrpc"));
+    assert_eq!(at(rpc("message/send")).as_deref(), Some("/agent/rpc03"));
+    let rest = |path: &str| at(AgentRequest::post(path, json!({})));
+    assert_eq!(
+        rest("/message:send").as_deref(),
+        Some("/agent/rest/message:send")
+    );
+    assert_eq!(
+        rest("/rest/v1/message:stream").as_deref(),
+        Some("/agent/rest/v1/message:stream")
+    );
+    assert_eq!(
+        at(AgentRequest::get("/rest/tasks/t%2F1?historyLength=0")).as_deref(),
+        Some("/agent/rest/tasks/t%2F1?historyLength=0")
+    );
+    assert_eq!(
+        rest("/rest/tasks/t1:cancel").as_deref(),
+        Some("/agent/rest/tasks/t1:cancel")
+    );
+    // The card itself, and a binding the card does not list, keep their paths.
+    assert_eq!(at(AgentRequest::get("/.well-known/agent-card.json")), None);
+    let only_v10_rpc = json!({ "name": "x", "supportedInterfaces": [
+        { "url": "http://a/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0" }] });
+    assert_eq!(
+        relocated(
+            &only_v10_rpc,
+            &AgentRequest::post("/x/message:send", json!({}))
+        ),
+        None
+    );
+    assert_eq!(relocated(&only_v10_rpc, &rpc("message/send")), None);
+    // A v0.3 card: `url` is its preferred transport's, the others are additional.
+    let v03 = json!({ "name": "x", "url": "http://a:1/api/", "preferredTransport": "JSONRPC",
+        "protocolVersion": "0.3.0", "capabilities": {},
+        "additionalInterfaces": [{ "transport": "HTTP+JSON", "url": "http://a:1/api/rest" }] });
+    assert_eq!(
+        relocated(&v03, &rpc("message/send")).as_deref(),
+        Some("/api/")
+    );
+    assert_eq!(
+        relocated(&v03, &AgentRequest::post("/v1/message:send", json!({}))).as_deref(),
+        Some("/api/rest/v1/message:send")
+    );
+}
+
+#[test]
+fn a_card_with_no_v10_interface_speaks_only_v03() {
+    use super::super::card::speaks_only_v03;
+    assert!(!speaks_only_v03(&mounted_card()));
+    let v03 = json!({ "name": "kagent", "url": "http://a:1/", "protocolVersion": "0.3.0",
+        "capabilities": {}, "skills": [] });
+    assert!(speaks_only_v03(&v03));
+    let listed_v03 = json!({ "name": "x", "supportedInterfaces": [
+        { "url": "http://a/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3" }] });
+    assert!(speaks_only_v03(&listed_v03));
+    assert!(!speaks_only_v03(&json!({ "error": "not a card" })));
 }

@@ -149,7 +149,8 @@ fn a_grpc_agent_gets_every_request_over_grpc_in_v10() {
     assert_eq!(cancel.path, "/lf.a2a.v1.A2AService/CancelTask");
     let sent = proto::decode(&input("CancelTask"), cancel.grpc.as_ref().unwrap()).unwrap();
     assert_eq!(sent, json!({ "id": "task-9" }));
-    assert!(grpc.grpc_locator().is_some() && A2aUpstream::JSONRPC.grpc_locator().is_none());
+    let reads = |u: &A2aUpstream| u.card_reader().and_then(|r| r.grpc_address).is_some();
+    assert!(reads(grpc) && !reads(&A2aUpstream::JSONRPC));
 
     // A v1.0 call the surface passes through becomes the gRPC call; its answer, JSON-RPC.
     let forward = AgentRequest::post(
