@@ -159,7 +159,9 @@ fn every_streamed_event_has_a_distinct_increasing_id() {
         let ids: Vec<i64> = frames
             .iter()
             .map(|f| {
-                let id = f.id.as_deref().unwrap_or_else(|| panic!("frame without id: {f:?}"));
+                let id =
+                    f.id.as_deref()
+                        .unwrap_or_else(|| panic!("frame without id: {f:?}"));
                 // A `v1.<seq>.<frame>` id (runtime-adapter's cursor module): its frame number.
                 let (form, frame) = (id.split('.').next(), id.rsplit('.').next());
                 assert_eq!(form, Some("v1"), "a self-describing id: {id}");

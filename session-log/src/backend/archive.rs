@@ -87,10 +87,10 @@ where
         .fetch_all(pool)
         .await?;
     let total: i64 = sqlx::query(sql::COUNT_ARCHIVED)
-    .bind(account_id)
-    .fetch_one(pool)
-    .await?
-    .try_get(0)?;
+        .bind(account_id)
+        .fetch_one(pool)
+        .await?
+        .try_get(0)?;
     let sessions = rows
         .iter()
         .map(sql::session_from_row)
