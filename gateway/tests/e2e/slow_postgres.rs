@@ -188,6 +188,39 @@ fn reads_see(tether: &Tether, phase: &str, response: &Value) {
     assert_eq!(next.status, 200, "{phase}: {}", next.body);
 }
 
+/// A streamed run rendered again from the log equals the stream its client was shown,
+/// frame for frame: ids, `created_at`, sequence numbers, everything.
+fn replay_equals_live(tether: &Tether, phase: &str) {
+    let url = tether.url();
+    let live = timed(&format!("{phase}: a streamed run"), || {
+        SseStream::post(
+            &format!("{url}/v1/responses"),
+            &Surface::Responses.body("slow:5:10", None, true),
+        )
+        .collect()
+    });
+    let id = live
+        .first()
+        .map(|e| {
+            e.json()["response"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .unwrap_or_default();
+    assert!(id.starts_with("resp_"), "{phase}: {live:?}");
+    let again = timed(&format!("{phase}: the same run streamed again"), || {
+        SseStream::get(&format!("{url}/v1/responses/{id}?stream=true"), &[]).collect()
+    });
+    let frames = |events: &[SseEvent]| -> Vec<(Option<String>, Option<String>, Value)> {
+        events
+            .iter()
+            .map(|e| (e.id.clone(), e.event.clone(), e.json()))
+            .collect()
+    };
+    assert_eq!(frames(&again), frames(&live), "{phase}: rendered again");
+}
+
 fn serve_one(tether: &Tether, phase: &str) -> Value {
     let reply = timed(&format!("{phase}: a run"), || {
         post_json(
@@ -226,21 +259,25 @@ fn every_read_path_sees_the_journal_while_postgres_is_slow_frozen_or_reset() {
         &["--journal-path", &journal, "--journal-local-claims", "true"],
     );
     let healthy = serve_one(&tether, "healthy");
+    replay_equals_live(&tether, "healthy");
     reads_see(&tether, "healthy", &healthy);
 
     // Slower than the commit budget (2 s): commits go to the journal.
     proxy.set(Mode::Latency(Duration::from_millis(2500)));
     let slow = serve_one(&tether, "slow");
+    replay_equals_live(&tether, "slow");
     reads_see(&tether, "slow", &slow);
 
     proxy.set(Mode::Freeze);
     let frozen = serve_one(&tether, "frozen");
+    replay_equals_live(&tether, "frozen");
     reads_see(&tether, "frozen", &frozen);
 
     proxy.reset();
     proxy.set(Mode::Pass);
     proxy.reset();
     let after_reset = serve_one(&tether, "reset");
+    replay_equals_live(&tether, "reset");
     reads_see(&tether, "reset", &after_reset);
 
     // After: the journal is backfilled and every run reads the same.
