@@ -3,7 +3,8 @@
 //! client was served whole while its commits went to the outage journal must stay
 //! readable by every read path — `GET /v1/responses/{id}`, `previous_response_id`,
 //! `SubscribeRunEvents`, `ListSessionEvents` — during the fault and after it, and no read
-//! may hang.
+//! may hang. A streamed run rendered again from the log equals, frame for frame, what its
+//! client was shown live, whatever the commits took.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -264,8 +265,9 @@ fn every_read_path_sees_the_journal_while_postgres_is_slow_frozen_or_reset() {
 
     // Slower than the commit budget (2 s): commits go to the journal.
     proxy.set(Mode::Latency(Duration::from_millis(2500)));
-    let slow = serve_one(&tether, "slow");
+    // First, so that its start is the commit that waits out the budget.
     replay_equals_live(&tether, "slow");
+    let slow = serve_one(&tether, "slow");
     reads_see(&tether, "slow", &slow);
 
     proxy.set(Mode::Freeze);
