@@ -29,7 +29,7 @@ pub const FREE_SPACE_EVERY: Duration = Duration::from_secs(1);
 pub enum Unwritable {
     #[error("the session store cannot write ({})", .0.as_str())]
     Outage(Fault),
-    #[error("the session store's disk has less free space than min_free_bytes")]
+    #[error("the session store's disk has less free space than store_min_free_bytes")]
     LowSpace,
 }
 

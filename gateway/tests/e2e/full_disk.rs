@@ -85,10 +85,10 @@ struct Seen {
     silent_at_end: Duration,
 }
 
-fn stream_run(url: String, words: usize) -> Seen {
+fn stream_run(url: String, words: usize, pause_ms: u64) -> Seen {
     let mut sse = SseStream::post(
         &format!("{url}/v1/chat/completions"),
-        &Surface::Chat.body(&format!("slow:{words}:2"), None, true),
+        &Surface::Chat.body(&format!("slow:{words}:{pause_ms}"), None, true),
     );
     assert_eq!(sse.status, 200, "the run started");
     let session = sse.session_id.clone().unwrap();
@@ -140,7 +140,7 @@ fn a_full_disk_is_an_outage_that_loses_nothing_and_hangs_nobody() {
     let clients: Vec<_> = (0..4)
         .map(|_| {
             let url = url.clone();
-            std::thread::spawn(move || stream_run(url, 20_000))
+            std::thread::spawn(move || stream_run(url, 20_000, 2))
         })
         .collect();
 
@@ -265,4 +265,68 @@ fn a_full_disk_is_an_outage_that_loses_nothing_and_hangs_nobody() {
     let text = tether.log_text();
     assert!(!text.contains("dropping it"), "the writer dropped events");
     drop(tether);
+}
+
+/// `store_min_free_bytes`: below it new runs are refused before the disk is full, a run in
+/// flight finishes, and new runs are taken again once space is back.
+#[test]
+fn min_free_bytes_refuses_new_runs_before_the_disk_is_full() {
+    let Some(disk) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let store = disk.path().join("sessions.sqlite").display().to_string();
+    let agent = FakeAgent::start();
+    let min_free = (4 * 1024 * 1024).to_string();
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &store,
+        &["--store-min-free-bytes", &min_free],
+    );
+    let url = tether.url();
+    let chat = |text: &str| {
+        post_json(
+            &format!("{url}/v1/chat/completions"),
+            &Surface::Chat.body(text, None, false),
+        )
+    };
+    assert_eq!(chat("Reply with OK").status, 200);
+    let in_flight = {
+        let url = url.clone();
+        std::thread::spawn(move || stream_run(url, 100, 40))
+    };
+    // Below the threshold, well before the disk is full.
+    let filler = fill(disk.path(), 3 * 1024 * 1024);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        let r = chat("Reply with OK");
+        if r.status == 503 {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "new runs still taken below min free bytes"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(refused.header("retry-after"), Some("5"));
+    assert!(refused.body.contains("min_free_bytes"), "{}", refused.body);
+    assert_eq!(get(&format!("{url}/readyz"), &[]).status, 503);
+    let finished = in_flight.join().unwrap();
+    assert!(
+        finished.done,
+        "the run in flight finished: {:?}",
+        finished.error
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while chat("Reply with OK").status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "new runs not taken once space is back"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(get(&format!("{url}/readyz"), &[]).status, 200);
 }
