@@ -61,6 +61,12 @@ pub struct Settings {
     /// [default: .tether/journal.sqlite]
     #[arg(long, env = "TETHER_JOURNAL_PATH")]
     pub journal_path: Option<String>,
+    /// Bytes that must stay free on the disk of the SQLite store (of the journal, with
+    /// PostgreSQL): below it new runs and control writes are refused (503, Retry-After)
+    /// so the runs in flight can finish before the disk is full. Read once a second;
+    /// 0 turns it off. [default: 0]
+    #[arg(long, env = "TETHER_STORE_MIN_FREE_BYTES")]
+    pub store_min_free_bytes: Option<u64>,
     /// Model name sent to the agent when the client names none. [default: agent]
     #[arg(long, env = "TETHER_MODEL")]
     pub model: Option<String>,
@@ -377,6 +383,8 @@ pub struct Config {
     pub public_url: Option<String>,
     pub store: String,
     pub journal_path: String,
+    /// Free bytes below which the store refuses new work (0: not watched).
+    pub store_min_free_bytes: u64,
     /// Runs in existing sessions may start while PostgreSQL is unreachable (one replica).
     pub journal_local_claims: bool,
     pub model: String,
@@ -616,6 +624,7 @@ impl Settings {
             public_url,
             store,
             journal_path,
+            store_min_free_bytes,
             model,
             upstream_headers,
             forward_authorization,
@@ -868,6 +877,7 @@ impl Settings {
             protocol,
             store,
             journal_path,
+            store_min_free_bytes: self.store_min_free_bytes.unwrap_or(0),
             journal_local_claims: self.journal_local_claims.unwrap_or(false),
             model: self.model.unwrap_or_else(|| "agent".to_owned()),
             upstream_headers,

@@ -59,6 +59,10 @@ impl Store for CoreStore {
         delegate!(self, |s| s.ping())
     }
 
+    async fn close(&self) {
+        delegate!(self, |s| s.close())
+    }
+
     async fn append(&self, batch: &[NewEvent]) -> Result<Vec<Option<Event>>, StoreError> {
         let batch = batch.to_vec();
         delegate!(self, |s| s.append(&batch))

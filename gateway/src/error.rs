@@ -55,6 +55,23 @@ impl ApiError {
         )
     }
 
+    /// Work refused because the store cannot write now (an outage, or less free space
+    /// than `store_min_free_bytes`): at once, with when to try again, rather than held
+    /// until it can.
+    pub fn store_unwritable(why: session_log::Unwritable) -> Self {
+        let mut e = ApiError::new(
+            503,
+            "server_error",
+            "session_store_unavailable",
+            format!("{why}; try again later"),
+        );
+        e.headers.push((
+            "retry-after",
+            session_log::health::RETRY_AFTER_SECS.to_string(),
+        ));
+        e
+    }
+
     /// A client stream or answer that cannot go on because the log cannot be read; the
     /// client resumes from what it has.
     pub fn log_unavailable() -> Self {

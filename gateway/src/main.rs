@@ -265,6 +265,14 @@ fn serve(
             |removed| metrics::METRICS.deleted(session_log::retention::BY, removed, 0),
         ));
     }
+    if config.store_min_free_bytes > 0 {
+        // The disk the log is written to: the SQLite file's, or the journal's.
+        let watched = session_log::local_file(&config.store)
+            .unwrap_or_else(|| config.journal_path.clone().into());
+        let health = writer.health().clone();
+        let min_free = config.store_min_free_bytes;
+        handle.spawn(async move { health.watch_free_space(watched, min_free).await });
+    }
     if raw_store.backend() == "postgres" {
         // Live tail and cancels across replicas (see session_log::tail).
         let runs = runs.clone();
@@ -314,6 +322,8 @@ fn serve(
     let drain_on_term = DrainOnTerm {
         runs: runs.clone(),
         hub: hub.clone(),
+        writer: writer.clone(),
+        store: raw_store.clone(),
         core: handle.clone(),
         grace,
     };
@@ -427,6 +437,9 @@ impl BackgroundService for PolicyUpkeep {
 struct DrainOnTerm {
     runs: Arc<Runs>,
     hub: Hub,
+    /// Flushed and closed once the runs are drained (see `recv`).
+    writer: Writer,
+    store: Arc<dyn session_log::Store>,
     core: tokio::runtime::Handle,
     grace: std::time::Duration,
 }
@@ -453,6 +466,7 @@ impl ShutdownSignalWatch for DrainOnTerm {
         // exit for the whole grace period.
         let busy = self.runs.active_count() > 0;
         let (runs, hub, grace) = (self.runs.clone(), self.hub.clone(), self.grace);
+        let (writer, store) = (self.writer.clone(), self.store.clone());
         let drained = core::on_core(&self.core, async move {
             // Refuses new runs from here on, and closes as interrupted what outlives grace.
             runs.drain(grace).await;
@@ -460,6 +474,21 @@ impl ShutdownSignalWatch for DrainOnTerm {
             while busy && hub.subscribers() > 0 && tokio::time::Instant::now() < streams_until {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
+            // Everything queued is committed, then the pool is closed: SQLite's last
+            // connection checkpoints the WAL into the main file, so a clean stop leaves
+            // the file whole (a kill -9 leaves the WAL, which the next start replays).
+            // Bounded: a store that cannot write (a full disk) must not hold the exit.
+            match tokio::time::timeout(session_log::health::OUTAGE_GRACE, writer.flush()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "could not flush the session log at shutdown")
+                }
+                Err(_) => tracing::warn!(
+                    "the session log did not flush at shutdown; what was queued is lost"
+                ),
+            }
+            store.close().await;
+            tracing::info!("session store closed");
         });
         // A SIGINT while draining still means "now".
         let interrupt = async {

@@ -150,6 +150,8 @@ pub struct Gauges<'a> {
     pub subscribers: usize,
     pub followed_sessions: usize,
     pub active_runs: usize,
+    /// Why the store cannot take new work now, if it cannot (see `session_log::health`).
+    pub unwritable: Option<session_log::Unwritable>,
 }
 
 /// The whole page.
@@ -308,6 +310,14 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
         "backend",
         [(g.backend, up)],
     );
+    single(
+        out,
+        ("tether_session_store_writable", "gauge"),
+        "1 while the session store takes new runs and writes; 0 during an outage (a full \
+         disk, a read-only or failing store) or while its free space is below \
+         store_min_free_bytes.",
+        u64::from(g.unwritable.is_none()),
+    );
     let states = [
         session_log::journal::BackendState::Healthy,
         session_log::journal::BackendState::Degraded,
@@ -399,6 +409,7 @@ mod tests {
                 subscribers: 2,
                 followed_sessions: 1,
                 active_runs: 0,
+                unwritable: Some(session_log::Unwritable::LowSpace),
             },
         );
         for line in [
@@ -409,6 +420,7 @@ mod tests {
             "tether_writer_batch_size_events_bucket{le=\"5\"} 1",
             "tether_writer_batch_size_events_bucket{le=\"2\"} 0",
             "tether_commit_to_forward_seconds_bucket{le=\"0.001\"} 1",
+            "tether_session_store_writable 0",
             "tether_commit_to_forward_seconds_count 1",
             "tether_subscribers 2",
             "tether_session_backend_up{backend=\"sqlite\"} 1",

@@ -54,6 +54,13 @@ pub async fn run_turn(
         Ok(key) => key,
         Err(e) => return reply.error(session, &e, surface, &[]).await,
     };
+    // A store that cannot write would hold the run's start until it can: refused at
+    // once instead, before anything (a key, an attachment) is written.
+    if let Err(why) = state.writer.health().writable() {
+        return reply
+            .error(session, &ApiError::store_unwritable(why), surface, &[])
+            .await;
+    }
     let run_id = new_id("run");
     if let Some(key) = &key {
         let digest = turn.request_digest.as_deref();
@@ -211,6 +218,7 @@ async fn prepare_run(
                 StartError::Store(_) | StartError::Write(_) => {
                     ApiError::store_unavailable(&e, "cannot start a run")
                 }
+                StartError::Unwritable(why) => ApiError::store_unwritable(why),
             };
             (err, Some(session_id))
         })
@@ -910,7 +918,16 @@ pub fn run_info(inv: &Invocation, events: &[Event], client: Value) -> RunInfo {
         run_id: inv.run_id.clone(),
         session_id: inv.session_id.clone(),
         model,
-        created_at: inv.started_at.timestamp(),
+        // The committed `in_progress` of the invocation, as the live stream took it (an
+        // invocation's own start time may be its claim's, taken before the commit).
+        created_at: events
+            .iter()
+            .find(|e| {
+                e.run_status() == Some(RunStatus::InProgress)
+                    && e.invocation_id.as_deref() == Some(inv.invocation_id.as_str())
+            })
+            .map_or(inv.started_at, |e| e.created_at)
+            .timestamp(),
         client,
     }
 }

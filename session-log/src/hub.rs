@@ -11,6 +11,7 @@ use std::task::{Context, Poll, Waker};
 use tokio::sync::broadcast;
 
 use crate::event::{Event, Seq};
+use crate::health::{Health, OUTAGE_GRACE};
 use crate::store::{EventQuery, Store, StoreError};
 
 /// Live events of a session are buffered this deep per subscriber; a subscriber that
@@ -34,6 +35,9 @@ pub struct Hub {
     /// Channels by account, then session: looked up by `&str` for every committed event,
     /// so publishing allocates nothing for sessions nobody follows.
     accounts: Arc<Mutex<Accounts>>,
+    /// Whether the store writes: a subscriber waiting for the next event gives up once an
+    /// outage has lasted [`OUTAGE_GRACE`] instead of hanging until the disk has room.
+    health: Health,
 }
 
 type Accounts = HashMap<String, HashMap<String, Channel>>;
@@ -47,6 +51,11 @@ struct Channel {
 impl Hub {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The store's health, as the writer reports it.
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Accounts> {
@@ -85,8 +94,9 @@ impl Hub {
         }
     }
 
-    fn receiver(&self, account_id: &str, session_id: &str) -> broadcast::Receiver<Arc<Event>> {
-        self.lock()
+    fn receiver(&self, account_id: &str, session_id: &str) -> Live {
+        let rx = self
+            .lock()
             .entry(account_id.to_owned())
             .or_default()
             .entry(session_id.to_owned())
@@ -95,7 +105,20 @@ impl Hub {
                 through: 0,
             })
             .tx
-            .subscribe()
+            .subscribe();
+        Live {
+            rx,
+            _following: Following {
+                hub: self.clone(),
+                account_id: account_id.to_owned(),
+                session_id: session_id.to_owned(),
+            },
+        }
+    }
+
+    /// Number of sessions the hub keeps a channel for (followed or not yet forgotten).
+    pub fn channels_kept(&self) -> usize {
+        self.lock().values().map(HashMap::len).sum()
     }
 
     /// For a session with live subscribers here: the highest seq published to them (0 if
@@ -129,11 +152,47 @@ impl Hub {
     }
 }
 
+/// One subscriber's receiver of its session's channel.
+struct Live {
+    rx: broadcast::Receiver<Arc<Event>>,
+    /// Declared after `rx`, so dropped after it: see [`Following`].
+    _following: Following,
+}
+
+/// A subscriber's hold on its session's channel: the last one to let go removes the
+/// channel, so a session nobody follows any more costs the hub nothing (a channel was
+/// otherwise kept until the session's next commit, for good after its last run).
+struct Following {
+    hub: Hub,
+    account_id: String,
+    session_id: String,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let mut accounts = self.hub.lock();
+        let Some(sessions) = accounts.get_mut(&self.account_id) else {
+            return;
+        };
+        // Under the lock nobody subscribes meanwhile: no receiver left means none.
+        let unfollowed = sessions
+            .get(&self.session_id)
+            .is_some_and(|c| c.tx.receiver_count() == 0);
+        if unfollowed {
+            sessions.remove(&self.session_id);
+            if sessions.is_empty() {
+                accounts.remove(&self.account_id);
+            }
+        }
+    }
+}
+
 /// Every committed event matching a query after a cursor: first what the store holds,
 /// then what the hub broadcasts, each exactly once and in seq order.
 pub struct Subscription {
     store: Arc<dyn Store>,
-    live: broadcast::Receiver<Arc<Event>>,
+    live: Live,
+    health: Health,
     query: EventQuery,
     pending: VecDeque<Arc<Event>>,
     replaying: bool,
@@ -153,7 +212,8 @@ pub struct Subscription {
 /// A session followed live from before an append, waiting to learn what was appended.
 pub struct BeforeAppend {
     store: Arc<dyn Store>,
-    live: broadcast::Receiver<Arc<Event>>,
+    live: Live,
+    health: Health,
 }
 
 impl BeforeAppend {
@@ -163,7 +223,7 @@ impl BeforeAppend {
     /// (consecutive seqs), everything after them arrives live: nothing is read from the
     /// store, where a subscription opened after the append reads it once.
     pub fn start(self, query: EventQuery, appended: &[Event]) -> Subscription {
-        let mut subscription = Subscription::replaying(self.store, self.live, query);
+        let mut subscription = Subscription::replaying(self.store, self.live, self.health, query);
         let mine: Vec<&Event> = appended
             .iter()
             .filter(|e| {
@@ -191,18 +251,15 @@ impl Subscription {
     /// missed. `query.after_seq` is the cursor; `query.limit` is ignored.
     pub fn open(store: Arc<dyn Store>, hub: &Hub, query: EventQuery) -> Self {
         let live = hub.receiver(&query.account_id, &query.session_id);
-        Self::replaying(store, live, query)
+        Self::replaying(store, live, hub.health.clone(), query)
     }
 
     /// Replays from the cursor, then follows `live` (opened before the replay's read).
-    fn replaying(
-        store: Arc<dyn Store>,
-        live: broadcast::Receiver<Arc<Event>>,
-        query: EventQuery,
-    ) -> Self {
+    fn replaying(store: Arc<dyn Store>, live: Live, health: Health, query: EventQuery) -> Self {
         Subscription {
             store,
             live,
+            health,
             query,
             pending: VecDeque::new(),
             replaying: true,
@@ -223,6 +280,7 @@ impl Subscription {
         BeforeAppend {
             store,
             live: hub.receiver(account_id, session_id),
+            health: hub.health.clone(),
         }
     }
 
@@ -232,7 +290,9 @@ impl Subscription {
     }
 
     /// The next event, waiting for one to be committed if needed. `None` only if the hub
-    /// is gone.
+    /// is gone. While the store cannot write, the wait ends with
+    /// [`StoreError::Outage`] once the outage has lasted [`OUTAGE_GRACE`]: nothing can
+    /// come until it ends, and the caller says so rather than hang.
     pub async fn next(&mut self) -> Result<Option<Arc<Event>>, StoreError> {
         loop {
             if let Some(event) = self.pending.pop_front() {
@@ -243,7 +303,14 @@ impl Subscription {
                 self.replay_page().await?;
                 continue;
             }
-            match self.live.recv().await {
+            let received = tokio::select! {
+                received = self.live.rx.recv() => received,
+                () = self.health.outage_lasting(OUTAGE_GRACE) => {
+                    let fault = self.health.outage().map_or(crate::Fault::Unreachable, |o| o.fault);
+                    return Err(StoreError::Outage(fault));
+                }
+            };
+            match received {
                 Ok(event) => {
                     // A live event right after the cursor needs no store read either: a
                     // run's stream reads the store once, when it opens.

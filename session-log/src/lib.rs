@@ -6,6 +6,7 @@ mod backend;
 pub mod branch;
 pub mod checkpoints;
 pub mod event;
+pub mod health;
 pub mod histogram;
 pub mod history;
 pub mod hub;
@@ -17,14 +18,15 @@ pub mod tail;
 pub mod writer;
 
 // The backends live in `backend/`; their modules keep the paths they had at the crate root.
-pub use backend::factory::{describe, open, open_journaled};
+pub use backend::factory::{describe, local_file, open, open_journaled};
 pub use backend::{journal, postgres, sqlite};
 pub use event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
+pub use health::{Health, Unwritable};
 pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use removal::{Deletion, Removal, Removed, Scope};
 pub use store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
+    Appended, Attachment, Claim, Claimed, EventQuery, Fault, Feedback, IdempotentRun, Imported,
     Invocation, Lease, Rating, Renewed, Store, StoreError,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

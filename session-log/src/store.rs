@@ -17,36 +17,137 @@ pub enum StoreError {
     Url { url: String, reason: String },
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The store has not been able to write for a while (see [`crate::health`]).
+    #[error("the session store cannot write ({})", .0.as_str())]
+    Outage(Fault),
 }
 
-impl StoreError {
-    /// Whether the database could not be reached (worth retrying as it is), as opposed to
-    /// refusing what it was given.
-    pub fn is_transient(&self) -> bool {
+/// What a store error means, whatever the backend said it with: the one classification
+/// every caller (the writer, the journal, leases, readiness) acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The database could not be reached, or its pool or connection broke.
+    Unreachable,
+    /// Locked or busy (another writer, a serialization conflict, a deadlock).
+    Busy,
+    /// The disk (or the database's quota) is full.
+    Full,
+    /// The disk failed a read or write.
+    Io,
+    /// The database or its file is read-only.
+    ReadOnly,
+    /// The database reports its own storage as corrupt.
+    Corrupt,
+    /// A constraint refused the row: this event, not the store, is the problem.
+    Constraint,
+    /// Anything else the store refused (bad SQL, bad data, a bug): the statement, not the
+    /// store, is the problem.
+    Refused,
+}
+
+impl Fault {
+    /// Whether the store cannot write at all for now (an outage): what is waiting must wait
+    /// for it to come back, never be dropped. The other faults refuse one statement.
+    pub fn is_outage(self) -> bool {
+        !matches!(self, Fault::Constraint | Fault::Refused)
+    }
+
+    pub fn as_str(self) -> &'static str {
         match self {
-            StoreError::Database(e) => {
-                matches!(
-                    e,
-                    sqlx::Error::Io(_)
-                        | sqlx::Error::PoolTimedOut
-                        | sqlx::Error::PoolClosed
-                        | sqlx::Error::WorkerCrashed
-                        | sqlx::Error::Protocol(_)
-                        | sqlx::Error::Tls(_)
-                ) || matches!(e, sqlx::Error::Database(db) if is_busy(db.code().as_deref()))
-            }
-            StoreError::Migrate(_) | StoreError::Url { .. } | StoreError::Corrupt(_) => false,
+            Fault::Unreachable => "unreachable",
+            Fault::Busy => "busy",
+            Fault::Full => "full",
+            Fault::Io => "io_error",
+            Fault::ReadOnly => "read_only",
+            Fault::Corrupt => "corrupt",
+            Fault::Constraint => "constraint",
+            Fault::Refused => "refused",
         }
     }
 }
 
-/// SQLite busy/locked, PostgreSQL serialization, deadlock, connection and shutdown
-/// classes: the same statement may well succeed on a later try.
-fn is_busy(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some("5" | "6" | "517" | "261" | "40001" | "40P01" | "57P01" | "57P02" | "57P03")
-    ) || code.is_some_and(|c| c.starts_with("08"))
+impl StoreError {
+    /// What this error means (see [`Fault`]).
+    pub fn fault(&self) -> Fault {
+        match self {
+            StoreError::Database(e) => match e {
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::Tls(_) => Fault::Unreachable,
+                sqlx::Error::Database(db) => {
+                    let sqlite = db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some();
+                    match db.code() {
+                        Some(code) if sqlite => fault_of_sqlite_code(&code),
+                        Some(code) => fault_of_sqlstate(&code),
+                        None => Fault::Refused,
+                    }
+                }
+                _ => Fault::Refused,
+            },
+            // Rows Tether cannot read back (not the database's own corruption): a bug or a
+            // bad row, refused like one.
+            StoreError::Migrate(_) | StoreError::Url { .. } | StoreError::Corrupt(_) => {
+                Fault::Refused
+            }
+            StoreError::Outage(fault) => *fault,
+        }
+    }
+
+    /// Whether the same statement may well succeed on a later try: the store is out (see
+    /// [`Fault::is_outage`]), as opposed to refusing what it was given.
+    pub fn is_transient(&self) -> bool {
+        self.fault().is_outage()
+    }
+}
+
+/// The meaning of a SQLite (extended) result code, whose low byte is the primary code.
+fn fault_of_sqlite_code(code: &str) -> Fault {
+    match code.parse::<u32>().map(|n| n & 0xff) {
+        Ok(5 | 6) => Fault::Busy,      // SQLITE_BUSY, SQLITE_LOCKED
+        Ok(13) => Fault::Full,         // SQLITE_FULL
+        Ok(10 | 14 | 15) => Fault::Io, // SQLITE_IOERR, SQLITE_CANTOPEN, SQLITE_PROTOCOL
+        Ok(8) => Fault::ReadOnly,      // SQLITE_READONLY
+        Ok(11 | 26) => Fault::Corrupt, // SQLITE_CORRUPT, SQLITE_NOTADB
+        Ok(19) => Fault::Constraint,   // SQLITE_CONSTRAINT
+        _ => Fault::Refused,
+    }
+}
+
+/// The meaning of a PostgreSQL SQLSTATE, by class where the class says it.
+fn fault_of_sqlstate(code: &str) -> Fault {
+    match code {
+        "40001" | "40P01" | "55P03" => Fault::Busy,
+        "25006" => Fault::ReadOnly,
+        "58030" => Fault::Io,
+        "XX001" | "XX002" => Fault::Corrupt,
+        c if c.starts_with("53") => Fault::Full, // insufficient resources: disk full, out of memory
+        c if c.starts_with("08") || c.starts_with("57P") => Fault::Unreachable,
+        c if c.starts_with("23") => Fault::Constraint,
+        _ => Fault::Refused,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_read_by_their_backend() {
+        assert_eq!(fault_of_sqlite_code("13"), Fault::Full);
+        assert_eq!(fault_of_sqlite_code("778"), Fault::Io); // SQLITE_IOERR_WRITE
+        assert_eq!(fault_of_sqlite_code("1032"), Fault::ReadOnly); // SQLITE_READONLY_DBMOVED
+        assert_eq!(fault_of_sqlite_code("2067"), Fault::Constraint); // SQLITE_CONSTRAINT_UNIQUE
+        assert_eq!(fault_of_sqlite_code("517"), Fault::Busy); // SQLITE_BUSY_SNAPSHOT
+                                                              // A SQLSTATE of digits only is not a SQLite code: 22021 is a refused byte.
+        assert_eq!(fault_of_sqlstate("22021"), Fault::Refused);
+        assert_eq!(fault_of_sqlstate("53100"), Fault::Full);
+        assert_eq!(fault_of_sqlstate("57P01"), Fault::Unreachable);
+        assert_eq!(fault_of_sqlstate("23505"), Fault::Constraint);
+        assert!(Fault::Full.is_outage() && !Fault::Constraint.is_outage());
+    }
 }
 
 /// Which events of one session to read, in seq order.
@@ -261,6 +362,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Succeeds when the database answers a trivial query.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Closes the store's connections on a clean stop, after a last checkpoint where the
+    /// backend keeps a write-ahead log (SQLite's WAL is then merged into the main file).
+    /// Every call after it fails.
+    async fn close(&self) {}
 
     /// Commits `batch` in one transaction and returns one entry per input event, in input
     /// order: the committed event, or `None` for an event the store dropped (below).

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::event::{Event, NewEvent};
+use crate::health::Health;
 use crate::histogram::Histogram;
 use crate::hub::Hub;
 use crate::store::{Appended, Store};
@@ -93,15 +94,22 @@ type Reply = oneshot::Sender<Vec<Event>>;
 /// split to find the event it refuses.
 const REFUSALS_BEFORE_SPLIT: u32 = 3;
 
+/// Longest wait between two attempts at a batch the store failed.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
 /// Commits `events`, retrying until the store takes them, and returns where each went.
-/// Unreachable databases are retried for as long as they stay down (senders are held back
-/// by the bounded queue meanwhile). A batch the database keeps refusing is split in
+/// A store that cannot write (an outage: unreachable, busy, full, failing its disk,
+/// read-only, corrupt; see [`crate::Fault`]) is retried for as long as it lasts, and never
+/// costs an event: senders are held back by the bounded queue meanwhile, and `health`
+/// tells everyone else so they refuse or end work instead of waiting. Only a batch the
+/// database keeps refusing for what it holds (a constraint, a bad row) is split in
 /// halves, so one bad event costs only itself — dropped, logged and counted — instead of
 /// stalling every session.
 fn append_with_retry<'a>(
     store: &'a dyn Store,
     events: &'a mut [NewEvent],
     stats: &'a WriterStats,
+    health: &'a Health,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Appended> + Send + 'a>> {
     Box::pin(async move {
         let mut backoff = Duration::from_millis(50);
@@ -115,13 +123,17 @@ fn append_with_retry<'a>(
                     stats.commit_latency_us.observe(us);
                     stats.batch_size.observe(events.len() as u64);
                     stats.failing.store(false, Ordering::Relaxed);
+                    health.committed();
                     return appended;
                 }
                 Err(error) => {
                     stats.failing.store(true, Ordering::Relaxed);
                     let failures = stats.commit_failures.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::error!(%error, store = %store.describe(), events = events.len(), failures, "session log commit failed; retrying");
-                    if !error.is_transient() {
+                    let fault = error.fault();
+                    tracing::error!(%error, fault = fault.as_str(), store = %store.describe(), events = events.len(), failures, "session log commit failed; retrying");
+                    if fault.is_outage() {
+                        health.commit_failed(fault);
+                    } else {
                         refusals += 1;
                         if refusals >= REFUSALS_BEFORE_SPLIT {
                             if let [event] = &*events {
@@ -133,14 +145,16 @@ fn append_with_retry<'a>(
                                 return Appended { placed: vec![None] };
                             }
                             let (left, right) = events.split_at_mut(events.len() / 2);
-                            let mut appended = append_with_retry(store, left, stats).await;
-                            let right = append_with_retry(store, right, stats).await;
+                            let mut appended = append_with_retry(store, left, stats, health).await;
+                            let right = append_with_retry(store, right, stats, health).await;
                             appended.placed.extend(right.placed);
                             return appended;
                         }
                     }
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    // Short enough that writes resume within a second or two of the store
+                    // coming back (space freed, PostgreSQL up).
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }
@@ -178,6 +192,7 @@ pub struct Writer {
     /// only a writer waiting then; one that is not finds the request queued).
     urgent: Arc<Notify>,
     stats: Arc<WriterStats>,
+    health: Health,
 }
 
 impl Writer {
@@ -186,12 +201,23 @@ impl Writer {
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let stats = Arc::new(WriterStats::default());
         let urgent = Arc::new(Notify::new());
+        let health = hub.health().clone();
         tokio::spawn(run(store, hub, config, rx, urgent.clone(), stats.clone()));
-        Writer { tx, urgent, stats }
+        Writer {
+            tx,
+            urgent,
+            stats,
+            health,
+        }
     }
 
     pub fn stats(&self) -> &WriterStats {
         &self.stats
+    }
+
+    /// Whether the store writes (see [`Health`]).
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Queues events and waits until they are committed; returns them with their seqs.
@@ -416,7 +442,7 @@ impl Batch {
             }
             return;
         }
-        let appended = append_with_retry(&**store, &mut self.events, stats).await;
+        let appended = append_with_retry(&**store, &mut self.events, stats, hub.health()).await;
         // The events move into their committed form: nothing is copied unless a
         // subscriber is listening.
         let committed = appended.events(self.events.drain(..));

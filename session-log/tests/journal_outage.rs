@@ -18,6 +18,7 @@ fn config() -> JournalConfig {
         append_timeout: Duration::from_secs(1),
         probe_every: Duration::from_millis(200),
         backfill_timeout: Duration::from_secs(5),
+        read_timeout: Duration::from_secs(5),
         local_claims: true,
     }
 }
@@ -572,6 +573,7 @@ async fn agent_refs_survive_an_outage() {
         append_timeout: Duration::from_secs(1),
         probe_every: Duration::from_secs(600), // recovery only by recover_now
         backfill_timeout: Duration::from_secs(5),
+        read_timeout: Duration::from_secs(5),
         local_claims: true,
     };
     let store = journal::open(&cluster.url(), &journal_path, config.clone())

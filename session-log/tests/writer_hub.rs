@@ -746,3 +746,34 @@ async fn every_commit_is_announced_to_other_replicas() {
         assert_eq!(next, PER_SESSION + 1);
     }
 }
+
+/// A session's live-tail state lives as long as somebody follows it: the hub forgets the
+/// session when its last subscriber leaves, whether or not anything is committed after
+/// (it used to keep the channel, and the last events in its ring, until the session's next
+/// commit: for good after its last run), and a later subscriber starts afresh.
+#[tokio::test]
+async fn the_hub_forgets_a_session_when_its_last_subscriber_leaves() {
+    let log = log().await;
+    let first = log.subscribe("s", 0);
+    let second = log.subscribe("s", 0);
+    let other = log.subscribe("t", 0);
+    log.writer.append(vec![delta("s", "a")]).await.unwrap();
+    assert_eq!(log.hub.channels_kept(), 2);
+    drop(first);
+    assert_eq!(log.hub.channels_kept(), 2, "one subscriber still follows s");
+    drop(second);
+    assert_eq!(log.hub.channels_kept(), 1, "nobody follows s any more");
+    drop(other);
+    assert_eq!(log.hub.channels_kept(), 0);
+
+    // A run whose client left: its later commits create nothing.
+    log.writer.append(vec![delta("s", "b")]).await.unwrap();
+    assert_eq!(log.hub.channels_kept(), 0);
+    let mut again = log.subscribe("s", 0);
+    let texts = [next(&mut again).await, next(&mut again).await];
+    assert_eq!(texts.map(|e| e.text().to_owned()), ["a", "b"]);
+    log.writer.append(vec![delta("s", "c")]).await.unwrap();
+    assert_eq!(next(&mut again).await.text(), "c");
+    drop(again);
+    assert_eq!(log.hub.channels_kept(), 0);
+}

@@ -306,6 +306,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
             ))
         }
         Err(StartError::TooManyRuns(l)) => return Err(ApiError::limited(&l).into()),
+        Err(StartError::Unwritable(why)) => return Err(ApiError::store_unwritable(why).into()),
         Err(StartError::ShuttingDown) => {
             return Err(ControlError::new(
                 503,

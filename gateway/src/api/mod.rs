@@ -200,6 +200,17 @@ pub async fn serve(
     }
 }
 
+/// The actions that write to the log or the store beside it.
+const WRITES: [&str; 7] = [
+    "CancelRun",
+    "ResumeRun",
+    "UploadAttachment",
+    "ForkSession",
+    "CompactSession",
+    "CreateFeedback",
+    "ImportSession",
+];
+
 /// Answers an action that takes a JSON body.
 async fn handle(
     state: &State,
@@ -208,27 +219,35 @@ async fn handle(
     action: &str,
     request_id: &str,
 ) -> Result<()> {
-    let result = match read_json(state, session).await {
-        Ok(body) => {
-            let call = Call {
-                state,
-                account_id,
-                credential_id,
-                body,
-            };
-            if action == "ResumeRun" {
-                match checkpoints::resume_run(&call).await {
-                    Ok(checkpoints::Resumed::Stream(run, events)) => {
-                        return checkpoints::stream_resumed(session, &run, *events).await
+    // A write the store cannot take now is refused at once, not held until it can.
+    let writable = match WRITES.contains(&action) {
+        true => state.writer.health().writable(),
+        false => Ok(()),
+    };
+    let result = match writable.map_err(ApiError::store_unwritable) {
+        Err(e) => Err(e.into()),
+        Ok(()) => match read_json(state, session).await {
+            Ok(body) => {
+                let call = Call {
+                    state,
+                    account_id,
+                    credential_id,
+                    body,
+                };
+                if action == "ResumeRun" {
+                    match checkpoints::resume_run(&call).await {
+                        Ok(checkpoints::Resumed::Stream(run, events)) => {
+                            return checkpoints::stream_resumed(session, &run, *events).await
+                        }
+                        Ok(checkpoints::Resumed::Json(data)) => Ok(data),
+                        Err(e) => Err(e),
                     }
-                    Ok(checkpoints::Resumed::Json(data)) => Ok(data),
-                    Err(e) => Err(e),
+                } else {
+                    dispatch(&call, action).await
                 }
-            } else {
-                dispatch(&call, action).await
             }
-        }
-        Err(e) => Err(e),
+            Err(e) => Err(e),
+        },
     };
     respond_envelope(session, action, request_id, result).await
 }

@@ -57,6 +57,9 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// The store cannot write now (see `session_log::health`).
+    #[error(transparent)]
+    Unwritable(#[from] session_log::Unwritable),
 }
 
 /// Why a run was stopped from outside.
@@ -69,6 +72,9 @@ pub enum Stop {
     /// The run's lease was lost (another replica closed it as abandoned while this one
     /// could not renew): `interrupted`, though the store keeps the first close.
     LeaseLost,
+    /// The store could not write for longer than `session_log::health::OUTAGE_GRACE`:
+    /// `failed`, recorded once the store is back.
+    StoreOutage,
 }
 
 /// `in_progress` metadata: the run's system and developer messages (`role`, `content`),
@@ -91,6 +97,9 @@ pub struct StartedRun {
     /// stream waits for it before its own head, so that a run the agent never answered is
     /// refused with a plain error status, as without streaming.
     pub answered: Arc<watch::Sender<bool>>,
+    /// When its `in_progress` was committed: the `created` every rendering of the run
+    /// shows, live or read back, whatever the commit took.
+    pub started_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl StartedRun {
@@ -101,7 +110,7 @@ impl StartedRun {
             run_id: self.run_id.clone(),
             session_id: self.session_id.clone(),
             model: self.model.clone(),
-            created_at: chrono::Utc::now().timestamp(),
+            created_at: self.started_at.timestamp(),
             client,
         }
     }
@@ -241,6 +250,16 @@ impl Outcome {
                 error: Some((
                     "gateway_shutdown".into(),
                     "the gateway shut down during the run".into(),
+                )),
+                usage: None,
+                produced: true,
+                agent_params: None,
+            },
+            Stop::StoreOutage => Outcome {
+                status: RunStatus::Failed,
+                error: Some((
+                    "session_store_unavailable".into(),
+                    "the session store could not write; the run was stopped".into(),
                 )),
                 usage: None,
                 produced: true,
@@ -424,6 +443,7 @@ impl Runs {
             .map(|r| r.run_id.clone())
             .or(run_id)
             .unwrap_or_else(|| new_id("run"));
+        self.writer.health().writable()?;
         // Taken before anything is written, and held by the supervisor until the run's end
         // is committed: a client that leaves does not free the slot, the run ending does.
         let permit = self
@@ -556,6 +576,10 @@ impl Runs {
             ..EventQuery::session(account_id, session_id)
         };
         let events = follow.start(query, &committed);
+        let started_at = committed
+            .iter()
+            .find(|e| e.run_status() == Some(RunStatus::InProgress))
+            .map_or_else(chrono::Utc::now, |e| e.created_at);
         let run = StartedRun {
             account_id: account_id.to_owned(),
             session_id: session_id.to_owned(),
@@ -566,6 +590,7 @@ impl Runs {
                 .clone()
                 .unwrap_or_else(|| self.default_model.clone()),
             answered: Arc::new(watch::Sender::new(false)),
+            started_at,
         };
         tracing::info!(account_id, session_id, run_id = %run.run_id, invocation_id = %run.invocation_id, "run started");
         METRICS.run_started();
@@ -663,11 +688,23 @@ impl Runs {
                 invocation_id: invocation_id.to_owned(),
                 model: model.to_owned(),
                 answered: Arc::new(watch::Sender::new(false)),
+                started_at: chrono::Utc::now(),
             };
             batch.push(self.checkpoint_event(&ids, Phase::AfterToolResult, &results));
         }
         let commit = spans::commit("run_start", batch.len());
-        let committed = self.writer.append(batch).instrument(commit).await?;
+        let append = self.writer.append(batch).instrument(commit);
+        // An outage that starts meanwhile would hold the client until it ends. Its start
+        // stays queued and is committed when the store is back; with no driver, it is
+        // closed as abandoned once its lease runs out.
+        let health = self.writer.health().clone();
+        let committed = tokio::select! {
+            committed = append => committed?,
+            () = health.outage_lasting(session_log::health::OUTAGE_GRACE) => {
+                let fault = health.outage().map_or(session_log::Fault::Unreachable, |o| o.fault);
+                return Err(session_log::Unwritable::Outage(fault).into());
+            }
+        };
         // A store that checks the claim as it opens the invocation (SQLite) drops the
         // start's events when another live run holds the session after all.
         if !committed
@@ -854,9 +891,14 @@ impl Runs {
             tokio::spawn(drive(self.clone(), run.clone(), history, turn).in_current_span());
         // This future waits for as long as the run streams: the steps after the wait are
         // boxed, so it stays small (idle streams are counted in KiB each).
+        // A store that cannot write holds every event the run makes: past the grace the
+        // run stops, and its end is recorded when the store is back.
+        let health = self.writer.health().clone();
+        let outage = health.outage_lasting(session_log::health::OUTAGE_GRACE);
         let outcome = tokio::select! {
             joined = &mut driver => joined.unwrap_or_else(|e| crashed(&run, e)),
             Ok(why) = &mut stop => Box::pin(self.stop_driver(&run, cancel.as_ref(), why, &mut driver)).await,
+            () = outage => Box::pin(self.stop_driver(&run, cancel.as_ref(), Stop::StoreOutage, &mut driver)).await,
         };
         Box::pin(self.record_end(&run, outcome)).await;
         self.forget(&run.account_id, &run.invocation_id);

@@ -15,6 +15,14 @@ use crate::state::State;
 
 pub async fn readyz(state: &State, session: &mut Session) -> Result<()> {
     let store = state.store.clone();
+    // A store that answers reads but cannot write (a full disk, a read-only file) is not
+    // ready: new runs would be refused.
+    if let Err(why) = state.writer.health().writable() {
+        let body =
+            json!({ "status": "unavailable", "store": store.backend(), "error": why.to_string() });
+        let retry = session_log::health::RETRY_AFTER_SECS.to_string();
+        return respond::json(session, 503, &body, &[("retry-after", &retry)]).await;
+    }
     let ping = tokio::time::timeout(Duration::from_secs(2), store.ping()).await;
     let (status, body) = match ping {
         Ok(Ok(())) => (200, json!({ "status": "ready", "store": store.backend() })),
@@ -39,6 +47,7 @@ pub async fn metrics(state: &State, session: &mut Session) -> Result<()> {
             subscribers: state.hub.subscribers(),
             followed_sessions: state.hub.active_sessions(),
             active_runs: state.runs.active_count(),
+            unwritable: state.writer.health().writable().err(),
         },
     );
     let mut header = ResponseHeader::build(200, Some(3))?;

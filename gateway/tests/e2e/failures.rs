@@ -205,6 +205,40 @@ fn sigterm_interrupts_a_long_run_and_commits_what_it_had() {
 }
 
 #[test]
+fn sigterm_checkpoints_the_wal_into_the_main_file() {
+    let (store, _agent, mut tether) = chat_gateway(&[]);
+    let mut sessions = Vec::new();
+    for i in 0..5 {
+        let reply = post_json(
+            &format!("{}/v1/chat/completions", tether.url()),
+            &Surface::Chat.body(&format!("turn {i}"), None, false),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        sessions.push(reply.session_id.unwrap());
+    }
+    assert!(
+        tether.signal("TERM", Duration::from_secs(20)),
+        "tether exits after SIGTERM"
+    );
+    let wal = format!("{}-wal", store.url);
+    let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert_eq!(
+        wal_len, 0,
+        "the WAL is merged into the main file at a clean stop"
+    );
+    // The main file alone, copied away from any WAL, holds every run.
+    let alone = tempfile::tempdir().unwrap();
+    let copy = alone.path().join("sessions.sqlite");
+    std::fs::copy(&store.url, &copy).unwrap();
+    let copy = TestStore::at(&copy.display().to_string());
+    for session in &sessions {
+        let events = copy.events("local", session);
+        assert_well_formed(&events);
+        assert_eq!(terminal_statuses(&events), [RunStatus::Completed]);
+    }
+}
+
+#[test]
 fn a_run_left_open_by_a_killed_gateway_is_closed_at_restart() {
     let (store, agent, mut tether) = chat_gateway(&[]);
     let (_sse, session, _) = slow_chat_run(&tether, 3);

@@ -88,6 +88,14 @@ impl TestStore {
         }
     }
 
+    /// The store at `url`, made by someone else (kept as it is when this is dropped).
+    pub fn at(url: &str) -> TestStore {
+        TestStore {
+            url: url.to_owned(),
+            _dir: None,
+        }
+    }
+
     fn rt() -> &'static tokio::runtime::Runtime {
         static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
         RT.get_or_init(|| {

@@ -52,6 +52,18 @@ pub fn describe(url: &str) -> String {
     super::postgres::name(&host_port, database)
 }
 
+/// The local file a SQLite store URL names (`None` for PostgreSQL and `:memory:`): where
+/// its free space is watched.
+pub fn local_file(url: &str) -> Option<std::path::PathBuf> {
+    match Location::of(url) {
+        Location::Postgres(_) => None,
+        Location::Sqlite(path) => {
+            let path = path.split('?').next().unwrap_or(path);
+            (!path.is_empty() && !path.starts_with(":memory:")).then(|| path.into())
+        }
+    }
+}
+
 /// Opens (creating if needed) and migrates the store that `url` names: `postgres://…` or
 /// `postgresql://…` for PostgreSQL, `sqlite:…` or a plain file path for SQLite.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {

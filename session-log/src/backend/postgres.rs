@@ -503,6 +503,10 @@ pub(crate) fn name(host_port: &str, database: Option<&str>) -> String {
 
 #[async_trait]
 impl Store for PgStore {
+    async fn close(&self) {
+        self.pool.close().await
+    }
+
     fn backend(&self) -> &'static str {
         "postgres"
     }

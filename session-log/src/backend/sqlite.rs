@@ -539,6 +539,10 @@ pub(crate) fn name(path: &str) -> String {
 
 #[async_trait]
 impl Store for SqliteStore {
+    async fn close(&self) {
+        SqliteStore::close(self).await
+    }
+
     fn backend(&self) -> &'static str {
         "sqlite"
     }

@@ -113,6 +113,9 @@ pub struct JournalConfig {
     pub probe_every: Duration,
     /// Bound of one backfill transaction.
     pub backfill_timeout: Duration,
+    /// How long a PostgreSQL read may take before it fails as unreachable (a frozen
+    /// connection would hold it for as long as TCP takes to notice).
+    pub read_timeout: Duration,
     /// Whether a claim in an existing session is granted locally while PostgreSQL is
     /// unreachable. Safe only for a single replica: another replica may drive a live run
     /// in the session that this one cannot see, and both would number events from the
@@ -128,6 +131,7 @@ impl Default for JournalConfig {
             append_timeout: Duration::from_secs(2),
             probe_every: Duration::from_secs(2),
             backfill_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(10),
             local_claims: false,
         }
     }
@@ -1181,6 +1185,60 @@ impl Inner {
         .transpose()
     }
 
+    /// Whether the journal may hold anything (rows wait for the backfill).
+    fn journal_holds_any(&self) -> bool {
+        self.pending.lock().map_or(true, |p| !p.is_empty())
+    }
+
+    /// A PostgreSQL read, bounded: a frozen connection (half-open, no reset) fails it as
+    /// unreachable after `read_timeout` instead of holding the reader.
+    async fn pg_read<T>(
+        &self,
+        read: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.config.read_timeout, read).await {
+            Ok(r) => r,
+            Err(_) => Err(unreachable_error()),
+        }
+    }
+
+    /// The latest invocation of `run_id` the journal opened (by a claim or an
+    /// `in_progress`), if any.
+    async fn journal_run(
+        &self,
+        account_id: &str,
+        run_id: &str,
+    ) -> Result<Option<Invocation>, StoreError> {
+        if !self.journal_holds_any() {
+            return Ok(None);
+        }
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT invocation_id FROM journal_claims WHERE account_id = ? AND run_id = ? \
+             UNION SELECT invocation_id FROM journal_events WHERE account_id = ? AND run_id = ? \
+             AND event_type = 'run_status' AND invocation_id IS NOT NULL \
+             AND json_extract(content_json, '$.status') = 'in_progress'",
+        )
+        .bind(account_id)
+        .bind(run_id)
+        .bind(account_id)
+        .bind(run_id)
+        .fetch_all(&self.journal)
+        .await?;
+        let mut newest: Option<Invocation> = None;
+        for id in ids {
+            let Some(inv) = self.journal_invocation(account_id, &id).await? else {
+                continue;
+            };
+            let newer = newest.as_ref().is_none_or(|n| {
+                (inv.started_at, &inv.invocation_id) > (n.started_at, &n.invocation_id)
+            });
+            if newer {
+                newest = Some(inv);
+            }
+        }
+        Ok(newest)
+    }
+
     async fn merge_invocation(
         &self,
         inv: Option<Invocation>,
@@ -1246,6 +1304,12 @@ fn unreachable_error() -> StoreError {
 
 #[async_trait]
 impl Store for JournaledStore {
+    async fn close(&self) {
+        // The journal's last connection checkpoints its WAL as it closes.
+        self.inner.journal.close().await;
+        self.inner.pg.close().await;
+    }
+
     fn backend(&self) -> &'static str {
         "postgres"
     }
@@ -1304,11 +1368,20 @@ impl Store for JournaledStore {
         session_id: &str,
     ) -> Result<Option<Session>, StoreError> {
         let inner = &*self.inner;
-        let mut session = inner.pg.session(account_id, session_id).await?;
+        let pending = inner.is_pending(account_id, session_id);
+        let mut session = match inner
+            .pg_read(inner.pg.session(account_id, session_id))
+            .await
+        {
+            Ok(session) => session,
+            // PostgreSQL slow or frozen: the journal answers for what it holds.
+            Err(error) if error.is_transient() && pending => None,
+            Err(error) => return Err(error),
+        };
         if let Some(s) = &session {
             inner.learn(account_id, session_id, s.last_seq);
         }
-        if inner.is_pending(account_id, session_id) {
+        if pending {
             let journaled = inner.journal_events(account_id, session_id, 0).await?;
             if let (Some(first), Some(last)) = (journaled.first(), journaled.last()) {
                 let s = session.get_or_insert_with(|| Session {
@@ -1347,13 +1420,16 @@ impl Store for JournaledStore {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
-        self.inner.pg.list_sessions(account_id, offset, limit).await
+        let inner = &*self.inner;
+        inner
+            .pg_read(inner.pg.list_sessions(account_id, offset, limit))
+            .await
     }
 
     async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
         let inner = &*self.inner;
         if !inner.is_pending(&query.account_id, &query.session_id) {
-            let events = inner.pg.events(query).await?;
+            let events = inner.pg_read(inner.pg.events(query)).await?;
             inner.learn_events(&events[events.len().saturating_sub(1)..]);
             return Ok(events);
         }
@@ -1372,12 +1448,27 @@ impl Store for JournaledStore {
         let key: Key = (query.account_id.clone(), query.session_id.clone());
         let journal_covers = first_journaled.is_some_and(|first| query.after_seq >= first - 1)
             || (first_journaled.is_none() && inner.known_seq(&key) == 0);
+        // A read of one run or invocation whose start the journal holds can be answered
+        // by the journal when PostgreSQL is slow or frozen (a run served whole while its
+        // commits went to the journal): PostgreSQL gets the commit budget, not the whole
+        // read bound.
+        let run_scoped = query.run_id.is_some() || query.invocation_id.is_some();
+        let started_here = run_scoped
+            && journaled
+                .first()
+                .is_some_and(|e| e.run_status() == Some(RunStatus::InProgress));
         let stored = if inner.degraded.load(Ordering::Relaxed) && journal_covers {
             Vec::new()
         } else {
-            match tokio::time::timeout(inner.config.append_timeout, inner.pg.events(query)).await {
-                Ok(r) => r?,
-                Err(_) => return Err(unreachable_error()),
+            let bound = match started_here {
+                true => inner.config.append_timeout,
+                false => inner.config.read_timeout,
+            };
+            match tokio::time::timeout(bound, inner.pg.events(query)).await {
+                Ok(Ok(stored)) => stored,
+                Ok(Err(error)) if !(error.is_transient() && started_here) => return Err(error),
+                Err(_) if !started_here => return Err(unreachable_error()),
+                _ => Vec::new(),
             }
         };
         let mut merged: Vec<Event> = stored;
@@ -1458,7 +1549,9 @@ impl Store for JournaledStore {
 
     async fn count_events(&self, account_id: &str, session_id: &str) -> Result<i64, StoreError> {
         let inner = &*self.inner;
-        let stored = inner.pg.count_events(account_id, session_id).await?;
+        let stored = inner
+            .pg_read(inner.pg.count_events(account_id, session_id))
+            .await?;
         if !inner.is_pending(account_id, session_id) {
             return Ok(stored);
         }
@@ -1472,9 +1565,17 @@ impl Store for JournaledStore {
         Ok(stored + journaled)
     }
 
+    // A run or invocation the journal opened is newer than anything PostgreSQL holds of
+    // it (journaled rows come after PostgreSQL's), and may be all there is: a run served
+    // whole while commits went to the journal. It is the answer, as `events` merges it,
+    // with no PostgreSQL round trip that a slow or frozen PostgreSQL would hold.
     async fn run(&self, account_id: &str, run_id: &str) -> Result<Option<Invocation>, StoreError> {
-        let inv = self.inner.pg.run(account_id, run_id).await?;
-        self.inner.merge_invocation(inv).await
+        let inner = &*self.inner;
+        if let Some(journaled) = inner.journal_run(account_id, run_id).await? {
+            return Ok(Some(journaled));
+        }
+        let inv = inner.pg_read(inner.pg.run(account_id, run_id)).await?;
+        inner.merge_invocation(inv).await
     }
 
     async fn invocation(
@@ -1482,8 +1583,16 @@ impl Store for JournaledStore {
         account_id: &str,
         invocation_id: &str,
     ) -> Result<Option<Invocation>, StoreError> {
-        let inv = self.inner.pg.invocation(account_id, invocation_id).await?;
-        self.inner.merge_invocation(inv).await
+        let inner = &*self.inner;
+        if inner.journal_holds_any() {
+            if let Some(journaled) = inner.journal_invocation(account_id, invocation_id).await? {
+                return Ok(Some(journaled));
+            }
+        }
+        let inv = inner
+            .pg_read(inner.pg.invocation(account_id, invocation_id))
+            .await?;
+        inner.merge_invocation(inv).await
     }
 
     async fn invocation_known_elsewhere(
