@@ -1907,7 +1907,19 @@ impl Store for JournaledStore {
         account_id: &str,
         session_id: &str,
     ) -> Result<Option<DateTime<Utc>>, StoreError> {
-        self.inner.pg.archived_at(account_id, session_id).await
+        let inner = &*self.inner;
+        match inner
+            .pg_read(inner.pg.archived_at(account_id, session_id))
+            .await
+        {
+            // PostgreSQL slow or frozen: a session the journal holds is taking runs through
+            // the outage, and archiving is not journalled (it is refused until PostgreSQL
+            // answers), so the journal answers that it is not archived, as `session` does.
+            Err(error) if error.is_transient() && inner.is_pending(account_id, session_id) => {
+                Ok(None)
+            }
+            other => other,
+        }
     }
 
     async fn list_archived(
