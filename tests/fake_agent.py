@@ -57,6 +57,7 @@ and every `user: ...` and `summary so far: ...` line of the last user message, j
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -790,13 +791,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def bind(server_class, address, handler, wait: float = 5.0):
+    """The server, listening: a port a test picked can still be the local end of another
+    process's short-lived connection (tests pick free ports from the ephemeral range), so a
+    taken port is tried again for a few seconds before it is given up."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return server_class(address, handler)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     handler = type("BoundHandler", (Handler,), {"requests_log": RequestLog(args.log), "verbose": args.verbose, "require_model": args.require_model})
     # A backlog like a real server's: with socketserver's default of 5, a burst of
     # concurrent runs finds connections reset.
     server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256})
-    server = server_class((args.host, args.port), handler)
+    server = bind(server_class, (args.host, args.port), handler)
     server.daemon_threads = True
     print(f"READY {server.server_address[1]}", flush=True)
     try:
