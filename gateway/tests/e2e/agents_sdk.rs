@@ -3,10 +3,8 @@
 //! `run_streamed`) through the real binary on both stores, in front of the fake agent the
 //! file kills and restarts between turns.
 
-use std::process::Command;
-
 use crate::harness::*;
-use crate::interop::{interop_python, run_pytest_with};
+use crate::interop::{interop_python, run_pytest_behind_tether};
 
 fn agents_sdk_on(kind: StoreKind) {
     let Some(python) = interop_python() else {
@@ -15,23 +13,13 @@ fn agents_sdk_on(kind: StoreKind) {
     let Some(store) = TestStore::new(kind) else {
         return;
     };
-    let agent_port = free_port();
-    let tether = Tether::start(
-        &format!("http://127.0.0.1:{agent_port}"),
+    run_pytest_behind_tether(
+        python,
+        &store,
         "openai-chat",
-        &store.url,
-        &[],
-    );
-    let mut pytest = Command::new(python);
-    pytest
-        .env("TETHER_URL", tether.url())
-        .env("AGENT_PORT", agent_port.to_string())
+        "tests/interop/agents_sdk/test_agents_sdk.py",
         // Otherwise the SDK posts its traces to the vendor.
-        .env("OPENAI_AGENTS_DISABLE_TRACING", "1");
-    run_pytest_with(
-        pytest,
-        &["tests/interop/agents_sdk/test_agents_sdk.py"],
-        &[&tether],
+        &[("OPENAI_AGENTS_DISABLE_TRACING", "1")],
     );
 }
 

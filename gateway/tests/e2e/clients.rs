@@ -5,13 +5,11 @@
 //! tests/interop/test_clients_openai.py, the official `openai` SDK resending history,
 //! editing it, retrying through an outage and repeating an `Idempotency-Key`.
 
-use std::process::Command;
-
 use serde_json::{json, Value};
 use session_log::EventType;
 
 use crate::harness::*;
-use crate::interop::{interop_python, run_pytest_with};
+use crate::interop::{interop_python, run_pytest_behind_tether};
 
 const SLOW: &str = "slow:12:60";
 
@@ -382,21 +380,12 @@ fn sdk_clients_on(kind: StoreKind) {
     let Some(store) = TestStore::new(kind) else {
         return;
     };
-    let agent_port = free_port();
-    let tether = Tether::start(
-        &format!("http://127.0.0.1:{agent_port}"),
+    run_pytest_behind_tether(
+        python,
+        &store,
         "openai-chat",
-        &store.url,
+        "tests/interop/test_clients_openai.py",
         &[],
-    );
-    let mut pytest = Command::new(python);
-    pytest
-        .env("TETHER_URL", tether.url())
-        .env("AGENT_PORT", agent_port.to_string());
-    run_pytest_with(
-        pytest,
-        &["tests/interop/test_clients_openai.py"],
-        &[&tether],
     );
 }
 

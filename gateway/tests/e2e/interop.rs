@@ -35,6 +35,31 @@ fn run_pytest(protocol: &str) {
 
 /// Runs pytest on `paths` from the repository's root with `python` as set up; fails with
 /// pytest's report and the gateways' logs unless every test ran and passed.
+/// The pytest `file`, run by `python`, against a gateway on `store` that speaks `protocol`
+/// to the fake agent the file itself starts (and kills) on `AGENT_PORT`; `env` is passed
+/// besides `TETHER_URL` and `AGENT_PORT`.
+pub fn run_pytest_behind_tether(
+    python: String,
+    store: &TestStore,
+    protocol: &str,
+    file: &str,
+    env: &[(&str, &str)],
+) {
+    let agent_port = free_port();
+    let tether = Tether::start(
+        &format!("http://127.0.0.1:{agent_port}"),
+        protocol,
+        &store.url,
+        &[],
+    );
+    let mut pytest = Command::new(python);
+    pytest
+        .env("TETHER_URL", tether.url())
+        .env("AGENT_PORT", agent_port.to_string())
+        .envs(env.iter().copied());
+    run_pytest_with(pytest, &[file], &[&tether]);
+}
+
 pub fn run_pytest_with(mut python: Command, paths: &[&str], gateways: &[&Tether]) {
     let out = python
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])

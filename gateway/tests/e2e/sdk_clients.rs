@@ -8,7 +8,7 @@
 use std::process::Command;
 
 use crate::harness::*;
-use crate::interop::run_pytest_with;
+use crate::interop::run_pytest_behind_tether;
 
 /// Tether speaking to an agent the client tests own on a port of their own.
 fn gateway(store: &TestStore) -> (Tether, u16) {
@@ -64,14 +64,11 @@ fn langchain_and_llamaindex_continue_across_an_agent_restart() {
         return;
     };
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let (tether, agent_port) = gateway(&store);
-    let mut pytest = Command::new(python);
-    pytest
-        .env("TETHER_URL", tether.url())
-        .env("AGENT_PORT", agent_port.to_string());
-    run_pytest_with(
-        pytest,
-        &["tests/interop/test_clients_frameworks.py"],
-        &[&tether],
+    run_pytest_behind_tether(
+        python,
+        &store,
+        "openai-responses",
+        "tests/interop/test_clients_frameworks.py",
+        &[],
     );
 }
