@@ -1,5 +1,5 @@
 //! The layering rule, checked from the source: within each crate of the workspace, the
-//! top-level modules import each other without a circle (README, "The layering rule").
+//! top-level modules import each other without a circle (docs/architecture.md, "The layering rule").
 //!
 //! Reads every `.rs` file under each workspace member's `src/` (the members are read from
 //! the workspace's Cargo.toml, so a new crate is checked without being listed here), finds the paths that leave the file's

@@ -264,7 +264,7 @@ class Checker:
             if port is not None:
                 self.need(port in ("http", 8080), f"{probe} asks Tether's port")
             # The kubelet sends Host = the pod's IP: only the health paths answer an
-            # IP-literal host whatever allowed_hosts says (README, Hardening).
+            # IP-literal host whatever allowed_hosts says (docs/hardening.md).
             path = http_path(probe)
             if path is not None:
                 self.need(path in ("/healthz", "/readyz"), f"{probe} asks a health path ({path})")

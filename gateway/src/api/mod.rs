@@ -364,23 +364,17 @@ mod tests {
     }
 }
 
-/// The README documents every action this API answers with a request a reader can paste.
+/// docs/control-api.md documents every action this API answers with a request a reader can paste.
 #[cfg(test)]
 mod documented {
     use super::ACTIONS;
 
-    /// The README's "Control API" section.
+    /// The Control API's walkthrough, docs/control-api.md.
     fn control_api_section() -> String {
         // At run time, not build time: a shared target directory may hold a binary built
         // in another checkout.
         let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test");
-        let readme = std::fs::read_to_string(format!("{crate_dir}/../README.md")).unwrap();
-        let start = readme
-            .find("\n## Control API\n")
-            .expect("README has the control API");
-        let section = &readme[start + 1..];
-        let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
-        section[..end].to_owned()
+        std::fs::read_to_string(format!("{crate_dir}/../docs/control-api.md")).unwrap()
     }
 
     /// The shell command (its continuation lines joined) that holds `at`.
@@ -428,7 +422,7 @@ mod documented {
         }
         assert!(
             missing.is_empty(),
-            "README, Control API:\n{}",
+            "docs/control-api.md:\n{}",
             missing.join("\n")
         );
     }

@@ -1,5 +1,5 @@
 //! Where a request comes from, for the rules that keep a web page on another site from
-//! using Tether through the user's browser (README, Hardening):
+//! using Tether through the user's browser (docs/hardening.md):
 //!
 //! - the **Host rule** (DNS rebinding): a request is answered only for the host names
 //!   Tether is reached by: `localhost`, `127.0.0.1` and `[::1]` (without a port or with

@@ -239,8 +239,8 @@ fn first_mismatch<'a>(expected: &[&'a str], actual: &[&str]) -> Option<&'a str> 
 }
 
 #[test]
-fn the_readme_control_api_examples_print_what_it_shows() {
-    let section = readme_section("## Control API");
+fn the_control_api_walkthrough_prints_what_it_shows() {
+    let section = std::fs::read_to_string(repo_root().join("docs/control-api.md")).unwrap();
     let mut script = String::new();
     let mut expected: Vec<String> = Vec::new();
     let blocks = blocks(&section);
@@ -260,7 +260,7 @@ fn the_readme_control_api_examples_print_what_it_shows() {
     let expected: Vec<&str> = expected.iter().map(String::as_str).collect();
     if let Some(line) = first_mismatch(&expected, &actual) {
         panic!(
-            "the README's Control API examples printed something else; first unmatched line:\n\
+            "docs/control-api.md's examples printed something else; first unmatched line:\n\
              {line}\n\nprinted:\n{stdout}\nstderr:\n{stderr}"
         );
     }
