@@ -18,12 +18,23 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo test")).join("..")
 }
 
+/// A port nothing listens on, for a process the test starts. Taken from 20000–32767, below
+/// Linux's ephemeral range (32768–60999), so no outgoing connection of this or another
+/// process can hold it between this check and the process binding it (CI lost runs to that
+/// race with ports from the ephemeral range). Each test process walks its own stretch of
+/// the range, chosen by its pid, so concurrent test binaries rarely try the same port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_768;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+    loop {
+        let port = (LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
