@@ -1792,6 +1792,39 @@ mod policy_tables {
             .message
             .contains("max_bodybytes"));
     }
+
+    #[test]
+    fn webhooks_are_validated_naming_the_key() {
+        let hook = |body: &str| load(&format!("[[webhooks]]\n{body}"), &[]);
+        let good = "url = \"https://h.example/x\"\nevents = [\"run.failed\"]\n\
+                    secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+        let config = hook(good).unwrap();
+        assert_eq!(config.webhooks[0].name, "https://h.example/x");
+        assert_eq!(config.webhooks[0].secret.len(), 24);
+        assert_eq!(config.webhooks[0].max_attempts, 8);
+        let key = |body: &str| hook(body).unwrap_err().key;
+        assert_eq!(key(&good.replace("https://", "ftp://")), "webhooks[0].url");
+        assert_eq!(
+            key(&good.replace("run.failed", "run.ended")),
+            "webhooks[0].events"
+        );
+        assert_eq!(
+            key(&good.replace("[\"run.failed\"]", "[]")),
+            "webhooks[0].events"
+        );
+        assert_eq!(
+            key(&good.replace("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "short")),
+            "webhooks[0].secret"
+        );
+        assert_eq!(
+            key(&format!("{good}max_attempts = 0\n")),
+            "webhooks[0].max_attempts"
+        );
+        let twice = format!("{good}name = \"a\"\n[[webhooks]]\n{good}name = \"a\"\n");
+        assert_eq!(key(&twice), "webhooks[1].name");
+        // The secret is never printed.
+        assert!(!format!("{config:?}").contains("MfKQ"));
+    }
 }
 
 #[cfg(test)]
