@@ -89,31 +89,25 @@ pub struct Cause<'a> {
     pub content: &'a Value,
 }
 
-impl<'a> From<&'a NewEvent> for Cause<'a> {
-    fn from(e: &'a NewEvent) -> Self {
-        Cause {
-            account_id: &e.account_id,
-            session_id: &e.session_id,
-            run_id: e.run_id.as_deref(),
-            invocation_id: e.invocation_id.as_deref(),
-            event_type: e.event_type,
-            content: &e.content,
+/// A `Cause` from an event before or after its commit (their fields are the same).
+macro_rules! cause_from {
+    ($event:ty) => {
+        impl<'a> From<&'a $event> for Cause<'a> {
+            fn from(e: &'a $event) -> Self {
+                Cause {
+                    account_id: &e.account_id,
+                    session_id: &e.session_id,
+                    run_id: e.run_id.as_deref(),
+                    invocation_id: e.invocation_id.as_deref(),
+                    event_type: e.event_type,
+                    content: &e.content,
+                }
+            }
         }
-    }
+    };
 }
-
-impl<'a> From<&'a crate::event::Event> for Cause<'a> {
-    fn from(e: &'a crate::event::Event) -> Self {
-        Cause {
-            account_id: &e.account_id,
-            session_id: &e.session_id,
-            run_id: e.run_id.as_deref(),
-            invocation_id: e.invocation_id.as_deref(),
-            event_type: e.event_type,
-            content: &e.content,
-        }
-    }
-}
+cause_from!(NewEvent);
+cause_from!(crate::event::Event);
 
 /// Whether an event of this type and content may cause webhook events (cheap: the append
 /// path asks it of every event).
