@@ -82,6 +82,22 @@ where
     query.push(" ON CONFLICT (endpoint, event_id) DO NOTHING");
 }
 
+/// One row (`1`) when `endpoint` has a delivery due and unleased at `now_ms`: read first,
+/// on a read connection, so that an idle worker's polls take no write turn.
+pub(crate) fn due<'q, DB: Database>(endpoint: &'q str, now_ms: i64) -> Statement<'q, DB>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(
+        "SELECT 1 FROM webhook_outbox WHERE endpoint = $1 AND status = 'pending' \
+         AND next_attempt_ms <= $2 AND (lease_expires_ms IS NULL OR lease_expires_ms <= $2) \
+         LIMIT 1",
+    )
+    .bind(endpoint)
+    .bind(now_ms)
+}
+
 /// Leases up to `limit` due rows of `endpoint` to `owner` until `lease_until_ms`, oldest
 /// due first. A row leased to another worker is left alone until its lease runs out (a
 /// worker that died hands its rows over so): each row is attempted by one worker at a

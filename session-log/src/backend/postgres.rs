@@ -1055,6 +1055,14 @@ impl Store for PgStore {
     ) -> Result<Vec<crate::outbox::Claimed>, StoreError> {
         let now = Utc::now().timestamp_millis();
         let until = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        // An idle worker's poll is a read; only a due row takes row locks.
+        if outbox::due::<Postgres>(endpoint, now)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_none()
+        {
+            return Ok(Vec::new());
+        }
         let rows = outbox::claim::<Postgres>(endpoint, owner, now, until, limit)
             .fetch_all(&self.pool)
             .await?;

@@ -1053,6 +1053,13 @@ impl Store for SqliteStore {
         limit: i64,
     ) -> Result<Vec<crate::outbox::Claimed>, StoreError> {
         let now = now_ms();
+        if outbox::due::<Sqlite>(endpoint, now)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_none()
+        {
+            return Ok(Vec::new());
+        }
         let mut turn = self.write_turn().await?;
         let rows = outbox::claim::<Sqlite>(endpoint, owner, now, now + millis(lease), limit)
             .fetch_all(&mut *turn)

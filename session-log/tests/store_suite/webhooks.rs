@@ -134,6 +134,19 @@ async fn outbox_rows_are_written_with_their_cause(b: Backend) {
     assert_eq!(rows[0].status, "pending");
     // Another account sees none of them.
     assert!(listed(store, &unique("other")).await.is_empty());
+    // Deleting the session deletes its deliveries.
+    let removal = session_log::Removal {
+        deletion_id: unique("del"),
+        account_id: account.clone(),
+        scope: session_log::Scope::Session(session.clone()),
+        by: "test".into(),
+    };
+    let deleted = store.remove(&removal).await.unwrap();
+    assert!(
+        matches!(deleted, session_log::Deletion::Removed(_)),
+        "{deleted:?}"
+    );
+    assert!(listed(store, &account).await.is_empty());
 }
 
 async fn deliveries_are_leased_to_one_worker_at_a_time(b: Backend) {
