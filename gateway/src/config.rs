@@ -205,6 +205,149 @@ pub struct Settings {
     /// `[retention]`: removal of idle sessions (file only). [default: off, kept forever]
     #[arg(skip)]
     pub retention: Option<RetentionSettings>,
+    /// `[[webhooks]]`: endpoints told of run ends, approvals and idle sessions (file
+    /// only: secrets do not belong in flags or the process environment).
+    #[arg(skip)]
+    pub webhooks: Option<Vec<WebhookSettings>>,
+}
+
+/// One `[[webhooks]]` table (file only): an endpoint and the events it receives.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// The receiver: an http:// or https:// URL. Required.
+    pub url: Option<String>,
+    /// Which events it receives: approval.requested, approval.resolved, run.completed,
+    /// run.failed, session.idle. Required, not empty.
+    pub events: Option<Vec<String>>,
+    /// The signing secret: `whsec_` and base64 (Standard Webhooks' form), or any other
+    /// text, taken as bytes; at least 16 bytes. Required.
+    pub secret: Option<String>,
+    /// The endpoint's name in deliveries and metrics. [default: the URL]
+    pub name: Option<String>,
+    /// Only events of these accounts. [default: every account]
+    pub accounts: Option<Vec<String>>,
+    /// Attempts before a delivery is marked failed. [default: 8]
+    pub max_attempts: Option<u64>,
+    /// How long one attempt may take. [default: 10]
+    pub timeout_seconds: Option<u64>,
+    /// The wait after the first failed attempt, doubled after each (with jitter, at most
+    /// an hour). [default: 1]
+    pub retry_initial_seconds: Option<f64>,
+    /// Deliveries in flight to this endpoint at once. [default: 4]
+    pub concurrency: Option<u64>,
+}
+
+/// A validated `[[webhooks]]` entry (its `Debug` leaves the secret out).
+#[derive(Clone)]
+pub struct Webhook {
+    pub name: String,
+    pub url: String,
+    pub kinds: Vec<session_log::outbox::Kind>,
+    pub secret: Vec<u8>,
+    pub accounts: Option<Vec<String>>,
+    pub max_attempts: u32,
+    pub timeout: Duration,
+    pub retry_initial: Duration,
+    pub concurrency: usize,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("kinds", &self.kinds)
+            .field("accounts", &self.accounts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebhookSettings {
+    fn validate(self, i: usize) -> Result<Webhook, ConfigError> {
+        use base64::Engine;
+        let key = |field: &str| format!("webhooks[{i}].{field}");
+        let url = self
+            .url
+            .ok_or_else(|| bad(&key("url"), "is required in [[webhooks]]"))?;
+        if !(url.starts_with("http://") || url.starts_with("https://"))
+            || url.parse::<http::Uri>().is_err()
+        {
+            return Err(bad(
+                &key("url"),
+                format!("{url:?} is not an http:// or https:// URL"),
+            ));
+        }
+        let events = self
+            .events
+            .filter(|e| !e.is_empty())
+            .ok_or_else(|| bad(&key("events"), "is required in [[webhooks]], not empty"))?;
+        let mut kinds = Vec::with_capacity(events.len());
+        for name in &events {
+            let kind = session_log::outbox::Kind::parse(name).ok_or_else(|| {
+                let known: Vec<&str> = session_log::outbox::Kind::ALL
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect();
+                bad(
+                    &key("events"),
+                    format!("unknown event {name:?}; use {}", known.join(", ")),
+                )
+            })?;
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        let secret = self
+            .secret
+            .ok_or_else(|| bad(&key("secret"), "is required in [[webhooks]]"))?;
+        let secret = match secret.strip_prefix("whsec_") {
+            Some(b64) => base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|_| bad(&key("secret"), "whsec_ must be followed by base64"))?,
+            None => secret.into_bytes(),
+        };
+        if secret.len() < 16 {
+            return Err(bad(&key("secret"), "must be at least 16 bytes"));
+        }
+        let positive = |field: &str, v: Option<u64>, default: u64| match v {
+            Some(0) => Err(bad(&key(field), "must be greater than 0")),
+            v => Ok(v.unwrap_or(default)),
+        };
+        let retry_initial = match self.retry_initial_seconds {
+            None => Duration::from_secs(1),
+            Some(s) if s.is_finite() && (0.01..=3600.0).contains(&s) => Duration::from_secs_f64(s),
+            Some(_) => {
+                return Err(bad(
+                    &key("retry_initial_seconds"),
+                    "must be between 0.01 and 3600",
+                ))
+            }
+        };
+        let max_attempts = positive("max_attempts", self.max_attempts, 8)?;
+        if max_attempts > 100 {
+            return Err(bad(&key("max_attempts"), "must be at most 100"));
+        }
+        let concurrency = positive("concurrency", self.concurrency, 4)?;
+        if concurrency > 64 {
+            return Err(bad(&key("concurrency"), "must be at most 64"));
+        }
+        let name = match self.name {
+            Some(n) if n.trim().is_empty() => return Err(bad(&key("name"), "is empty")),
+            n => n.unwrap_or_else(|| url.clone()),
+        };
+        Ok(Webhook {
+            name,
+            url,
+            kinds,
+            secret,
+            accounts: self.accounts,
+            max_attempts: max_attempts as u32,
+            timeout: Duration::from_secs(positive("timeout_seconds", self.timeout_seconds, 10)?),
+            retry_initial,
+            concurrency: concurrency as usize,
+        })
+    }
 }
 
 /// The `[retention]` table (file only): how long an idle session is kept.
@@ -414,6 +557,8 @@ pub struct Config {
     pub telemetry: Telemetry,
     /// `None`: sessions are kept until deleted.
     pub retention: Option<session_log::retention::RetentionConfig>,
+    /// `[[webhooks]]`, in file order.
+    pub webhooks: Vec<Webhook>,
 }
 
 /// The agent's base URL, split for the connector.
@@ -655,7 +800,8 @@ impl Settings {
             rate_limits,
             limits,
             telemetry,
-            retention
+            retention,
+            webhooks
         )
     }
 
@@ -832,6 +978,20 @@ impl Settings {
                 })
             }
         };
+        let mut webhooks: Vec<Webhook> = Vec::new();
+        for (i, w) in self.webhooks.unwrap_or_default().into_iter().enumerate() {
+            let w = w.validate(i)?;
+            if webhooks.iter().any(|o| o.name == w.name) {
+                return Err(bad(
+                    &format!("webhooks[{i}].name"),
+                    format!(
+                        "{:?} names another webhook too; give each its own name",
+                        w.name
+                    ),
+                ));
+            }
+            webhooks.push(w);
+        }
         let telemetry = self.telemetry.unwrap_or_default();
         let telemetry = Telemetry {
             otlp_endpoint: match telemetry.otlp_endpoint {
@@ -946,6 +1106,7 @@ impl Settings {
             compaction: self.compaction.validate(protocol)?,
             telemetry,
             retention,
+            webhooks,
         })
     }
 }
@@ -1630,6 +1791,39 @@ mod policy_tables {
             .unwrap_err()
             .message
             .contains("max_bodybytes"));
+    }
+
+    #[test]
+    fn webhooks_are_validated_naming_the_key() {
+        let hook = |body: &str| load(&format!("[[webhooks]]\n{body}"), &[]);
+        let good = "url = \"https://h.example/x\"\nevents = [\"run.failed\"]\n\
+                    secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+        let config = hook(good).unwrap();
+        assert_eq!(config.webhooks[0].name, "https://h.example/x");
+        assert_eq!(config.webhooks[0].secret.len(), 24);
+        assert_eq!(config.webhooks[0].max_attempts, 8);
+        let key = |body: &str| hook(body).unwrap_err().key;
+        assert_eq!(key(&good.replace("https://", "ftp://")), "webhooks[0].url");
+        assert_eq!(
+            key(&good.replace("run.failed", "run.ended")),
+            "webhooks[0].events"
+        );
+        assert_eq!(
+            key(&good.replace("[\"run.failed\"]", "[]")),
+            "webhooks[0].events"
+        );
+        assert_eq!(
+            key(&good.replace("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "short")),
+            "webhooks[0].secret"
+        );
+        assert_eq!(
+            key(&format!("{good}max_attempts = 0\n")),
+            "webhooks[0].max_attempts"
+        );
+        let twice = format!("{good}name = \"a\"\n[[webhooks]]\n{good}name = \"a\"\n");
+        assert_eq!(key(&twice), "webhooks[1].name");
+        // The secret is never printed.
+        assert!(!format!("{config:?}").contains("MfKQ"));
     }
 }
 

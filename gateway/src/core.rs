@@ -354,6 +354,50 @@ impl Store for CoreStore {
         delegate!(self, |s| s.idle_sessions(before, offset, limit))
     }
 
+    fn route_webhooks(&self, routes: Vec<session_log::outbox::Route>) {
+        self.inner.route_webhooks(routes)
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        lease: std::time::Duration,
+        limit: i64,
+    ) -> Result<Vec<session_log::outbox::Claimed>, StoreError> {
+        let (e, o) = (endpoint.to_owned(), owner.to_owned());
+        delegate!(self, |s| s.claim_webhook_deliveries(&e, &o, lease, limit))
+    }
+
+    async fn release_webhook_leases(&self, owner: &str) -> Result<(), StoreError> {
+        let o = owner.to_owned();
+        delegate!(self, |s| s.release_webhook_leases(&o))
+    }
+
+    async fn finish_webhook_delivery(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        owner: &str,
+        attempt: &session_log::outbox::Attempt,
+    ) -> Result<bool, StoreError> {
+        let (e, i, o, a) = (
+            endpoint.to_owned(),
+            event_id.to_owned(),
+            owner.to_owned(),
+            attempt.clone(),
+        );
+        delegate!(self, |s| s.finish_webhook_delivery(&e, &i, &o, &a))
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        query: &session_log::outbox::DeliveryQuery,
+    ) -> Result<(Vec<session_log::outbox::Delivery>, i64), StoreError> {
+        let q = query.clone();
+        delegate!(self, |s| s.list_webhook_deliveries(&q))
+    }
+
     async fn remove(
         &self,
         removal: &session_log::Removal,

@@ -20,6 +20,7 @@ mod state;
 mod telemetry;
 mod turn;
 mod ui;
+mod webhooks;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -216,6 +217,7 @@ fn serve(
         } else {
             session_log::open(&config.store).await.map_err(in_store)?
         };
+        webhooks::route(&*store, &config.webhooks);
         let hub = Hub::new();
         let writer = Writer::spawn(
             store.clone(),
@@ -265,6 +267,14 @@ fn serve(
             |removed| metrics::METRICS.deleted(session_log::retention::BY, removed, 0),
         ));
     }
+    // Webhook events, written with the events causing them, are delivered by workers of
+    // their own.
+    webhooks::start(
+        &handle,
+        raw_store.clone(),
+        &config.webhooks,
+        &config.replica_id,
+    );
     if config.store_min_free_bytes > 0 {
         // The disk the log is written to: the SQLite file's, or the journal's.
         let watched = session_log::local_file(&config.store)

@@ -42,6 +42,35 @@ pub struct Metrics {
     deleted_events: AtomicU64,
     /// Bytes removed: events' JSON, attachments, workspace files.
     deleted_bytes: [AtomicU64; 3],
+    /// Webhook delivery attempts, by outcome (`WebhookOutcome` order).
+    webhook_deliveries: [AtomicU64; 3],
+}
+
+/// What one webhook delivery attempt came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WebhookOutcome {
+    /// The receiver answered 2xx.
+    Delivered,
+    /// It failed; another attempt follows.
+    Retried,
+    /// It failed and was the last: the delivery is marked failed.
+    Failed,
+}
+
+impl WebhookOutcome {
+    const ALL: [WebhookOutcome; 3] = [
+        WebhookOutcome::Delivered,
+        WebhookOutcome::Retried,
+        WebhookOutcome::Failed,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            WebhookOutcome::Delivered => "delivered",
+            WebhookOutcome::Retried => "retried",
+            WebhookOutcome::Failed => "failed",
+        }
+    }
 }
 
 /// The scopes of hard deletes, as `session_log::Scope::as_str` names them, and the
@@ -68,6 +97,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     deleted_sessions: AtomicU64::new(0),
     deleted_events: AtomicU64::new(0),
     deleted_bytes: Default::default(),
+    webhook_deliveries: Default::default(),
 });
 
 /// Which limit refused a request.
@@ -120,6 +150,10 @@ impl Metrics {
         ]) {
             slot.fetch_add(bytes, Ordering::Relaxed);
         }
+    }
+
+    pub fn webhook_attempt(&self, outcome: WebhookOutcome) {
+        self.webhook_deliveries[outcome as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn rate_limited(&self, limit: Limit) {
@@ -209,6 +243,17 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
             .into_iter()
             .zip(&m.deleted_bytes)
             .map(|(w, n)| (w, load(n))),
+    );
+    labelled(
+        out,
+        ("tether_webhook_deliveries_total", "counter"),
+        "Webhook delivery attempts this replica made, by outcome: delivered (2xx), retried \
+         (failed, tried again later), failed (failed, the last attempt).",
+        "outcome",
+        WebhookOutcome::ALL
+            .iter()
+            .zip(&m.webhook_deliveries)
+            .map(|(o, n)| (o.as_str(), load(n))),
     );
     single(
         out,
@@ -393,8 +438,10 @@ mod tests {
             deleted_sessions: AtomicU64::new(0),
             deleted_events: AtomicU64::new(0),
             deleted_bytes: Default::default(),
+            webhook_deliveries: Default::default(),
         };
         m.request_done(Some(200));
+        m.webhook_attempt(WebhookOutcome::Retried);
         m.request_done(Some(429));
         m.rate_limited(Limit::Requests);
         m.run_ended(RunStatus::Cancelled);
@@ -423,6 +470,8 @@ mod tests {
             "tether_session_store_writable 0",
             "tether_commit_to_forward_seconds_count 1",
             "tether_subscribers 2",
+            "tether_webhook_deliveries_total{outcome=\"retried\"} 1",
+            "tether_webhook_deliveries_total{outcome=\"delivered\"} 0",
             "tether_session_backend_up{backend=\"sqlite\"} 1",
         ] {
             assert!(

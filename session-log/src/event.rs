@@ -10,7 +10,10 @@
 //! - `tool_call` (role `assistant`): `{"call_id": .., "name": .., "arguments": "<json text>"}`.
 //! - `tool_result` (role `tool`): `{"call_id": .., "output": "<text>", "name"?: ..}`.
 //! - `approval`: the upstream's approval request or response item, verbatim.
-//! - `run_status`: `{"status": "in_progress"|"completed"|"failed"|"cancelled"|"interrupted", "reason"?: ..}`.
+//! - `run_status`: `{"status": "in_progress"|"completed"|"failed"|"cancelled"|"interrupted"|
+//!   "requires_action", "reason"?: .., "action"?: ..}` (`action` with `requires_action`).
+//! - `approval_resolved`: the answer to a `requires_action` run's request (see
+//!   [`EventType::ApprovalResolved`]).
 //! - `text_delta` / `reasoning_delta`: `{"delta": "..."}`.
 //! - `error`: `{"code": .., "message": ..}`.
 //! - `http_exchange`: a teed pass-through exchange whose response came whole, in one event:
@@ -74,10 +77,13 @@ pub enum EventType {
     /// An item of the session was deleted (`{"item_id", "position"}`): hidden from every
     /// projection and read from here on.
     ItemDeleted,
+    /// A person (or a timeout) answered an approval request: `{"request_id", "run_id",
+    /// "decision": "approve"|"reject", "arguments"?, "comment"?, "by": {..} | {"timeout": true}}`.
+    ApprovalResolved,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 24] = [
+    pub const ALL: [EventType; 25] = [
         EventType::Message,
         EventType::Reasoning,
         EventType::ToolCall,
@@ -102,6 +108,7 @@ impl EventType {
         EventType::SessionMetadata,
         EventType::SessionDeleted,
         EventType::ItemDeleted,
+        EventType::ApprovalResolved,
     ];
 
     /// What a client changed about a session other than by a turn: its metadata, its
@@ -152,6 +159,7 @@ impl EventType {
             EventType::SessionMetadata => "session_metadata",
             EventType::SessionDeleted => "session_deleted",
             EventType::ItemDeleted => "item_deleted",
+            EventType::ApprovalResolved => "approval_resolved",
         }
     }
 
@@ -183,6 +191,9 @@ pub enum RunStatus {
     Failed,
     Cancelled,
     Interrupted,
+    /// The run ended waiting for a person: an approval or a question, named by the
+    /// status's `action` (`{"kind", "request_id", "tool", "arguments", ..}`).
+    RequiresAction,
 }
 
 impl RunStatus {
@@ -193,6 +204,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::RequiresAction => "requires_action",
         }
     }
 
@@ -203,6 +215,7 @@ impl RunStatus {
             RunStatus::Failed,
             RunStatus::Cancelled,
             RunStatus::Interrupted,
+            RunStatus::RequiresAction,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)

@@ -11,6 +11,7 @@ pub mod histogram;
 pub mod history;
 pub mod hub;
 pub mod import;
+pub mod outbox;
 pub mod removal;
 pub mod retention;
 pub mod store;

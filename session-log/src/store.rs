@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::event::{Event, EventType, NewEvent, RunStatus, Seq, Session};
+use crate::outbox;
 use crate::removal::{Deletion, Removal};
 
 #[derive(Debug, thiserror::Error)]
@@ -622,6 +623,40 @@ pub trait Store: Send + Sync + 'static {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<bool, StoreError>;
+
+    /// Where webhook events go from now on: every append (and journal backfill) that
+    /// commits an event causing one writes its outbox rows for these routes in the same
+    /// transaction (see [`crate::outbox`]). None until set: no rows are written.
+    fn route_webhooks(&self, routes: Vec<outbox::Route>);
+
+    /// Leases up to `limit` due deliveries of `endpoint` to `owner` for `lease` (see
+    /// [`crate::outbox`]): across replicas, each is attempted by one worker at a time.
+    async fn claim_webhook_deliveries(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        lease: std::time::Duration,
+        limit: i64,
+    ) -> Result<Vec<outbox::Claimed>, StoreError>;
+
+    /// Gives up the leases `owner` holds on deliveries (a replica restarting under the same
+    /// id: what its previous life was posting is due again at once, not after the lease).
+    async fn release_webhook_leases(&self, owner: &str) -> Result<(), StoreError>;
+
+    /// Records an attempt at a delivery `owner` leased; whether it still held the lease.
+    async fn finish_webhook_delivery(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        owner: &str,
+        attempt: &outbox::Attempt,
+    ) -> Result<bool, StoreError>;
+
+    /// An account's webhook deliveries matching `query`, newest first, and their count.
+    async fn list_webhook_deliveries(
+        &self,
+        query: &outbox::DeliveryQuery,
+    ) -> Result<(Vec<outbox::Delivery>, i64), StoreError>;
 
     /// (account, session, last activity) of sessions, across accounts, last active
     /// before `before`, oldest first: `limit` of them after skipping `offset`.

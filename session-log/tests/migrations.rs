@@ -57,6 +57,10 @@ const SQLITE: &[(i64, &str)] = &[
         13,
         "e278efb27bd2354f0c240d0af0c66390f4227733fd85b984c83a14d254a0fad22f313fad9f5f76efffccd48712ec2f26",
     ),
+    (
+        19,
+        "e9a05f2b97040eefb2aacba63cfaad74560f1a61353b739ae27ddd6c894a6a3fa7b302f84a1d0348f35fca45a6bfb9a2",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -118,6 +122,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         15,
         "0be06b2a1b93df6dbe684d1b8f6ab34c69a34ed6013933b857be7ae6ca9ccf2fdb86c9d6e70dd0830ce7895a157c7813",
+    ),
+    (
+        21,
+        "d821239875f2c424387bbee734898f20ced778674587198887aa1b2448a12c70cad082fa3fd0c7f4fd7b0e9bb21ea736",
     ),
 ];
 

@@ -2570,3 +2570,5 @@ async fn an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten(
 mod history;
 #[path = "store_suite/updates.rs"]
 mod updates;
+#[path = "store_suite/webhooks.rs"]
+mod webhooks;

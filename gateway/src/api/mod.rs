@@ -14,6 +14,7 @@ mod history;
 mod import;
 pub mod sessions;
 mod subscribe;
+mod webhooks;
 mod workspace;
 
 use std::borrow::Cow;
@@ -58,6 +59,7 @@ const ACTIONS: &[&str] = &[
     "DeleteAccountData",
     "ArchiveSession",
     "UnarchiveSession",
+    "ListWebhookDeliveries",
 ];
 
 /// Whether this API answers `action`.
@@ -88,6 +90,25 @@ impl ControlError {
     pub fn bad_request(message: impl Into<String>) -> Self {
         ControlError::new(400, message, Value::Null)
     }
+}
+
+/// `Offset` and `Limit` of a listing, `default_limit` when absent: 400 when out of range.
+fn page(
+    offset: Option<i64>,
+    limit: Option<i64>,
+    default_limit: i64,
+    max_limit: i64,
+) -> Result<(i64, i64), ControlError> {
+    let (offset, limit) = (offset.unwrap_or(0), limit.unwrap_or(default_limit));
+    if offset < 0 {
+        return Err(ControlError::bad_request("Offset must be 0 or more"));
+    }
+    if !(1..=max_limit).contains(&limit) {
+        return Err(ControlError::bad_request(format!(
+            "Limit must be between 1 and {max_limit}"
+        )));
+    }
+    Ok((offset, limit))
 }
 
 impl From<crate::ids::IdError> for ControlError {
@@ -301,6 +322,7 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "DeleteAccountData" => deletion::delete_account_data(call).await,
         "ArchiveSession" => archive::archive(call, true).await,
         "UnarchiveSession" => archive::archive(call, false).await,
+        "ListWebhookDeliveries" => webhooks::list(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

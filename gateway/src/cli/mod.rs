@@ -37,6 +37,9 @@ pub enum Command {
     /// Stores a session exported by `tether export --format jsonl` into the account, with
     /// its seqs (ImportSession). A session id the account already has is refused.
     Import(ImportArgs),
+    /// Webhook deliveries.
+    #[command(subcommand)]
+    Webhooks(Webhooks),
     /// Exits 0 when the gateway answers /readyz (for container health checks).
     Health {
         #[command(flatten)]
@@ -100,6 +103,32 @@ pub enum Runs {
     Cancel {
         /// The invocation id (`x-invocation-id` of the run's response).
         invocation: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum Webhooks {
+    /// The account's webhook deliveries, newest first, with where each stands
+    /// (ListWebhookDeliveries).
+    Deliveries {
+        /// Only events of this type (approval.requested, approval.resolved,
+        /// run.completed, run.failed, session.idle).
+        #[arg(long)]
+        event: Option<String>,
+        /// Only deliveries with this status (pending, delivered, failed).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only deliveries of this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Deliveries to skip.
+        #[arg(long, default_value_t = 0)]
+        offset: i64,
+        /// Deliveries to show (1-200).
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
         #[command(flatten)]
         connection: Connection,
     },
@@ -251,6 +280,21 @@ fn execute(command: Command, out: &mut impl Write) -> Result<(), CliError> {
                     data["LastSeqId"]
                 )
             })
+        }
+        Command::Webhooks(Webhooks::Deliveries {
+            event,
+            status,
+            session,
+            offset,
+            limit,
+            connection,
+        }) => {
+            let data = Client::new(&connection).call(
+                "ListWebhookDeliveries",
+                &json!({ "EventType": event, "Status": status, "SessionId": session,
+                         "Offset": offset, "Limit": limit }),
+            )?;
+            emit(out, &connection, &data, show::deliveries_table)
         }
         Command::Health { connection } => {
             let data = Client::new(&connection).ready()?;

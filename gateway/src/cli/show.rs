@@ -52,6 +52,35 @@ pub fn sessions_table(data: &Value) -> String {
     out
 }
 
+/// ListWebhookDeliveries' `Data` as a table.
+pub fn deliveries_table(data: &Value) -> String {
+    let deliveries = data["Deliveries"].as_array().cloned().unwrap_or_default();
+    let mut out = format!(
+        "{:<36}  {:<18}  {:<9}  {:>8}  {:<19}  {:<20}  {}\n",
+        "EVENT", "TYPE", "STATUS", "ATTEMPTS", "CREATED", "ENDPOINT", "LAST ERROR"
+    );
+    for d in &deliveries {
+        let _ = writeln!(
+            out,
+            "{:<36}  {:<18}  {:<9}  {:>8}  {:<19}  {:<20}  {}",
+            s(&d["EventId"]),
+            s(&d["EventType"]),
+            s(&d["Status"]),
+            d["Attempts"],
+            time(&d["CreatedAt"]),
+            clip(s(&d["Endpoint"]), 20),
+            clip(s(&d["LastError"]), 60)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{} of {} deliveries",
+        deliveries.len(),
+        data["Total"].as_i64().unwrap_or(0)
+    );
+    out
+}
+
 /// What a conversation item says, in a line: a message's text, a tool call or result.
 fn said(event: &Value) -> Option<(String, String)> {
     let c = &event["Content"];

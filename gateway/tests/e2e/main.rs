@@ -40,3 +40,4 @@ mod tour;
 mod traces;
 mod upgrade;
 mod web_origins;
+mod webhooks;

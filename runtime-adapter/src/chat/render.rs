@@ -149,7 +149,9 @@ impl ChatRenderer {
                 let chunk = self.chunk(delta, None, None);
                 vec![SseFrame::json(&chunk)]
             }
-            RunStatus::Completed => {
+            // A run waiting for a person ends its stream like a finished one (the approvals
+            // work renders what it asks).
+            RunStatus::Completed | RunStatus::RequiresAction => {
                 self.open = false;
                 let finish = if self.tool_calls > 0 {
                     "tool_calls"

@@ -15,7 +15,7 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{archive, feedback, idempotency, removal, retention, sql};
+use super::{archive, feedback, idempotency, outbox, removal, retention, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
@@ -68,6 +68,9 @@ pub struct PgStore {
     /// Fresh claims (see [`Claim::fresh`]): granted without a round trip, and written by
     /// the append that opens their invocation (or by the journal, when it takes the append).
     pub(crate) pending: PendingClaims,
+    /// Where webhook events go (see [`Store::route_webhooks`]); the journal's backfill
+    /// reads them too.
+    pub(crate) webhooks: outbox::Routes,
 }
 
 /// The write connection, and when it connected.
@@ -151,6 +154,7 @@ impl PgStore {
             writer_options,
             writer_lifetime: WRITER_LIFETIME,
             pending: PendingClaims::default(),
+            webhooks: outbox::Routes::default(),
         })
     }
 
@@ -368,7 +372,10 @@ impl PgStore {
         claims: &OpenClaims,
     ) -> Result<Appended, StoreError> {
         let now = plan::commit_time();
-        if batch.len() <= INSERT_CHUNK {
+        // A batch with webhook events takes the transaction below: its outbox rows depend
+        // on which terminal statuses are kept, known only once the closes are settled.
+        let routes = self.webhooks.get();
+        if batch.len() <= INSERT_CHUNK && !outbox::touches(&routes, batch) {
             if ops.is_empty() {
                 return self.append_plain(conn, batch, now).await;
             }
@@ -458,6 +465,7 @@ impl PgStore {
             ));
             columns.bind(query).bind(now).execute(&mut *tx).await?;
         }
+        insert_outgoing(&mut tx, &outbox::rows_of(&routes, batch, &keep, now)).await?;
         tx.commit().await?;
         Ok(Appended::at(seqs, now))
     }
@@ -494,6 +502,19 @@ impl PgStore {
 
 /// A PostgreSQL store as errors and logs name it: host, port and database, never the
 /// credentials.
+/// Writes webhook outbox rows in the caller's transaction (see [`outbox::push_insert`]).
+pub(crate) async fn insert_outgoing(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    rows: &[crate::outbox::Outgoing],
+) -> Result<(), StoreError> {
+    for row in rows {
+        let mut insert = QueryBuilder::<Postgres>::new("");
+        outbox::push_insert(&mut insert, row);
+        insert.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
 pub(crate) fn name(host_port: &str, database: Option<&str>) -> String {
     match database {
         Some(db) => format!("PostgreSQL store at {host_port} (database {db})"),
@@ -1019,6 +1040,60 @@ impl Store for PgStore {
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
         retention::idle(&self.pool, before, offset, limit).await
+    }
+
+    fn route_webhooks(&self, routes: Vec<crate::outbox::Route>) {
+        self.webhooks.set(routes);
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        lease: Duration,
+        limit: i64,
+    ) -> Result<Vec<crate::outbox::Claimed>, StoreError> {
+        let now = Utc::now().timestamp_millis();
+        let until = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        // An idle worker's poll is a read; only a due row takes row locks.
+        if outbox::due::<Postgres>(endpoint, now)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_none()
+        {
+            return Ok(Vec::new());
+        }
+        let rows = outbox::claim::<Postgres>(endpoint, owner, now, until, limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(outbox::claimed_from_row).collect()
+    }
+
+    async fn release_webhook_leases(&self, owner: &str) -> Result<(), StoreError> {
+        outbox::release::<Postgres>(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn finish_webhook_delivery(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        owner: &str,
+        attempt: &crate::outbox::Attempt,
+    ) -> Result<bool, StoreError> {
+        let done = outbox::finish::<Postgres>(endpoint, event_id, owner, attempt)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        query: &crate::outbox::DeliveryQuery,
+    ) -> Result<(Vec<crate::outbox::Delivery>, i64), StoreError> {
+        outbox::list(&self.pool, query).await
     }
 
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {

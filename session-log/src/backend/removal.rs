@@ -289,6 +289,12 @@ where
                 _ => removed.idempotency_keys += n,
             }
         }
+        // Webhook deliveries of the session, sent or not (no count in the audit row).
+        sqlx::query("DELETE FROM webhook_outbox WHERE account_id = $1 AND session_id = $2")
+            .bind(account)
+            .bind(session.as_str())
+            .execute(&mut *conn)
+            .await?;
         sqlx::query("DELETE FROM sessions WHERE account_id = $1 AND session_id = $2")
             .bind(account)
             .bind(session.as_str())

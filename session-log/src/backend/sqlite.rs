@@ -21,7 +21,7 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{archive, feedback, idempotency, removal, retention, sql};
+use super::{archive, feedback, idempotency, outbox, removal, retention, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
@@ -83,6 +83,8 @@ pub struct SqliteStore {
     /// stopped with the store: it holds a pool handle, which would otherwise keep the file
     /// open.
     checkpoints: Option<tokio::task::AbortHandle>,
+    /// Where webhook events go (see [`Store::route_webhooks`]).
+    webhooks: outbox::Routes,
 }
 
 impl Drop for SqliteStore {
@@ -157,6 +159,7 @@ impl SqliteStore {
             writes,
             pending: PendingClaims::default(),
             checkpoints,
+            webhooks: outbox::Routes::default(),
         }
     }
 
@@ -236,6 +239,8 @@ impl SqliteStore {
             }
         }
 
+        let routes = self.webhooks.get();
+        let outgoing = outbox::rows_of(&routes, batch, &keep, now);
         let counts = plan::session_counts(batch, &keep);
         for chunk in counts.chunks(INSERT_CHUNK) {
             tail.push(sql::insert_sessions!());
@@ -286,6 +291,12 @@ impl SqliteStore {
                 ") AS v JOIN sessions AS s \
                  ON s.account_id = v.column1 AND s.session_id = v.column2; ",
             );
+        }
+        // The webhook events of what this batch commits, in its transaction (after the
+        // closes, which `session.idle` looks past).
+        for row in &outgoing {
+            outbox::push_insert(&mut tail, row);
+            tail.push("; ");
         }
         tail.push("COMMIT");
 
@@ -1028,6 +1039,59 @@ impl Store for SqliteStore {
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
         retention::idle(&self.pool, before, offset, limit).await
+    }
+
+    fn route_webhooks(&self, routes: Vec<crate::outbox::Route>) {
+        self.webhooks.set(routes);
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        lease: std::time::Duration,
+        limit: i64,
+    ) -> Result<Vec<crate::outbox::Claimed>, StoreError> {
+        let now = now_ms();
+        if outbox::due::<Sqlite>(endpoint, now)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_none()
+        {
+            return Ok(Vec::new());
+        }
+        let mut turn = self.write_turn().await?;
+        let rows = outbox::claim::<Sqlite>(endpoint, owner, now, now + millis(lease), limit)
+            .fetch_all(&mut *turn)
+            .await?;
+        rows.iter().map(outbox::claimed_from_row).collect()
+    }
+
+    async fn release_webhook_leases(&self, owner: &str) -> Result<(), StoreError> {
+        let mut turn = self.write_turn().await?;
+        outbox::release::<Sqlite>(owner).execute(&mut *turn).await?;
+        Ok(())
+    }
+
+    async fn finish_webhook_delivery(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        owner: &str,
+        attempt: &crate::outbox::Attempt,
+    ) -> Result<bool, StoreError> {
+        let mut turn = self.write_turn().await?;
+        let done = outbox::finish::<Sqlite>(endpoint, event_id, owner, attempt)
+            .execute(&mut *turn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        query: &crate::outbox::DeliveryQuery,
+    ) -> Result<(Vec<crate::outbox::Delivery>, i64), StoreError> {
+        outbox::list(&self.pool, query).await
     }
 
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {

@@ -6,10 +6,11 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use crate::backend::plan;
-use crate::backend::postgres::PgStore;
+use crate::backend::postgres::{self, PgStore};
 use crate::backend::sql;
 use crate::backend::sqlite::now_ms;
 use crate::event::{Event, Seq};
+use crate::outbox;
 use crate::store::StoreError;
 
 /// A claim granted locally and recorded in the journal, not yet in PostgreSQL.
@@ -242,6 +243,16 @@ pub(super) async fn backfill(
     .bind(max_at)
     .execute(&mut *tx)
     .await?;
+    // The webhook events of what the journal committed, as the append would have written
+    // them (their ids are the same, so a retried step writes nothing twice).
+    let routes = pg.webhooks.get();
+    let outgoing: Vec<_> = kept
+        .iter()
+        .map(|&i| &events[i])
+        .filter(|e| outbox::may_cause(e.event_type, &e.content))
+        .flat_map(|e| outbox::outgoing(&routes, e.into(), e.created_at))
+        .collect();
+    postgres::insert_outgoing(&mut tx, &outgoing).await?;
     tx.commit().await?;
     Ok(Backfilled::Committed { dropped })
 }

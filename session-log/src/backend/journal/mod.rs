@@ -1931,6 +1931,58 @@ impl Store for JournaledStore {
         self.inner.pg.list_archived(account_id, offset, limit).await
     }
 
+    fn route_webhooks(&self, routes: Vec<crate::outbox::Route>) {
+        // The journal writes none itself: its backfill writes those of what it held.
+        self.inner.pg.route_webhooks(routes);
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        lease: Duration,
+        limit: i64,
+    ) -> Result<Vec<crate::outbox::Claimed>, StoreError> {
+        self.inner
+            .pg_read(
+                self.inner
+                    .pg
+                    .claim_webhook_deliveries(endpoint, owner, lease, limit),
+            )
+            .await
+    }
+
+    async fn release_webhook_leases(&self, owner: &str) -> Result<(), StoreError> {
+        self.inner
+            .pg_read(self.inner.pg.release_webhook_leases(owner))
+            .await
+    }
+
+    async fn finish_webhook_delivery(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        owner: &str,
+        attempt: &crate::outbox::Attempt,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .pg_read(
+                self.inner
+                    .pg
+                    .finish_webhook_delivery(endpoint, event_id, owner, attempt),
+            )
+            .await
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        query: &crate::outbox::DeliveryQuery,
+    ) -> Result<(Vec<crate::outbox::Delivery>, i64), StoreError> {
+        self.inner
+            .pg_read(self.inner.pg.list_webhook_deliveries(query))
+            .await
+    }
+
     async fn claim_sweep(
         &self,
         owner: &str,
