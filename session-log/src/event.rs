@@ -10,7 +10,12 @@
 //! - `tool_call` (role `assistant`): `{"call_id": .., "name": .., "arguments": "<json text>"}`.
 //! - `tool_result` (role `tool`): `{"call_id": .., "output": "<text>", "name"?: ..}`.
 //! - `approval`: the upstream's approval request or response item, verbatim.
-//! - `run_status`: `{"status": "in_progress"|"completed"|"failed"|"cancelled"|"interrupted", "reason"?: ..}`.
+//! - `run_status`: `{"status": "in_progress"|"completed"|"requires_action"|"failed"|"cancelled"|"interrupted", "reason"?: ..}`;
+//!   a `requires_action` one also holds `"action"`: what the agent waits for (see
+//!   `runtime_adapter::approval`).
+//! - `approval_resolved`: a person (or the timeout) answered a waiting run's request:
+//!   `{"request_id", "run_id", "decision": "approve"|"reject", "arguments"?, "comment"?,
+//!   "by": {..} | {"timeout": true}}`.
 //! - `text_delta` / `reasoning_delta`: `{"delta": "..."}`.
 //! - `error`: `{"code": .., "message": ..}`.
 //! - `http_exchange`: a teed pass-through exchange whose response came whole, in one event:
@@ -74,10 +79,12 @@ pub enum EventType {
     /// An item of the session was deleted (`{"item_id", "position"}`): hidden from every
     /// projection and read from here on.
     ItemDeleted,
+    /// A waiting run's request was answered (see the module's content shapes).
+    ApprovalResolved,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 24] = [
+    pub const ALL: [EventType; 25] = [
         EventType::Message,
         EventType::Reasoning,
         EventType::ToolCall,
@@ -102,6 +109,7 @@ impl EventType {
         EventType::SessionMetadata,
         EventType::SessionDeleted,
         EventType::ItemDeleted,
+        EventType::ApprovalResolved,
     ];
 
     /// What a client changed about a session other than by a turn: its metadata, its
@@ -152,6 +160,7 @@ impl EventType {
             EventType::SessionMetadata => "session_metadata",
             EventType::SessionDeleted => "session_deleted",
             EventType::ItemDeleted => "item_deleted",
+            EventType::ApprovalResolved => "approval_resolved",
         }
     }
 
@@ -180,6 +189,9 @@ impl EventType {
 pub enum RunStatus {
     InProgress,
     Completed,
+    /// The agent's answer ended in a request for a person (an approval, a question): the
+    /// run is over, and the session waits for the answer (see `ResolveApproval`).
+    RequiresAction,
     Failed,
     Cancelled,
     Interrupted,
@@ -190,6 +202,7 @@ impl RunStatus {
         match self {
             RunStatus::InProgress => "in_progress",
             RunStatus::Completed => "completed",
+            RunStatus::RequiresAction => "requires_action",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Interrupted => "interrupted",
@@ -200,6 +213,7 @@ impl RunStatus {
         [
             RunStatus::InProgress,
             RunStatus::Completed,
+            RunStatus::RequiresAction,
             RunStatus::Failed,
             RunStatus::Cancelled,
             RunStatus::Interrupted,
@@ -210,6 +224,12 @@ impl RunStatus {
 
     pub fn is_terminal(self) -> bool {
         self != RunStatus::InProgress
+    }
+
+    /// Whether the agent's answer ended as it meant to: `completed`, or `requires_action`
+    /// (a whole answer that asks something). Renderers show both as a finished turn.
+    pub fn is_answered(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::RequiresAction)
     }
 }
 

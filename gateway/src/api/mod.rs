@@ -3,6 +3,7 @@
 //! caller's account, and another account's id is "not found". This module reads the
 //! request and writes the envelope; each action family has a file of its own.
 
+mod approvals;
 mod archive;
 mod attachments;
 mod bootstrap;
@@ -58,6 +59,8 @@ const ACTIONS: &[&str] = &[
     "DeleteAccountData",
     "ArchiveSession",
     "UnarchiveSession",
+    "ListPendingApprovals",
+    "ResolveApproval",
 ];
 
 /// Whether this API answers `action`.
@@ -201,7 +204,7 @@ pub async fn serve(
 }
 
 /// The actions that write to the log or the store beside it.
-const WRITES: [&str; 7] = [
+const WRITES: [&str; 8] = [
     "CancelRun",
     "ResumeRun",
     "UploadAttachment",
@@ -209,6 +212,7 @@ const WRITES: [&str; 7] = [
     "CompactSession",
     "CreateFeedback",
     "ImportSession",
+    "ResolveApproval",
 ];
 
 /// Answers an action that takes a JSON body.
@@ -301,6 +305,8 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "DeleteAccountData" => deletion::delete_account_data(call).await,
         "ArchiveSession" => archive::archive(call, true).await,
         "UnarchiveSession" => archive::archive(call, false).await,
+        "ListPendingApprovals" => approvals::list(call).await,
+        "ResolveApproval" => approvals::resolve(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),
