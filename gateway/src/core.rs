@@ -372,6 +372,15 @@ impl Store for CoreStore {
         ))
     }
 
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        let (a, sid) = (account_id.to_owned(), session_id.to_owned());
+        delegate!(self, |s| s.drop_pending_approvals(&a, &sid))
+    }
+
     async fn resolve_expired_approvals(
         &self,
         now: DateTime<Utc>,

@@ -724,6 +724,15 @@ pub trait Store: Send + Sync + 'static {
         at: DateTime<Utc>,
     ) -> Result<Option<Approval>, StoreError>;
 
+    /// Drops the session's pending approvals (the session went on without an answer
+    /// through Tether: a client answered in its own protocol, or moved on); returns how
+    /// many. Resolved ones stay.
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError>;
+
     /// Resolves, as [`Store::resolve_approval`] does, every pending approval across
     /// accounts whose time ran out by `now`, with `decision` and `{"timeout": true}`:
     /// returns those this call resolved (a concurrent sweep on another replica gets the

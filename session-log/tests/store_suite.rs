@@ -2712,4 +2712,20 @@ async fn approvals_are_pending_until_one_resolver_wins(b: Backend) {
         .iter()
         .all(|a| a.account_id != account));
     assert_eq!(list(ApprovalFilter::default(), 0, 10).await, (vec![r3], 1));
+    // A session that went on drops what it left pending; resolved ones stay.
+    assert_eq!(
+        b.store.drop_pending_approvals(&account, &s1).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        b.store.drop_pending_approvals(&account, &s2).await.unwrap(),
+        1
+    );
+    assert_eq!(list(ApprovalFilter::default(), 0, 10).await, (vec![], 0));
+    assert!(b
+        .store
+        .approval(&account, &s1, &r1)
+        .await
+        .unwrap()
+        .is_some());
 }

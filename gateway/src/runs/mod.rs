@@ -590,6 +590,8 @@ impl Runs {
                 return Err(e);
             }
         };
+        self.settle_requests(account_id, session_id, &history.events)
+            .await;
         let query = EventQuery {
             after_seq: committed.first().map_or(0, |e| e.seq - 1),
             invocation_id: Some(invocation_id.clone()),
@@ -1029,6 +1031,34 @@ impl Runs {
             invocation_id = %run.invocation_id, status = outcome.status.as_str(), "run ended"
         );
         METRICS.run_ended(outcome.status);
+    }
+
+    /// A run starting after one that ended waiting (`requires_action`) goes on without
+    /// that request's answer through Tether (an answer's own run is started after its
+    /// request is resolved): the request is no longer pending, and no timeout answers it.
+    async fn settle_requests(&self, account_id: &str, session_id: &str, history: &[Event]) {
+        let last = history.iter().rev().find_map(Event::run_status);
+        if last != Some(RunStatus::RequiresAction) {
+            return;
+        }
+        match self
+            .store
+            .drop_pending_approvals(account_id, session_id)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(
+                    account_id,
+                    session_id,
+                    dropped = n,
+                    "the session went on: its pending approvals are dropped"
+                )
+            }
+            Err(error) => {
+                tracing::warn!(%error, account_id, session_id, "could not drop a session's pending approvals")
+            }
+        }
     }
 
     /// Records the request a run ended waiting on as a pending approval (beside its

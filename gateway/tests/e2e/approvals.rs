@@ -259,6 +259,58 @@ fn a_rejected_request_never_runs_the_tool() {
     drop(agent);
 }
 
+#[test]
+fn a_client_that_answers_in_its_own_protocol_leaves_nothing_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.jsonl");
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = agent_with_tools(0, &tools);
+    // A timeout that would answer again if the request were still pending.
+    let conf = Conf::write(
+        "[approvals]\ntimeout_seconds = 1\non_timeout = \"approve\"\nsweep_interval_seconds = 1\n",
+    );
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-responses",
+        &store.url,
+        &["--conf", &conf.arg()],
+    );
+    let api = Api::of(&tether);
+    let url = format!("{}/v1/responses", tether.url());
+    let r = post_json(
+        &url,
+        &json!({ "input": "approve:deploy", "conversation": "appr-3" }),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let request_id = r.json()["output"][0]["id"].as_str().unwrap().to_owned();
+    // The OpenAI way: the client sends the approval response itself.
+    let answer = json!({ "conversation": "appr-3", "input": [{ "type": "mcp_approval_response",
+        "approval_request_id": request_id, "approve": true }] });
+    let r = post_json(&url, &answer);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        api.ok("ListPendingApprovals", json!({}))["Total"],
+        0,
+        "answered in the session: nothing pending"
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let events = store.events("local", "appr-3");
+    assert_eq!(
+        events.iter().filter(|e| e.is_terminal()).count(),
+        2,
+        "{events:#?}"
+    );
+    assert!(!events
+        .iter()
+        .any(|e| e.event_type == EventType::ApprovalResolved));
+    assert_eq!(tool_runs(&tools).len(), 1, "the tool ran once");
+    let (status, _) = api.call(
+        "ResolveApproval",
+        json!({ "SessionId": "appr-3", "RequestId": request_id, "Decision": "approve" }),
+    );
+    assert_eq!(status, 404, "no longer pending");
+}
+
 /// The a2a-sdk sample agent (tests/agents/a2a_agent.py) in front of a fake LLM: a task
 /// whose message is `need-input` waits for the user (INPUT_REQUIRED).
 struct A2aAgent {

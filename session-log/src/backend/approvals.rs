@@ -176,6 +176,31 @@ where
     row.as_ref().map(from_row).transpose()
 }
 
+/// Deletes the session's pending approvals; how many.
+pub(crate) async fn drop_pending<'c, DB, E>(
+    conn: E,
+    account_id: &str,
+    session_id: &str,
+) -> Result<u64, StoreError>
+where
+    DB: Database,
+    E: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    &'static str: ColumnIndex<DB::Row>,
+{
+    let dropped = sqlx::query(
+        "DELETE FROM approvals WHERE account_id = $1 AND session_id = $2 AND decision IS NULL \
+         RETURNING requested_ms",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .fetch_all(conn)
+    .await?;
+    Ok(dropped.len() as u64)
+}
+
 /// Resolves every pending approval whose time ran out by `now`; the rows this statement
 /// resolved. A row another statement resolves first is skipped (PostgreSQL re-checks
 /// `decision IS NULL` once the other's row lock is released).

@@ -997,6 +997,14 @@ impl Store for PgStore {
         approvals::resolve::<Postgres, _>(&self.pool, key, decision, resolution, at).await
     }
 
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        approvals::drop_pending::<Postgres, _>(&self.pool, account_id, session_id).await
+    }
+
     async fn resolve_expired_approvals(
         &self,
         now: DateTime<Utc>,

@@ -1005,6 +1005,15 @@ impl Store for SqliteStore {
         approvals::resolve::<Sqlite, _>(&mut *turn, key, decision, resolution, at).await
     }
 
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        let mut turn = self.write_turn().await?;
+        approvals::drop_pending::<Sqlite, _>(&mut *turn, account_id, session_id).await
+    }
+
     async fn resolve_expired_approvals(
         &self,
         now: DateTime<Utc>,

@@ -1919,6 +1919,17 @@ impl Store for JournaledStore {
             .await
     }
 
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        self.inner
+            .pg
+            .drop_pending_approvals(account_id, session_id)
+            .await
+    }
+
     async fn resolve_expired_approvals(
         &self,
         now: DateTime<Utc>,
