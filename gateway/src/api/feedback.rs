@@ -144,16 +144,7 @@ pub async fn list(call: &Call<'_>) -> ActionResult {
         limit: Option<i64>,
     }
     let p: Params = call.params()?;
-    let offset = p.offset.unwrap_or(0);
-    let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
-    if offset < 0 {
-        return Err(ControlError::bad_request("Offset must be 0 or more"));
-    }
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ControlError::bad_request(format!(
-            "Limit must be between 1 and {MAX_LIMIT}"
-        )));
-    }
+    let (offset, limit) = super::page(p.offset, p.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let store = &call.state.store;
     if let Some(id) = &p.session_id {
         if store.session(call.account_id, id).await?.is_none() {

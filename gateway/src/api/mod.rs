@@ -141,6 +141,26 @@ fn id_param(name: &str, value: &str) -> std::result::Result<(), ControlError> {
     Ok(())
 }
 
+/// An `Offset`/`Limit` page's parameters, checked: `Offset` (0) at least 0, `Limit`
+/// (`default`) from 1 to `max`.
+fn page(
+    offset: Option<i64>,
+    limit: Option<i64>,
+    default: i64,
+    max: i64,
+) -> std::result::Result<(i64, i64), ControlError> {
+    let (offset, limit) = (offset.unwrap_or(0), limit.unwrap_or(default));
+    if offset < 0 {
+        return Err(ControlError::bad_request("Offset must be 0 or more"));
+    }
+    if !(1..=max).contains(&limit) {
+        return Err(ControlError::bad_request(format!(
+            "Limit must be between 1 and {max}"
+        )));
+    }
+    Ok((offset, limit))
+}
+
 fn non_empty(name: &str, value: &str) -> std::result::Result<(), ControlError> {
     if value.trim().is_empty() {
         return Err(ControlError::bad_request(format!(

@@ -15,6 +15,7 @@ use crate::accounts::control;
 use crate::auth::{auth_conf, bearer, KEY_A, KEY_B};
 use crate::harness::*;
 use crate::interop::interop_python;
+use crate::traces::A2aAgent;
 
 /// The fake agent with a tool log that outlives its process.
 fn agent_with_tools(port: u16, tools: &std::path::Path) -> FakeAgent {
@@ -309,37 +310,6 @@ fn a_client_that_answers_in_its_own_protocol_leaves_nothing_pending() {
         json!({ "SessionId": "appr-3", "RequestId": request_id, "Decision": "approve" }),
     );
     assert_eq!(status, 404, "no longer pending");
-}
-
-/// The a2a-sdk sample agent (tests/agents/a2a_agent.py) in front of a fake LLM: a task
-/// whose message is `need-input` waits for the user (INPUT_REQUIRED).
-struct A2aAgent {
-    child: Child,
-}
-
-impl A2aAgent {
-    fn start(python: &str, port: u16, llm: &str) -> A2aAgent {
-        let mut command = Command::new(python);
-        command
-            .arg(repo_root().join("tests/agents/a2a_agent.py"))
-            .args(["--port", &port.to_string(), "--llm", llm])
-            .stderr(Stdio::null());
-        A2aAgent {
-            child: spawn_ready(command, "a2a agent"),
-        }
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for A2aAgent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
