@@ -651,3 +651,69 @@ fn a_langgraph_interrupt_is_resumed_through_tether_after_the_server_is_killed() 
     );
     assert_eq!(status, 409);
 }
+
+/// `tether approvals list|approve|reject` through the control API, as the API key's
+/// account.
+#[test]
+fn the_cli_lists_and_resolves_approvals() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.jsonl");
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = agent_with_tools(0, &tools);
+    let conf = auth_conf("");
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-responses",
+        &store.url,
+        &["--conf", &conf.arg()],
+    );
+    let first = turn(&tether, KEY_A, "appr-cli", "approve:deploy");
+    let request_id = first["output"][0]["id"].as_str().unwrap().to_owned();
+    let url = tether.url();
+    let cli = |key: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(args)
+            .args(["--url", &url, "--api-key", key])
+            .env_remove("TETHER_URL")
+            .env_remove("TETHER_API_KEY")
+            .output()
+            .expect("run tether");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, table, err) = cli(KEY_A, &["approvals", "list"]);
+    assert!(ok, "{err}");
+    assert!(
+        table.contains(&request_id) && table.contains("deploy"),
+        "{table}"
+    );
+    assert!(table.ends_with("1 pending\n"), "{table}");
+    let (ok, table, _) = cli(KEY_B, &["approvals", "list"]);
+    assert!(ok && table.ends_with("0 pending\n"), "{table}");
+    let (ok, _, err) = cli(KEY_B, &["approvals", "approve", "appr-cli", &request_id]);
+    assert!(!ok && err.contains("not found"), "{err}");
+    let (ok, out, err) = cli(
+        KEY_A,
+        &[
+            "approvals",
+            "reject",
+            "appr-cli",
+            &request_id,
+            "--comment",
+            "no",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let data: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(data["Decision"], "reject");
+    assert_eq!(data["ResolvedBy"]["credential"], "key:a");
+    let events = store.wait_for_terminal("acct-a", "appr-cli", 2);
+    assert!(events.iter().any(|e| e.text() == "deploy was not run: no"));
+    let (ok, _, err) = cli(KEY_A, &["approvals", "approve", "appr-cli", &request_id]);
+    assert!(!ok && err.contains("already resolved"), "{err}");
+    assert!(tool_runs(&tools).is_empty());
+}
