@@ -717,3 +717,84 @@ fn the_cli_lists_and_resolves_approvals() {
     assert!(!ok && err.contains("already resolved"), "{err}");
     assert!(tool_runs(&tools).is_empty());
 }
+
+/// ADK's `api_server` (in memory) serving tests/agents/adk_approval_agent, whose tool
+/// needs confirmation: the answer goes back as ADK's own `adk_request_confirmation`
+/// function response and the tool runs. (Not across a kill: the confirmation ADK waits
+/// for lives in its session, which a restore, made of the conversation, does not carry.)
+#[test]
+fn an_adk_confirmation_is_answered_through_tether() {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.jsonl");
+    let llm = FakeAgent::start();
+    let port = free_port();
+    let adk = std::path::Path::new(&python).with_file_name("adk");
+    let mut server = Command::new(adk)
+        .args(["api_server", "--session_service_uri", "memory://"])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "."])
+        .current_dir(repo_root().join("tests/agents"))
+        .env("FAKE_LLM_URL", format!("{}/v1", llm.url()))
+        .env("APPROVAL_TOOL_LOG", &tools)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start adk api_server");
+    let agent = format!("http://127.0.0.1:{port}");
+    wait_until("adk api_server", Duration::from_secs(90), || {
+        ureq::get(&format!("{agent}/list-apps")).call().is_ok()
+    });
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let tether = Tether::start(&agent, "adk", &store.url, &[]);
+    let api = Api::of(&tether);
+    let session = format!("appr-adk-{}", uuid::Uuid::new_v4().simple());
+    let created = post_json(
+        &format!(
+            "{}/apps/adk_approval_agent/users/u1/sessions/{session}",
+            tether.url()
+        ),
+        &json!({}),
+    );
+    assert_eq!(created.status, 200, "{}", created.body);
+    let run = post_json(
+        &format!("{}/run_sse", tether.url()),
+        &json!({ "app_name": "adk_approval_agent", "user_id": "u1", "session_id": session,
+                 "new_message": { "role": "user", "parts": [{ "text": "tool:deploy" }] } }),
+    );
+    assert_eq!(run.status, 200, "{}", run.body);
+    let events = store.wait_for_terminal("local", &session, 1);
+    let waiting = events.last().unwrap();
+    assert_eq!(
+        waiting.run_status(),
+        Some(RunStatus::RequiresAction),
+        "{events:#?}"
+    );
+    let action = &waiting.content["action"];
+    assert_eq!(action["tool"], "deploy");
+    assert_eq!(action["arguments"], json!({"x": 1}));
+    assert_eq!(action["app_name"], "adk_approval_agent");
+    assert_eq!(action["user_id"], "u1");
+    assert!(tool_runs(&tools).is_empty());
+    let request_id = action["request_id"].as_str().unwrap().to_owned();
+    api.ok(
+        "ResolveApproval",
+        json!({ "SessionId": session, "RequestId": request_id, "Decision": "approve" }),
+    );
+    let events = store.wait_for_terminal("local", &session, 2);
+    assert_eq!(
+        events.last().unwrap().run_status(),
+        Some(RunStatus::Completed),
+        "{events:#?}"
+    );
+    assert_eq!(
+        tool_runs(&tools),
+        vec![json!({"tool": "deploy", "arguments": {"x": 1}})]
+    );
+    assert!(events
+        .iter()
+        .any(|e| e.event_type == EventType::Message && e.text().contains("tool said")));
+    let _ = server.kill();
+    let _ = server.wait();
+}
