@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use session_log::{Approval, ApprovalFilter, Decision};
 
-use super::feedback::MAX_COMMENT_CHARS;
+use super::feedback::comment_param;
 use super::{id_param, ActionResult, Call, ControlError};
 use crate::approvals::{Answer, ResolveError};
 use crate::core::on_core;
@@ -105,15 +105,7 @@ pub async fn resolve(call: &Call<'_>) -> ActionResult {
             p.decision
         ))
     })?;
-    let comment = p.comment.filter(|c| !c.trim().is_empty());
-    if comment
-        .as_ref()
-        .is_some_and(|c| c.chars().count() > MAX_COMMENT_CHARS)
-    {
-        return Err(ControlError::bad_request(format!(
-            "Comment must be at most {MAX_COMMENT_CHARS} characters"
-        )));
-    }
+    let comment = comment_param(p.comment)?;
     let arguments = p.arguments.filter(|a| !a.is_null());
     if arguments.as_ref().is_some_and(|a| !a.is_object()) {
         return Err(ControlError::bad_request("Arguments must be a JSON object"));

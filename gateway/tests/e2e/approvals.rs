@@ -22,6 +22,21 @@ fn agent_with_tools(port: u16, tools: &std::path::Path) -> FakeAgent {
     FakeAgent::start_with(port, &["--tool-log", tools.to_str().unwrap()])
 }
 
+/// A fresh SQLite store, the fake agent with its tool log (in the returned directory, as
+/// `tools.jsonl`), and Tether in front of it speaking `openai-responses` with `conf`.
+fn responses_gateway(conf: &Conf) -> (tempfile::TempDir, TestStore, FakeAgent, Tether) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = agent_with_tools(0, &dir.path().join("tools.jsonl"));
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-responses",
+        &store.url,
+        &["--conf", &conf.arg()],
+    );
+    (dir, store, agent, tether)
+}
+
 fn tool_runs(tools: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(tools)
         .unwrap_or_default()
@@ -61,17 +76,8 @@ fn status_is(e: &Event, status: RunStatus) -> bool {
 
 #[test]
 fn a_responses_approval_is_answered_through_tether_after_the_agent_is_killed() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, store, agent, tether) = responses_gateway(&auth_conf(""));
     let tools = dir.path().join("tools.jsonl");
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = agent_with_tools(0, &tools);
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-responses",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
 
     // The agent asks before it runs the tool: the response shows the request, and the run
     // ends `requires_action` with what is asked.
@@ -656,17 +662,8 @@ fn a_langgraph_interrupt_is_resumed_through_tether_after_the_server_is_killed() 
 /// account.
 #[test]
 fn the_cli_lists_and_resolves_approvals() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, store, agent, tether) = responses_gateway(&auth_conf(""));
     let tools = dir.path().join("tools.jsonl");
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let agent = agent_with_tools(0, &tools);
-    let conf = auth_conf("");
-    let tether = Tether::start(
-        &agent.url(),
-        "openai-responses",
-        &store.url,
-        &["--conf", &conf.arg()],
-    );
     let first = turn(&tether, KEY_A, "appr-cli", "approve:deploy");
     let request_id = first["output"][0]["id"].as_str().unwrap().to_owned();
     let url = tether.url();
