@@ -662,7 +662,7 @@ fn a_langgraph_interrupt_is_resumed_through_tether_after_the_server_is_killed() 
 /// account.
 #[test]
 fn the_cli_lists_and_resolves_approvals() {
-    let (dir, store, agent, tether) = responses_gateway(&auth_conf(""));
+    let (dir, store, _agent, tether) = responses_gateway(&auth_conf(""));
     let tools = dir.path().join("tools.jsonl");
     let first = turn(&tether, KEY_A, "appr-cli", "approve:deploy");
     let request_id = first["output"][0]["id"].as_str().unwrap().to_owned();
