@@ -11,7 +11,7 @@ requests received, for tests to inspect.
 Standard library only. Run it as
 
     python3 tests/fake_agent.py --port N [--host 127.0.0.1] [--log FILE] [--verbose]
-                                [--require-model]
+                                [--require-model] [--tool-log FILE]
 
 `--require-model` refuses a model request without `model` (400), as the OpenAI API does
 (conformance suites check it); without it the model defaults to "fake-model".
@@ -29,6 +29,8 @@ GET  /events?n=N&ms=M       SSE: N events `data: {"i": k}`, each written in two 
 GET  /healthz               200 "ok"
 GET  /_requests             JSON array of model-endpoint requests received, in order
 DELETE /_requests           clears that record
+GET  /_tool_runs            JSON array of the tools an approval let run, in order
+                            (also appended to --tool-log FILE, which outlives a kill)
 
 Triggers (looked for in the LAST user message; first match decides the answer)
 --------
@@ -48,6 +50,13 @@ Triggers (looked for in the LAST user message; first match decides the answer)
 "Reply with OK"              "OK."
 anything else                "You said: <text>"
 "reason" (modifier)          reasoning ("Thinking it over.") is emitted before the answer
+"approve:NAME"               Responses only: with no mcp_approval_response after the last
+                             user message, an `mcp_approval_request` output item (id
+                             mcpr_<random>, name NAME, server_label "fake", arguments
+                             {"x": 1}) and nothing else; with one, the tool runs once
+                             if approved (recorded in /_tool_runs, with the arguments and
+                             the request id) and the answer is "NAME ran with {args}" or
+                             "NAME was not run: <reason>"
 
 A system message containing "summarizing the earlier part of a conversation" (Tether's
 summarizer prompt) makes it a summarizer instead: it answers "Summary: the user said: "
@@ -150,6 +159,7 @@ class Plan:
     error: bool = False  # HTTP 500
     cut_after: int | None = None  # stop after this many text deltas...
     cut_mode: str | None = None  # ...by "die" (exit the process) or "close" (the socket)
+    approval: dict | None = None  # an mcp_approval_request item to answer with
 
     @property
     def text(self) -> str:
@@ -224,6 +234,39 @@ def plan_answer(history: list[Turn]) -> Plan:
     return plan
 
 
+APPROVAL_ARGUMENTS = '{"x": 1}'
+
+
+def approval_plan(body: dict, tool_runs) -> Plan | None:
+    """The `approve:NAME` trigger on the Responses API (see the module's docstring)."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return None
+    users = [i for i, it in enumerate(items) if isinstance(it, dict)
+             and it.get("type", "message") == "message" and it.get("role") == "user"]
+    if not users:
+        return None
+    trigger = re.search(r"approve:(\w+)", content_text(items[users[-1]].get("content")))
+    if not trigger:
+        return None
+    after = [it for it in items[users[-1] + 1:] if isinstance(it, dict)]
+    requests = {it.get("id"): it for it in after if it.get("type") == "mcp_approval_request"}
+    responses = [it for it in after if it.get("type") == "mcp_approval_response"]
+    if not responses:
+        return Plan(approval={
+            "id": new_id("mcpr_"), "type": "mcp_approval_request", "name": trigger.group(1),
+            "server_label": "fake", "arguments": APPROVAL_ARGUMENTS,
+        })
+    response = responses[-1]
+    request = requests.get(response.get("approval_request_id")) or {}
+    name = request.get("name") or trigger.group(1)
+    if response.get("approve"):
+        tool_runs.add({"tool": name, "arguments": request.get("arguments"),
+                       "approval_request_id": response.get("approval_request_id")})
+        return Plan(words=split_words(f"{name} ran with {request.get('arguments')}"))
+    return Plan(words=split_words(f"{name} was not run: {response.get('reason') or 'rejected'}"))
+
+
 def count_tokens(history: list[Turn]) -> int:
     return sum(len(turn.text.split()) for turn in history)
 
@@ -274,6 +317,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "FakeAgent/1.0"
     requests_log: RequestLog  # set on the subclass made in main()
+    tool_runs: RequestLog  # likewise
     verbose = False
     require_model = False
 
@@ -371,6 +415,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.handle_echo(method, url, body)
         if path == "/_requests" and method == "GET":
             return self.send_json(200, self.requests_log.all())
+        if path == "/_tool_runs" and method == "GET":
+            return self.send_json(200, self.tool_runs.all())
         if path == "/_requests" and method == "DELETE":
             self.requests_log.clear()
             return self.send_json(200, {"cleared": True})
@@ -445,7 +491,7 @@ class Handler(BaseHTTPRequestHandler):
                 "param": "model", "code": "missing_required_parameter"}})
         is_chat = path == "/v1/chat/completions"
         history = chat_history(body) if is_chat else responses_history(body)
-        plan = plan_answer(history)
+        plan = (None if is_chat else approval_plan(body, self.tool_runs)) or plan_answer(history)
         required = required_tool(body)
         users = [i for i, t in enumerate(history) if t.role == "user"]
         answered = any(t.role == "tool" for t in history[(users[-1] if users else 0):])
@@ -677,6 +723,8 @@ class ResponsesReply:
         }
 
     def final_output(self) -> list[dict]:
+        if self.plan.approval:
+            return [self.plan.approval]
         output = [self.reasoning_item(True)] if self.plan.reasoning else []
         output.append(self.call_item(True) if self.plan.tool_name else self.message_item(True))
         return output
@@ -732,6 +780,12 @@ class ResponsesReply:
         yield self.event("response.created", response=self.response("in_progress"))
         yield self.event("response.in_progress", response=self.response("in_progress"))
         index = 0
+        if self.plan.approval:
+            item = self.plan.approval
+            yield self.event("response.output_item.added", output_index=0, item=item)
+            yield self.event("response.output_item.done", output_index=0, item=item)
+            yield self.event("response.completed", response=self.response("completed"))
+            return
         if self.plan.reasoning:
             yield from self.reasoning_events(index)
             index += 1
@@ -788,6 +842,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--log", help="append every model-endpoint request to this file as a JSON line")
     parser.add_argument("--verbose", action="store_true", help="write an access log to stderr")
     parser.add_argument("--require-model", action="store_true", help="refuse a model request without `model` (400)")
+    parser.add_argument("--tool-log", help="append every tool an approval let run to this file as a JSON line")
     return parser.parse_args(argv)
 
 
@@ -807,7 +862,7 @@ def bind(server_class, address, handler, wait: float = 5.0):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    handler = type("BoundHandler", (Handler,), {"requests_log": RequestLog(args.log), "verbose": args.verbose, "require_model": args.require_model})
+    handler = type("BoundHandler", (Handler,), {"requests_log": RequestLog(args.log), "tool_runs": RequestLog(args.tool_log), "verbose": args.verbose, "require_model": args.require_model})
     # A backlog like a real server's: with socketserver's default of 5, a burst of
     # concurrent runs finds connections reset.
     server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256})

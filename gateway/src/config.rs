@@ -209,6 +209,41 @@ pub struct Settings {
     /// only: secrets do not belong in flags or the process environment).
     #[arg(skip)]
     pub webhooks: Option<Vec<WebhookSettings>>,
+    /// `[approvals]`: what happens to a request nobody answers (file only). [default: it
+    /// waits until resolved]
+    #[arg(skip)]
+    pub approvals: Option<ApprovalsSettings>,
+}
+
+/// The `[approvals]` table (file only): when a request a run ends waiting on times out,
+/// and what the timeout answers.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsSettings {
+    /// A request pending this long is resolved by the timeout sweeper. Required in the
+    /// table.
+    pub timeout_seconds: Option<u64>,
+    /// `reject`, `approve` or `leave` (left pending). [default: reject]
+    pub on_timeout: Option<String>,
+    /// How often the sweeper looks for requests whose time ran out. [default: 5]
+    pub sweep_interval_seconds: Option<u64>,
+}
+
+/// What the timeout answers a request nobody resolved in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnTimeout {
+    Reject,
+    Approve,
+    /// Nothing: the request stays pending.
+    Leave,
+}
+
+/// `[approvals]`, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApprovalsConfig {
+    pub timeout: Duration,
+    pub on_timeout: OnTimeout,
+    pub sweep_interval: Duration,
 }
 
 /// One `[[webhooks]]` table (file only): an endpoint and the events it receives.
@@ -559,6 +594,8 @@ pub struct Config {
     pub retention: Option<session_log::retention::RetentionConfig>,
     /// `[[webhooks]]`, in file order.
     pub webhooks: Vec<Webhook>,
+    /// `None`: a pending request waits until a person resolves it.
+    pub approvals: Option<ApprovalsConfig>,
 }
 
 /// The agent's base URL, split for the connector.
@@ -801,7 +838,8 @@ impl Settings {
             limits,
             telemetry,
             retention,
-            webhooks
+            webhooks,
+            approvals
         )
     }
 
@@ -992,6 +1030,38 @@ impl Settings {
             }
             webhooks.push(w);
         }
+        let approvals = match self.approvals {
+            None => None,
+            Some(a) => {
+                let timeout = a.timeout_seconds.ok_or_else(|| {
+                    bad("approvals.timeout_seconds", "is required in [approvals]")
+                })?;
+                let on_timeout = match a.on_timeout.as_deref().unwrap_or("reject") {
+                    "reject" => OnTimeout::Reject,
+                    "approve" => OnTimeout::Approve,
+                    "leave" => OnTimeout::Leave,
+                    other => {
+                        return Err(bad(
+                            "approvals.on_timeout",
+                            format!("must be \"reject\", \"approve\" or \"leave\", not {other:?}"),
+                        ))
+                    }
+                };
+                Some(ApprovalsConfig {
+                    timeout: Duration::from_secs(positive(
+                        "approvals.timeout_seconds",
+                        Some(timeout),
+                        0,
+                    )?),
+                    on_timeout,
+                    sweep_interval: Duration::from_secs(positive(
+                        "approvals.sweep_interval_seconds",
+                        a.sweep_interval_seconds,
+                        5,
+                    )?),
+                })
+            }
+        };
         let telemetry = self.telemetry.unwrap_or_default();
         let telemetry = Telemetry {
             otlp_endpoint: match telemetry.otlp_endpoint {
@@ -1107,6 +1177,7 @@ impl Settings {
             telemetry,
             retention,
             webhooks,
+            approvals,
         })
     }
 }
@@ -1428,6 +1499,42 @@ mod tests {
         )
         .unwrap();
         assert!(err(&["--conf", conf]).to_string().contains("trigger"));
+    }
+
+    #[test]
+    fn approvals_time_out_only_when_the_table_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        let conf = path.to_str().unwrap();
+        let load = |table: &str| {
+            std::fs::write(&path, format!("upstream = \"http://x\"\n{table}")).unwrap();
+            settings(&["--conf", conf]).load()
+        };
+        assert!(load("").unwrap().approvals.is_none());
+        let a = load("[approvals]\ntimeout_seconds = 30\non_timeout = \"approve\"\n")
+            .unwrap()
+            .approvals
+            .unwrap();
+        assert_eq!(a.timeout, Duration::from_secs(30));
+        assert_eq!(a.on_timeout, OnTimeout::Approve);
+        assert_eq!(a.sweep_interval, Duration::from_secs(5));
+        for (text, key) in [
+            (
+                "[approvals]\non_timeout = \"reject\"\n",
+                "approvals.timeout_seconds",
+            ),
+            (
+                "[approvals]\ntimeout_seconds = 0\n",
+                "approvals.timeout_seconds",
+            ),
+            (
+                "[approvals]\ntimeout_seconds = 5\non_timeout = \"maybe\"\n",
+                "approvals.on_timeout",
+            ),
+        ] {
+            let e = load(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -307,6 +307,88 @@ impl Store for CoreStore {
         delegate!(self, |s| s.list_feedback(&a, sid.as_deref(), offset, limit))
     }
 
+    async fn put_approval(&self, approval: &session_log::Approval) -> Result<(), StoreError> {
+        let a = approval.clone();
+        delegate!(self, |s| s.put_approval(&a))
+    }
+
+    async fn list_pending_approvals(
+        &self,
+        account_id: &str,
+        filter: session_log::ApprovalFilter<'_>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<session_log::Approval>, i64), StoreError> {
+        let a = account_id.to_owned();
+        let (sid, agent) = (
+            filter.session_id.map(str::to_owned),
+            filter.agent_id.map(str::to_owned),
+        );
+        delegate!(self, |s| {
+            let filter = session_log::ApprovalFilter {
+                session_id: sid.as_deref(),
+                agent_id: agent.as_deref(),
+            };
+            s.list_pending_approvals(&a, filter, offset, limit)
+        })
+    }
+
+    async fn approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<Option<session_log::Approval>, StoreError> {
+        let (a, sid, rid) = (
+            account_id.to_owned(),
+            session_id.to_owned(),
+            request_id.to_owned(),
+        );
+        delegate!(self, |s| s.approval(&a, &sid, &rid))
+    }
+
+    async fn resolve_approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+        decision: session_log::Decision,
+        resolution: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> Result<Option<session_log::Approval>, StoreError> {
+        let (a, sid, rid) = (
+            account_id.to_owned(),
+            session_id.to_owned(),
+            request_id.to_owned(),
+        );
+        let resolution = resolution.clone();
+        delegate!(self, |s| s.resolve_approval(
+            &a,
+            &sid,
+            &rid,
+            decision,
+            &resolution,
+            at
+        ))
+    }
+
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        let (a, sid) = (account_id.to_owned(), session_id.to_owned());
+        delegate!(self, |s| s.drop_pending_approvals(&a, &sid))
+    }
+
+    async fn resolve_expired_approvals(
+        &self,
+        now: DateTime<Utc>,
+        decision: session_log::Decision,
+    ) -> Result<Vec<session_log::Approval>, StoreError> {
+        delegate!(self, |s| s.resolve_expired_approvals(now, decision))
+    }
+
     async fn set_archived(
         &self,
         account_id: &str,

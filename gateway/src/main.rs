@@ -3,6 +3,7 @@
 //! so conversations survive the agent forgetting them.
 
 mod api;
+mod approvals;
 mod cli;
 mod client;
 mod config;
@@ -306,6 +307,18 @@ fn serve(
         tracing::warn!("no authentication configured: every request is the `local` account");
     }
     runs.set_checkpoint_policy(config.checkpoint_policy.clone());
+    let approvals = approvals::Approvals {
+        store: raw_store.clone(),
+        hub: hub.clone(),
+        runs: runs.clone(),
+        writer: writer.clone(),
+        protocol: config.protocol,
+    };
+    if let Some(a) = config.approvals.clone() {
+        let expiring = a.on_timeout != config::OnTimeout::Leave;
+        runs.set_approval_timeout(expiring.then_some(a.timeout));
+        handle.spawn(approvals.clone().keep(a));
+    }
     tracing::info!(
         listen = %config.listen, upstream = %config.upstream.authority, protocol = config.protocol.as_str(),
         store = raw_store.backend(), replica_id = %config.replica_id,
@@ -353,6 +366,7 @@ fn serve(
         hub,
         writer: writer.clone(),
         runs: runs.clone(),
+        approvals,
         agent,
         auth,
         limits: limits.clone(),

@@ -29,7 +29,7 @@ pub struct Metrics {
     /// Panics caught at a run task's boundary (the run closed `failed`).
     panics: AtomicU64,
     /// By terminal status, in `RunStatus::TERMINAL` order.
-    runs_ended: [AtomicU64; 4],
+    runs_ended: [AtomicU64; 5],
     /// Refused by the per-credential request rate.
     rate_limited_requests: AtomicU64,
     /// Refused by the per-account concurrent-run cap.
@@ -77,8 +77,9 @@ impl WebhookOutcome {
 /// retention sweep's (one session each).
 const DELETION_SCOPES: [&str; 4] = ["session", "user", "account", "retention"];
 
-const TERMINAL: [RunStatus; 4] = [
+const TERMINAL: [RunStatus; 5] = [
     RunStatus::Completed,
+    RunStatus::RequiresAction,
     RunStatus::Failed,
     RunStatus::Cancelled,
     RunStatus::Interrupted,

@@ -24,6 +24,8 @@ pub struct State {
     pub hub: Hub,
     pub writer: Writer,
     pub runs: Arc<Runs>,
+    /// Resolves requests runs ended waiting on.
+    pub approvals: crate::approvals::Approvals,
     pub agent: Arc<Agent>,
     /// Decides the account of every request but health checks.
     pub auth: Authenticator,

@@ -773,7 +773,11 @@ async fn stream_run(
         };
         let step = render_step(&mut *renderer, &event);
         held.push((*event).clone());
-        if step.last && event.run_status() != Some(session_log::RunStatus::Completed) {
+        if step.last
+            && !event
+                .run_status()
+                .is_some_and(session_log::RunStatus::is_answered)
+        {
             let (status, body) = surface.final_response(info, &held);
             let headers = with_retry_after(&held, headers);
             let _ = reply.json(session, status, &body, &headers).await;

@@ -6,6 +6,7 @@
 
 pub mod a2a;
 pub mod adk;
+pub mod approval;
 mod body_parser;
 pub mod chat;
 pub mod compaction;

@@ -280,7 +280,7 @@ pub trait Surface: Send + Sync {
     /// status: the final body when it completed, otherwise a 502 naming the error.
     fn final_response(&self, run: &RunInfo, events: &[Event]) -> (u16, Value) {
         let terminal = events.last().and_then(|e| e.run_status());
-        if terminal == Some(RunStatus::Completed) {
+        if terminal.is_some_and(RunStatus::is_answered) {
             return (200, self.final_body(run, events));
         }
         let (code, message) = run_error(events, terminal);

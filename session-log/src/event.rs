@@ -10,10 +10,12 @@
 //! - `tool_call` (role `assistant`): `{"call_id": .., "name": .., "arguments": "<json text>"}`.
 //! - `tool_result` (role `tool`): `{"call_id": .., "output": "<text>", "name"?: ..}`.
 //! - `approval`: the upstream's approval request or response item, verbatim.
-//! - `run_status`: `{"status": "in_progress"|"completed"|"failed"|"cancelled"|"interrupted"|
-//!   "requires_action", "reason"?: .., "action"?: ..}` (`action` with `requires_action`).
-//! - `approval_resolved`: the answer to a `requires_action` run's request (see
-//!   [`EventType::ApprovalResolved`]).
+//! - `run_status`: `{"status": "in_progress"|"completed"|"requires_action"|"failed"|"cancelled"|"interrupted", "reason"?: ..}`;
+//!   a `requires_action` one also holds `"action"`: what the agent waits for (see
+//!   `runtime_adapter::approval`).
+//! - `approval_resolved`: a person (or the timeout) answered a waiting run's request:
+//!   `{"request_id", "run_id", "decision": "approve"|"reject", "arguments"?, "comment"?,
+//!   "by": {..} | {"timeout": true}}`.
 //! - `text_delta` / `reasoning_delta`: `{"delta": "..."}`.
 //! - `error`: `{"code": .., "message": ..}`.
 //! - `http_exchange`: a teed pass-through exchange whose response came whole, in one event:
@@ -77,8 +79,7 @@ pub enum EventType {
     /// An item of the session was deleted (`{"item_id", "position"}`): hidden from every
     /// projection and read from here on.
     ItemDeleted,
-    /// A person (or a timeout) answered an approval request: `{"request_id", "run_id",
-    /// "decision": "approve"|"reject", "arguments"?, "comment"?, "by": {..} | {"timeout": true}}`.
+    /// A waiting run's request was answered (see the module's content shapes).
     ApprovalResolved,
 }
 
@@ -188,12 +189,12 @@ impl EventType {
 pub enum RunStatus {
     InProgress,
     Completed,
+    /// The agent's answer ended in a request for a person (an approval, a question): the
+    /// run is over, and the session waits for the answer (see `ResolveApproval`).
+    RequiresAction,
     Failed,
     Cancelled,
     Interrupted,
-    /// The run ended waiting for a person: an approval or a question, named by the
-    /// status's `action` (`{"kind", "request_id", "tool", "arguments", ..}`).
-    RequiresAction,
 }
 
 impl RunStatus {
@@ -201,10 +202,10 @@ impl RunStatus {
         match self {
             RunStatus::InProgress => "in_progress",
             RunStatus::Completed => "completed",
+            RunStatus::RequiresAction => "requires_action",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Interrupted => "interrupted",
-            RunStatus::RequiresAction => "requires_action",
         }
     }
 
@@ -212,10 +213,10 @@ impl RunStatus {
         [
             RunStatus::InProgress,
             RunStatus::Completed,
+            RunStatus::RequiresAction,
             RunStatus::Failed,
             RunStatus::Cancelled,
             RunStatus::Interrupted,
-            RunStatus::RequiresAction,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -223,6 +224,12 @@ impl RunStatus {
 
     pub fn is_terminal(self) -> bool {
         self != RunStatus::InProgress
+    }
+
+    /// Whether the agent's answer ended as it meant to: `completed`, or `requires_action`
+    /// (a whole answer that asks something). Renderers show both as a finished turn.
+    pub fn is_answered(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::RequiresAction)
     }
 }
 

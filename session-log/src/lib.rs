@@ -27,7 +27,7 @@ pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use removal::{Deletion, Removal, Removed, Scope};
 pub use store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Fault, Feedback, IdempotentRun, Imported,
-    Invocation, Lease, Rating, Renewed, Store, StoreError,
+    Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Fault,
+    Feedback, IdempotentRun, Imported, Invocation, Lease, Rating, Renewed, Store, StoreError,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

@@ -300,6 +300,63 @@ pub struct Feedback {
     pub created_at: DateTime<Utc>,
 }
 
+/// A person's answer to a waiting run's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Reject,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Reject => "reject",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Decision> {
+        match s {
+            "approve" => Some(Decision::Approve),
+            "reject" => Some(Decision::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// A request a run ended waiting on (its `requires_action` status), owned by one account,
+/// pending until resolved (see [`Store::resolve_approval`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Approval {
+    pub account_id: String,
+    pub session_id: String,
+    /// The agent's own id for the request.
+    pub request_id: String,
+    pub run_id: String,
+    /// The waiting invocation.
+    pub invocation_id: String,
+    pub agent_id: Option<String>,
+    /// `approval`, `input` or `auth`.
+    pub kind: String,
+    /// The `action` of the run's `requires_action` status.
+    pub action: serde_json::Value,
+    pub requested_at: DateTime<Utc>,
+    /// When the timeout sweeper resolves it, if ever.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `None` while pending.
+    pub decision: Option<Decision>,
+    /// `{"by": …}` or `{"timeout": true}`, with `arguments` and `comment` when given.
+    pub resolution: Option<serde_json::Value>,
+    pub resolved_at: Option<DateTime<Utc>>,
+}
+
+/// Which pending approvals a listing shows (always one account's).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ApprovalFilter<'a> {
+    pub session_id: Option<&'a str>,
+    pub agent_id: Option<&'a str>,
+}
+
 /// The run a client's first request with an `Idempotency-Key` started (see
 /// [`Store::claim_idempotency_key`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -666,4 +723,58 @@ pub trait Store: Send + Sync + 'static {
         offset: i64,
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError>;
+
+    /// Records a request a run ended waiting on; recording the same (account, session,
+    /// request) again is a no-op.
+    async fn put_approval(&self, approval: &Approval) -> Result<(), StoreError>;
+
+    /// The account's pending approvals matching `filter`, oldest first, and their count.
+    async fn list_pending_approvals(
+        &self,
+        account_id: &str,
+        filter: ApprovalFilter<'_>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Approval>, i64), StoreError>;
+
+    /// One approval of the account, pending or not; another account's is `None`.
+    async fn approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<Option<Approval>, StoreError>;
+
+    /// Resolves a pending approval: one conditional statement, so of any number of
+    /// resolvers (on any replica, the timeout sweeper among them) exactly one gets
+    /// `Some` (the approval as resolved); the others, and a resolve of one already
+    /// resolved or unknown, get `None`.
+    async fn resolve_approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+        decision: Decision,
+        resolution: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Approval>, StoreError>;
+
+    /// Drops the session's pending approvals (the session went on without an answer
+    /// through Tether: a client answered in its own protocol, or moved on); returns how
+    /// many. Resolved ones stay.
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError>;
+
+    /// Resolves, as [`Store::resolve_approval`] does, every pending approval across
+    /// accounts whose time ran out by `now`, with `decision` and `{"timeout": true}`:
+    /// returns those this call resolved (a concurrent sweep on another replica gets the
+    /// others).
+    async fn resolve_expired_approvals(
+        &self,
+        now: DateTime<Utc>,
+        decision: Decision,
+    ) -> Result<Vec<Approval>, StoreError>;
 }

@@ -58,6 +58,10 @@ const SQLITE: &[(i64, &str)] = &[
         "e278efb27bd2354f0c240d0af0c66390f4227733fd85b984c83a14d254a0fad22f313fad9f5f76efffccd48712ec2f26",
     ),
     (
+        17,
+        "b32ead1ad411c0ae234895afd772b276fd73882d8e627f3397d64430eaa5046e0bde4c1ad79a5c29d4ed85c5335cb666",
+    ),
+    (
         19,
         "e9a05f2b97040eefb2aacba63cfaad74560f1a61353b739ae27ddd6c894a6a3fa7b302f84a1d0348f35fca45a6bfb9a2",
     ),
@@ -122,6 +126,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         15,
         "0be06b2a1b93df6dbe684d1b8f6ab34c69a34ed6013933b857be7ae6ca9ccf2fdb86c9d6e70dd0830ce7895a157c7813",
+    ),
+    (
+        19,
+        "b32ead1ad411c0ae234895afd772b276fd73882d8e627f3397d64430eaa5046e0bde4c1ad79a5c29d4ed85c5335cb666",
     ),
     (
         21,

@@ -203,6 +203,7 @@ store_suite!(
     feedback_is_listed_newest_first_per_account_and_session_and_readable,
     an_idempotency_key_names_one_run_per_account_within_its_window_until_released,
     an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten,
+    approvals_are_pending_until_one_resolver_wins,
 );
 
 fn unique(prefix: &str) -> String {
@@ -2572,3 +2573,161 @@ mod history;
 mod updates;
 #[path = "store_suite/webhooks.rs"]
 mod webhooks;
+
+async fn approvals_are_pending_until_one_resolver_wins(b: Backend) {
+    use session_log::{Approval, ApprovalFilter, Decision};
+    let (account, other) = (unique("acct"), unique("acct"));
+    let (s1, s2) = (unique("s"), unique("s"));
+    // In the future: a gateway's timeout sweep on the same database (real time) leaves
+    // these alone.
+    let base = chrono::Utc::now().timestamp() + 10 * 86_400;
+    let at = move |secs: i64| chrono::DateTime::from_timestamp(base + secs, 0).unwrap();
+    let approval = |account: &str, session: &str, request: &str, n: i64| Approval {
+        account_id: account.to_owned(),
+        session_id: session.to_owned(),
+        request_id: request.to_owned(),
+        run_id: format!("run-{request}"),
+        invocation_id: format!("inv-{request}"),
+        agent_id: Some(if n == 3 { "other-agent" } else { "agent" }.to_owned()),
+        kind: "approval".into(),
+        action: json!({ "kind": "approval", "request_id": request, "tool": "deploy",
+                        "arguments": {"env": "caf\u{e9}"} }),
+        requested_at: at(n),
+        expires_at: (n == 2).then(|| at(100)),
+        decision: None,
+        resolution: None,
+        resolved_at: None,
+    };
+    let (r1, r2, r3) = (unique("r"), unique("r"), unique("r"));
+    // Recorded out of order; listed oldest first. Recording again changes nothing.
+    for a in [
+        approval(&account, &s2, &r3, 3),
+        approval(&account, &s1, &r1, 1),
+        approval(&account, &s1, &r2, 2),
+        approval(&account, &s1, &r1, 9),
+        approval(&other, &s1, &unique("r"), 0),
+    ] {
+        b.store.put_approval(&a).await.unwrap();
+    }
+    let list = |filter: ApprovalFilter<'static>, offset, limit| {
+        let (store, account) = (b.store.clone(), account.clone());
+        async move {
+            let (page, total) = store
+                .list_pending_approvals(&account, filter, offset, limit)
+                .await
+                .unwrap();
+            (
+                page.into_iter().map(|a| a.request_id).collect::<Vec<_>>(),
+                total,
+            )
+        }
+    };
+    assert_eq!(
+        list(ApprovalFilter::default(), 0, 10).await,
+        (vec![r1.clone(), r2.clone(), r3.clone()], 3)
+    );
+    assert_eq!(
+        list(ApprovalFilter::default(), 1, 1).await,
+        (vec![r2.clone()], 3)
+    );
+    let by_agent = ApprovalFilter {
+        session_id: None,
+        agent_id: Some("other-agent"),
+    };
+    assert_eq!(list(by_agent, 0, 10).await, (vec![r3.clone()], 1));
+    let stored = b.store.approval(&account, &s1, &r1).await.unwrap().unwrap();
+    assert_eq!(stored.action["arguments"], json!({"env": "caf\u{e9}"}));
+    assert_eq!(stored.requested_at, at(1));
+    assert!(b.store.approval(&other, &s1, &r1).await.unwrap().is_none());
+
+    // Resolvers race: exactly one wins.
+    let by = json!({ "by": { "credential": "key:a" }, "comment": "ok" });
+    let attempts: Vec<_> = (0..8)
+        .map(|i| {
+            let (store, account, s1, r1, by) = (
+                b.store.clone(),
+                account.clone(),
+                s1.clone(),
+                r1.clone(),
+                by.clone(),
+            );
+            tokio::spawn(async move {
+                let decision = if i % 2 == 0 {
+                    Decision::Approve
+                } else {
+                    Decision::Reject
+                };
+                store
+                    .resolve_approval(&account, &s1, &r1, decision, &by, at(50))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for a in attempts {
+        if let Some(resolved) = a.await.unwrap() {
+            won.push(resolved);
+        }
+    }
+    assert_eq!(won.len(), 1, "{won:?}");
+    assert_eq!(won[0].resolution, Some(by));
+    assert_eq!(won[0].resolved_at, Some(at(50)));
+    let now = b.store.approval(&account, &s1, &r1).await.unwrap().unwrap();
+    assert_eq!(now.decision, won[0].decision);
+    // Another account cannot resolve it.
+    assert!(b
+        .store
+        .resolve_approval(&other, &s2, &r3, Decision::Approve, &json!({}), at(51))
+        .await
+        .unwrap()
+        .is_none());
+
+    // The timeout takes only what expired, once.
+    let expired: Vec<String> = b
+        .store
+        .resolve_expired_approvals(at(99), Decision::Reject)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.account_id == account)
+        .map(|a| a.request_id)
+        .collect();
+    assert!(expired.is_empty());
+    let expired: Vec<Approval> = b
+        .store
+        .resolve_expired_approvals(at(100), Decision::Reject)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.account_id == account)
+        .collect();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].request_id, r2);
+    assert_eq!(expired[0].decision, Some(Decision::Reject));
+    assert_eq!(expired[0].resolution, Some(json!({ "timeout": true })));
+    assert!(b
+        .store
+        .resolve_expired_approvals(at(200), Decision::Reject)
+        .await
+        .unwrap()
+        .iter()
+        .all(|a| a.account_id != account));
+    assert_eq!(list(ApprovalFilter::default(), 0, 10).await, (vec![r3], 1));
+    // A session that went on drops what it left pending; resolved ones stay.
+    assert_eq!(
+        b.store.drop_pending_approvals(&account, &s1).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        b.store.drop_pending_approvals(&account, &s2).await.unwrap(),
+        1
+    );
+    assert_eq!(list(ApprovalFilter::default(), 0, 10).await, (vec![], 0));
+    assert!(b
+        .store
+        .approval(&account, &s1, &r1)
+        .await
+        .unwrap()
+        .is_some());
+}

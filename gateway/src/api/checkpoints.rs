@@ -340,7 +340,7 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
     }
     let info = started.info(Value::Null);
     let terminal = collected.last().and_then(Event::run_status);
-    if terminal == Some(RunStatus::Completed) {
+    if terminal.is_some_and(RunStatus::is_answered) {
         return Ok(Resumed::Json(
             surface(Protocol::OpenAiResponses).final_body(&info, &collected),
         ));

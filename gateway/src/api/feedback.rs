@@ -37,6 +37,20 @@ fn run_of_response(response_id: &str) -> Option<String> {
         .find_map(|p| surface(p).run_id(response_id))
 }
 
+/// A `Comment` parameter: blank is none; at most [`MAX_COMMENT_CHARS`].
+pub fn comment_param(comment: Option<String>) -> Result<Option<String>, ControlError> {
+    let comment = comment.filter(|c| !c.trim().is_empty());
+    if comment
+        .as_ref()
+        .is_some_and(|c| c.chars().count() > MAX_COMMENT_CHARS)
+    {
+        return Err(ControlError::bad_request(format!(
+            "Comment must be at most {MAX_COMMENT_CHARS} characters"
+        )));
+    }
+    Ok(comment)
+}
+
 /// `CreateFeedback` (`{"SessionId", "ResponseId" or "InvocationId", "Rating": "up"|"down",
 /// "Comment"?}`): stores the record and answers it.
 pub async fn create(call: &Call<'_>) -> ActionResult {
@@ -62,15 +76,7 @@ pub async fn create(call: &Call<'_>) -> ActionResult {
             p.rating
         ))
     })?;
-    let comment = p.comment.filter(|c| !c.trim().is_empty());
-    if comment
-        .as_ref()
-        .is_some_and(|c| c.chars().count() > MAX_COMMENT_CHARS)
-    {
-        return Err(ControlError::bad_request(format!(
-            "Comment must be at most {MAX_COMMENT_CHARS} characters"
-        )));
-    }
+    let comment = comment_param(p.comment)?;
     let store = &call.state.store;
     let account = call.account_id;
     if store.session(account, &p.session_id).await?.is_none() {

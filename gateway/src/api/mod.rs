@@ -3,6 +3,7 @@
 //! caller's account, and another account's id is "not found". This module reads the
 //! request and writes the envelope; each action family has a file of its own.
 
+mod approvals;
 mod archive;
 mod attachments;
 mod bootstrap;
@@ -60,6 +61,8 @@ const ACTIONS: &[&str] = &[
     "ArchiveSession",
     "UnarchiveSession",
     "ListWebhookDeliveries",
+    "ListPendingApprovals",
+    "ResolveApproval",
 ];
 
 /// Whether this API answers `action`.
@@ -222,7 +225,7 @@ pub async fn serve(
 }
 
 /// The actions that write to the log or the store beside it.
-const WRITES: [&str; 7] = [
+const WRITES: [&str; 8] = [
     "CancelRun",
     "ResumeRun",
     "UploadAttachment",
@@ -230,6 +233,7 @@ const WRITES: [&str; 7] = [
     "CompactSession",
     "CreateFeedback",
     "ImportSession",
+    "ResolveApproval",
 ];
 
 /// Answers an action that takes a JSON body.
@@ -323,6 +327,8 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ArchiveSession" => archive::archive(call, true).await,
         "UnarchiveSession" => archive::archive(call, false).await,
         "ListWebhookDeliveries" => webhooks::list(call).await,
+        "ListPendingApprovals" => approvals::list(call).await,
+        "ResolveApproval" => approvals::resolve(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

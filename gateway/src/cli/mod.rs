@@ -28,6 +28,9 @@ pub enum Command {
     /// Runs.
     #[command(subcommand)]
     Runs(Runs),
+    /// Requests runs ended waiting on: list them, approve or reject one.
+    #[command(subcommand)]
+    Approvals(Approvals),
     /// Erasure of a user's or the whole account's data (hard deletes, audited).
     #[command(subcommand)]
     Data(Data),
@@ -106,6 +109,47 @@ pub enum Runs {
         #[command(flatten)]
         connection: Connection,
     },
+}
+
+#[derive(Subcommand)]
+pub enum Approvals {
+    /// Pending requests, oldest first (ListPendingApprovals).
+    List {
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only this agent's.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Requests to skip.
+        #[arg(long, default_value_t = 0)]
+        offset: i64,
+        /// Requests to show (1-200).
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Approves a request (ResolveApproval); the agent gets the answer as a new run.
+    Approve(ResolveArgs),
+    /// Rejects a request (ResolveApproval).
+    Reject(ResolveArgs),
+}
+
+#[derive(Args)]
+pub struct ResolveArgs {
+    /// The session id.
+    session: String,
+    /// The request id (the agent's own, as `approvals list` shows it).
+    request: String,
+    /// Edited tool arguments, a JSON object.
+    #[arg(long)]
+    arguments: Option<String>,
+    /// Why, for the log (and for the agent, when its protocol carries it).
+    #[arg(long)]
+    comment: Option<String>,
+    #[command(flatten)]
+    connection: Connection,
 }
 
 #[derive(Subcommand)]
@@ -251,6 +295,22 @@ fn execute(command: Command, out: &mut impl Write) -> Result<(), CliError> {
                 )
             })
         }
+        Command::Approvals(Approvals::List {
+            session,
+            agent,
+            offset,
+            limit,
+            connection,
+        }) => {
+            let client = Client::new(&connection);
+            let data = client.call(
+                "ListPendingApprovals",
+                &json!({ "SessionId": session, "AgentId": agent, "Offset": offset, "Limit": limit }),
+            )?;
+            emit(out, &connection, &data, show::approvals_table)
+        }
+        Command::Approvals(Approvals::Approve(args)) => resolve(out, args, "approve"),
+        Command::Approvals(Approvals::Reject(args)) => resolve(out, args, "reject"),
         Command::Export(args) => {
             let client = Client::new(&args.connection);
             let events = all_events(&client, &args.id, 0)?;
@@ -301,6 +361,35 @@ fn execute(command: Command, out: &mut impl Write) -> Result<(), CliError> {
             emit(out, &connection, &data, |_| "ready\n".to_owned())
         }
     }
+}
+
+/// `tether approvals approve|reject`: the resolution and the answer's run.
+fn resolve(out: &mut impl Write, args: ResolveArgs, decision: &str) -> Result<(), CliError> {
+    let arguments = match &args.arguments {
+        None => Value::Null,
+        Some(text) => serde_json::from_str(text)
+            .map_err(|e| CliError::Failed(format!("--arguments is not JSON: {e}")))?,
+    };
+    let data = Client::new(&args.connection).call(
+        "ResolveApproval",
+        &json!({
+            "SessionId": args.session,
+            "RequestId": args.request,
+            "Decision": decision,
+            "Arguments": arguments,
+            "Comment": args.comment,
+        }),
+    )?;
+    emit(out, &args.connection, &data, |d| {
+        format!(
+            "{} {}: {}; the answer runs as {} (invocation {})\n",
+            d["SessionId"].as_str().unwrap_or("?"),
+            d["RequestId"].as_str().unwrap_or("?"),
+            d["Decision"].as_str().unwrap_or("?"),
+            d["AnswerRunId"].as_str().unwrap_or("?"),
+            d["AnswerInvocationId"].as_str().unwrap_or("?"),
+        )
+    })
 }
 
 /// A hard delete: the audit row's summary (or all of it with `--json`).

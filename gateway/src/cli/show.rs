@@ -81,6 +81,32 @@ pub fn deliveries_table(data: &Value) -> String {
     out
 }
 
+/// `approvals list`: one line per pending request, oldest first.
+pub fn approvals_table(data: &Value) -> String {
+    let approvals = data["Approvals"].as_array().cloned().unwrap_or_default();
+    let mut out = format!(
+        "{:<36}  {:<36}  {:<8}  {:<16}  {:<19}  ARGUMENTS\n",
+        "SESSION", "REQUEST", "KIND", "TOOL", "REQUESTED"
+    );
+    for x in &approvals {
+        let _ = writeln!(
+            out,
+            "{:<36}  {:<36}  {:<8}  {:<16}  {:<19}  {}",
+            s(&x["SessionId"]),
+            s(&x["RequestId"]),
+            s(&x["Kind"]),
+            s(&x["Tool"]),
+            time(&x["RequestedAt"]),
+            match &x["Arguments"] {
+                Value::Null => String::new(),
+                v => v.to_string(),
+            }
+        );
+    }
+    let _ = writeln!(out, "{} pending", data["Total"].as_i64().unwrap_or(0));
+    out
+}
+
 /// What a conversation item says, in a line: a message's text, a tool call or result.
 fn said(event: &Value) -> Option<(String, String)> {
     let c = &event["Content"];

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use runtime_adapter::approval::{self, Waiting};
 use runtime_adapter::{AgentRequest, Item, Output, Probe, StreamParser, TurnCall, TurnRequest};
 use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase};
-use session_log::{EventType, NewEvent};
+use session_log::{EventType, NewEvent, RunStatus};
 use tracing::Instrument;
 
 use super::agent::{AgentError, AgentResponse};
@@ -48,6 +49,8 @@ pub(super) async fn drive(
         default_model: &runs.default_model,
     };
     let answer = Box::pin(ask_agent(&runs, &run, &call)).await;
+    // What answering a request this run may end with needs of its turn.
+    let context = approval::context(runs.upstream().protocol(), &turn, &run.model);
     // The history is not needed while the answer streams, which may take minutes.
     drop((items, events, turn));
     let (answer, mut parser) = match answer {
@@ -66,6 +69,8 @@ pub(super) async fn drive(
         error: None,
         produced: false,
         answered: None,
+        waiting: None,
+        context,
         trace: tracing::Span::current(),
     };
     let mut response = match answer {
@@ -247,6 +252,10 @@ struct Recorder<'a> {
     produced: bool,
     /// What the agent said it used for its answer (`Output::Answered`).
     answered: Option<serde_json::Map<String, Value>>,
+    /// What the answer, so far, ends waiting for (see `runtime_adapter::approval`).
+    waiting: Option<Value>,
+    /// Added to a waiting run's action (`approval::context`) where it names nothing else.
+    context: Value,
     /// The run's span (see `telemetry::spans::run`).
     trace: tracing::Span,
 }
@@ -295,6 +304,17 @@ impl Recorder<'_> {
         };
         outcome.produced |= produced;
         outcome.agent_params = self.answered.map(Value::Object);
+        if outcome.status == RunStatus::Completed {
+            if let Some(mut action) = self.waiting {
+                if let (Some(a), Value::Object(context)) = (action.as_object_mut(), self.context) {
+                    for (k, v) in context {
+                        a.entry(k).or_insert(v);
+                    }
+                }
+                outcome.status = RunStatus::RequiresAction;
+                outcome.action = Some(action);
+            }
+        }
         outcome
     }
 
@@ -319,7 +339,13 @@ impl Recorder<'_> {
                 ));
             }
         };
+        let protocol = self.runs.upstream().protocol();
         for output in outputs {
+            match approval::waiting(protocol, &output) {
+                Some(Waiting::Asks(action)) => self.waiting = Some(action),
+                Some(Waiting::Goes) => self.waiting = None,
+                None => {}
+            }
             self.produced |= matches!(
                 output,
                 Output::TextDelta(_)

@@ -150,6 +150,9 @@ pub struct Runs {
     contact: Mutex<leases::StoreContact>,
     /// Compacts histories: when a turn's would exceed its threshold, and on request.
     compactor: Compactor,
+    /// How long a request a run ends waiting on stays pending before the timeout sweeper
+    /// resolves it (`[approvals] timeout_seconds`); `None`: until a person resolves it.
+    approval_timeout: Mutex<Option<Duration>>,
 }
 
 /// How this replica leases the runs it drives.
@@ -194,6 +197,8 @@ struct Outcome {
     produced: bool,
     /// What the agent said it used for its answer (`Output::Answered`).
     agent_params: Option<Value>,
+    /// What a `requires_action` run waits for (see `runtime_adapter::approval`).
+    action: Option<Value>,
 }
 
 /// A run's driver task ended without an outcome: it panicked (logged and counted in
@@ -223,6 +228,7 @@ impl Outcome {
             usage,
             produced: true,
             agent_params: None,
+            action: None,
         }
     }
 
@@ -233,6 +239,7 @@ impl Outcome {
             usage: None,
             produced: false,
             agent_params: None,
+            action: None,
         }
     }
 
@@ -244,6 +251,7 @@ impl Outcome {
                 usage: None,
                 produced: true,
                 agent_params: None,
+                action: None,
             },
             Stop::Shutdown => Outcome {
                 status: RunStatus::Interrupted,
@@ -254,6 +262,7 @@ impl Outcome {
                 usage: None,
                 produced: true,
                 agent_params: None,
+                action: None,
             },
             Stop::StoreOutage => Outcome {
                 status: RunStatus::Failed,
@@ -264,6 +273,7 @@ impl Outcome {
                 usage: None,
                 produced: true,
                 agent_params: None,
+                action: None,
             },
             Stop::LeaseLost => Outcome {
                 status: RunStatus::Interrupted,
@@ -274,6 +284,7 @@ impl Outcome {
                 usage: None,
                 produced: true,
                 agent_params: None,
+                action: None,
             },
         }
     }
@@ -321,6 +332,7 @@ impl Runs {
             lease: ownership.lease,
             contact: Mutex::new(leases::StoreContact::new()),
             compactor,
+            approval_timeout: Mutex::new(None),
         })
     }
 
@@ -340,6 +352,14 @@ impl Runs {
             .checkpoint_policy
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = policy;
+    }
+
+    /// Sets when requests that runs end waiting on time out (`None`: never).
+    pub fn set_approval_timeout(&self, timeout: Option<Duration>) {
+        *self
+            .approval_timeout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = timeout;
     }
 
     fn checkpoint_policy(&self) -> CheckpointPolicy {
@@ -570,6 +590,8 @@ impl Runs {
                 return Err(e);
             }
         };
+        self.settle_requests(account_id, session_id, &history.events)
+            .await;
         let query = EventQuery {
             after_seq: committed.first().map_or(0, |e| e.seq - 1),
             invocation_id: Some(invocation_id.clone()),
@@ -900,6 +922,11 @@ impl Runs {
             Ok(why) = &mut stop => Box::pin(self.stop_driver(&run, cancel.as_ref(), why, &mut driver)).await,
             () = outage => Box::pin(self.stop_driver(&run, cancel.as_ref(), Stop::StoreOutage, &mut driver)).await,
         };
+        // Pending before the run's end is written: whoever sees the end (the client's
+        // answer) finds the request listed.
+        if let Some(action) = outcome.action.clone() {
+            self.record_request(&run, action).await;
+        }
         Box::pin(self.record_end(&run, outcome)).await;
         self.forget(&run.account_id, &run.invocation_id);
         drop(permit);
@@ -948,7 +975,7 @@ impl Runs {
     /// Writes how a run ended: its checkpoint, error and terminal status, in one batch.
     async fn record_end(&self, run: &StartedRun, outcome: Outcome) {
         let mut batch = Vec::with_capacity(3);
-        if outcome.status == RunStatus::Completed {
+        if outcome.status.is_answered() {
             batch.push(self.checkpoint_event(run, Phase::TurnCompleted, &[]));
         }
         let event = |t: EventType, content: Value| {
@@ -985,10 +1012,11 @@ impl Runs {
         if let Some(agent_ref) = self.agent_ref(&run.account_id, &run.invocation_id) {
             metadata.insert("agent_ref".into(), json!(agent_ref));
         }
-        let mut terminal = event(
-            EventType::RunStatus,
-            run_status_content(outcome.status, reason),
-        );
+        let mut content = run_status_content(outcome.status, reason);
+        if let Some(action) = &outcome.action {
+            content["action"] = action.clone();
+        }
+        let mut terminal = event(EventType::RunStatus, content);
         if !metadata.is_empty() {
             terminal = terminal.with_metadata(Value::Object(metadata));
         }
@@ -1003,5 +1031,72 @@ impl Runs {
             invocation_id = %run.invocation_id, status = outcome.status.as_str(), "run ended"
         );
         METRICS.run_ended(outcome.status);
+    }
+
+    /// A run starting after one that ended waiting (`requires_action`) goes on without
+    /// that request's answer through Tether (an answer's own run is started after its
+    /// request is resolved): the request is no longer pending, and no timeout answers it.
+    async fn settle_requests(&self, account_id: &str, session_id: &str, history: &[Event]) {
+        let last = history.iter().rev().find_map(Event::run_status);
+        if last != Some(RunStatus::RequiresAction) {
+            return;
+        }
+        match self
+            .store
+            .drop_pending_approvals(account_id, session_id)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(
+                    account_id,
+                    session_id,
+                    dropped = n,
+                    "the session went on: its pending approvals are dropped"
+                )
+            }
+            Err(error) => {
+                tracing::warn!(%error, account_id, session_id, "could not drop a session's pending approvals")
+            }
+        }
+    }
+
+    /// Records the request a run ended waiting on as a pending approval (beside its
+    /// `requires_action` status in the log), when it times out if `[approvals]` says so.
+    /// A store that cannot take it now gets it again a few times: the run's status is in
+    /// the log already, and without the row nobody finds the request to answer it.
+    async fn record_request(&self, run: &StartedRun, action: Value) {
+        let now = chrono::Utc::now();
+        let timeout = *self
+            .approval_timeout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let approval = session_log::Approval {
+            account_id: run.account_id.clone(),
+            session_id: run.session_id.clone(),
+            request_id: action["request_id"].as_str().unwrap_or_default().to_owned(),
+            run_id: run.run_id.clone(),
+            invocation_id: run.invocation_id.clone(),
+            agent_id: Some(run.model.clone()),
+            kind: action["kind"].as_str().unwrap_or("approval").to_owned(),
+            action,
+            requested_at: now,
+            expires_at: timeout.and_then(|t| chrono::Duration::from_std(t).ok().map(|t| now + t)),
+            decision: None,
+            resolution: None,
+            resolved_at: None,
+        };
+        for attempt in 1..=5u32 {
+            match self.store.put_approval(&approval).await {
+                Ok(()) => {
+                    tracing::info!(account_id = %run.account_id, session_id = %run.session_id, run_id = %run.run_id, request_id = %approval.request_id, kind = %approval.kind, "run waits for an approval");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, attempt, request_id = %approval.request_id, "could not record a pending approval");
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                }
+            }
+        }
     }
 }

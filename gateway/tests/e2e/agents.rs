@@ -441,8 +441,8 @@ fn compatibility_matrix_is_true() {
         };
         assert_eq!(
             tests.len(),
-            5,
-            "{stack}: turns, streaming, cancel, reconnect, fork"
+            6,
+            "{stack}: turns, streaming, cancel, reconnect, fork, approvals"
         );
         // Versions, pinned where the row says.
         let (versions, pins_file) = versions
@@ -486,6 +486,15 @@ fn compatibility_matrix_is_true() {
             );
             for name in named {
                 let (file, test) = name.split_once("::").unwrap_or((pytest_file, name));
+                // A Rust e2e test: `file.rs::test_fn`, a #[test] of that file.
+                if file.ends_with(".rs") {
+                    let source = read(&format!("gateway/tests/e2e/{file}"));
+                    assert!(
+                        source.contains(&format!("#[test]\nfn {test}(")),
+                        "{stack}: gateway/tests/e2e/{file} has no test {test}"
+                    );
+                    continue;
+                }
                 assert!(run_by_a_test(file), "{stack}: no Rust test runs {file}");
                 let pytest = read(&format!("tests/interop/{file}"));
                 assert!(

@@ -190,10 +190,16 @@ impl FakeAgent {
 
     /// On `port` (0: any free port), e.g. the port of an agent that was killed.
     pub fn start_on(port: u16) -> FakeAgent {
+        Self::start_with(port, &[])
+    }
+
+    /// `start_on` with more of the fake agent's flags (`--tool-log FILE`, …).
+    pub fn start_with(port: u16, args: &[&str]) -> FakeAgent {
         let mut command = Command::new("python3");
         command
             .arg(repo_root().join("tests/fake_agent.py"))
             .args(["--port", &port.to_string()])
+            .args(args)
             .stderr(Stdio::inherit());
         let (child, port) = spawn_ready_on(command, "fake agent");
         FakeAgent { port, child }

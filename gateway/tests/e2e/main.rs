@@ -6,6 +6,7 @@ mod harness;
 mod accounts;
 mod agents;
 mod agents_sdk;
+mod approvals;
 mod auth;
 mod bad_input;
 mod browser;

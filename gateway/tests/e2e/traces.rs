@@ -319,12 +319,12 @@ fn a_run_and_a_pass_through_request_are_traced_and_the_agent_gets_the_trace() {
 }
 
 /// A real a2a-sdk agent (tests/agents/a2a_agent.py) in front of the fake LLM.
-struct A2aAgent {
+pub struct A2aAgent {
     child: Child,
 }
 
 impl A2aAgent {
-    fn start(python: &str, port: u16, llm: &str) -> A2aAgent {
+    pub fn start(python: &str, port: u16, llm: &str) -> A2aAgent {
         let mut command = Command::new(python);
         command
             .arg(repo_root().join("tests/agents/a2a_agent.py"))
@@ -333,6 +333,14 @@ impl A2aAgent {
         A2aAgent {
             child: spawn_ready(command, "a2a agent"),
         }
+    }
+}
+
+impl A2aAgent {
+    /// Kills the agent with SIGKILL: it forgets every task.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

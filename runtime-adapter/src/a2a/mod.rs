@@ -54,6 +54,76 @@ use self::proto::A2aGrpc;
 
 pub use self::card::AdvertiseGrpc;
 
+/// Whether a frame the agent sent leaves its task waiting for the user
+/// (`input-required`, `auth-required`): `{"kind": "input"|"auth"|"approval", "request_id":
+/// <its question's message id, else the task id>, "task_id", "context_id", "tool",
+/// "arguments", "question"}`, the tool call being a data part of the status message that
+/// names one; `{"kind": "working"}` when the task works again (see `crate::approval`).
+pub(crate) fn task_wait(frame: &Value) -> Option<Value> {
+    let canon = wire::canonical(frame)?;
+    let (task_id, object) = match (canon.get("task"), canon.get("statusUpdate")) {
+        (Some(task), _) => (task["id"].as_str()?, task),
+        (None, Some(update)) => (update["taskId"].as_str()?, update),
+        _ => return None,
+    };
+    let state = wire::short_state(wire::state_of(object));
+    let kind = match state.as_str() {
+        "input-required" => "input",
+        "auth-required" => "auth",
+        "working" | "submitted" => return Some(json!({ "kind": "working" })),
+        _ => return None,
+    };
+    let parts = &object["status"]["message"]["parts"];
+    // A tool call the agent asks to approve: a data part naming it (an ADK-based agent's
+    // `adk_request_confirmation` names the original call in its arguments).
+    let call = parts.as_array().and_then(|parts| {
+        parts.iter().find_map(|p| {
+            let data = p.get("data")?;
+            // v1.0 nests a data part's object once more.
+            let data = data.get("data").filter(|d| d.is_object()).unwrap_or(data);
+            let call = match data.get("name") {
+                Some(_) => data,
+                None => data
+                    .get("functionCall")
+                    .or_else(|| data.get("function_call"))?,
+            };
+            match call["name"].as_str() {
+                Some("adk_request_confirmation") => call["args"]
+                    .get("originalFunctionCall")
+                    .or_else(|| call["args"].get("original_function_call"))
+                    .cloned(),
+                Some(_) => Some(call.clone()),
+                None => None,
+            }
+        })
+    });
+    let tool = call.as_ref().and_then(|c| c.get("name")).cloned();
+    let arguments = call
+        .as_ref()
+        .and_then(|c| c.get("args").or_else(|| c.get("arguments")))
+        .cloned();
+    let question = task::parts_text(parts);
+    let kind = if tool.is_some() && kind == "input" {
+        "approval"
+    } else {
+        kind
+    };
+    // The question's own message id names this request (a task may ask again after an
+    // answer); the task id when the agent sent no message.
+    let request_id = object["status"]["message"]["messageId"]
+        .as_str()
+        .unwrap_or(task_id);
+    Some(json!({
+        "kind": kind,
+        "request_id": request_id,
+        "task_id": task_id,
+        "context_id": object["contextId"],
+        "tool": tool,
+        "arguments": arguments,
+        "question": (!question.is_empty()).then_some(question),
+    }))
+}
+
 /// The A2A client surface; its cards list Tether's gRPC interface as `advertise_grpc`
 /// says.
 pub struct A2aSurface {

@@ -43,7 +43,7 @@ impl A2aRenderer {
     /// The end of a run whose frames did not end the task: a final status for the task,
     /// or an error when there never was a task.
     fn close(&mut self, event: &Event, status: RunStatus) -> Vec<SseFrame> {
-        if self.ended || status == RunStatus::Completed {
+        if self.ended || status.is_answered() {
             return Vec::new();
         }
         self.ended = true;

@@ -230,7 +230,7 @@ impl<'a> RunView<'a> {
         let Some((event, status)) = self.terminal else {
             return;
         };
-        if status == RunStatus::Completed || self.agent_ended {
+        if status.is_answered() || self.agent_ended {
             return;
         }
         let message = self.error().1;

@@ -56,7 +56,7 @@ const FINALIZE_IDENTITY: &str = "/agent-identity/finalize";
 
 /// The user id a turn arriving on a non-ADK surface (an OpenAI client in front of an ADK
 /// agent) runs under, inside the account's namespace.
-const DEFAULT_USER: &str = "tether";
+pub(crate) const DEFAULT_USER: &str = "tether";
 
 /// The code Tether gives an agent error that says the session does not exist; a failed
 /// run with this code answers 404, as ADK itself would.

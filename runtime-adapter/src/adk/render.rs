@@ -33,7 +33,7 @@ pub(super) fn final_body(run: &RunInfo, events: &[Event]) -> Value {
 /// ADK answers a failed `/run` with a 500; an unknown session keeps its own 404.
 pub(super) fn final_response(run: &RunInfo, events: &[Event]) -> (u16, Value) {
     let terminal = events.last().and_then(Event::run_status);
-    if terminal == Some(RunStatus::Completed) {
+    if terminal.is_some_and(RunStatus::is_answered) {
         return (200, final_body(run, events));
     }
     let (code, message) = run_error(events, terminal);
@@ -70,7 +70,7 @@ impl StreamRenderer for AdkRenderer {
                     self.error = None;
                     return Vec::new();
                 }
-                Some(RunStatus::Completed) | None => return Vec::new(),
+                Some(RunStatus::Completed | RunStatus::RequiresAction) | None => return Vec::new(),
                 Some(status) => self.error_frame(event, status),
             },
             _ => return Vec::new(),

@@ -49,7 +49,7 @@ pub(super) fn restore(call: &TurnCall) -> Option<Restore> {
     let answered = !recorded.is_empty()
         || events
             .iter()
-            .any(|e| e.run_status() == Some(RunStatus::Completed));
+            .any(|e| e.run_status().is_some_and(RunStatus::is_answered));
     if t.from_client && (!answered || call.history.is_empty()) {
         return None;
     }

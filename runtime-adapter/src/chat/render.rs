@@ -149,8 +149,6 @@ impl ChatRenderer {
                 let chunk = self.chunk(delta, None, None);
                 vec![SseFrame::json(&chunk)]
             }
-            // A run waiting for a person ends its stream like a finished one (the approvals
-            // work renders what it asks).
             RunStatus::Completed | RunStatus::RequiresAction => {
                 self.open = false;
                 let finish = if self.tool_calls > 0 {
@@ -298,7 +296,9 @@ impl RunOutput {
             // starts over.
             EventType::RunStatus => match event.run_status() {
                 Some(RunStatus::InProgress) => *self = RunOutput::default(),
-                Some(RunStatus::Completed) => self.usage = event.metadata.get("usage").cloned(),
+                Some(RunStatus::Completed | RunStatus::RequiresAction) => {
+                    self.usage = event.metadata.get("usage").cloned()
+                }
                 _ => {}
             },
             EventType::Message if event.role.as_deref() == Some("assistant") => {

@@ -54,7 +54,7 @@ impl StreamRenderer for LangGraphRenderer {
                     Vec::new()
                 }
                 // A run that ended otherwise says so, as LangGraph does, in an `error` event.
-                Some(status) if status != RunStatus::Completed && !self.errored => {
+                Some(status) if !status.is_answered() && !self.errored => {
                     self.errored = true;
                     let (code, message) = self.error.clone().unwrap_or_else(|| {
                         (
@@ -106,7 +106,7 @@ pub(super) fn final_body(run: &RunInfo, events: &[Event]) -> Value {
 /// as `/runs/wait` reports it (`__error__`, in a 200), Tether's own as a 502.
 pub(super) fn final_response(run: &RunInfo, events: &[Event]) -> (u16, Value) {
     let terminal = events.iter().rev().find_map(Event::run_status);
-    if terminal == Some(RunStatus::Completed) {
+    if terminal.is_some_and(RunStatus::is_answered) {
         return (200, answer(run, events));
     }
     let (code, message) = run_error(events, terminal);
@@ -167,7 +167,7 @@ fn run_object(run: &RunInfo, events: &[Event]) -> Value {
         .filter(|e| in_run(e, &run.run_id))
         .find_map(Event::run_status);
     let status = match terminal {
-        Some(RunStatus::Completed) => "success",
+        Some(RunStatus::Completed | RunStatus::RequiresAction) => "success",
         Some(RunStatus::Failed) => "error",
         Some(RunStatus::Cancelled | RunStatus::Interrupted) => "interrupted",
         _ => "running",

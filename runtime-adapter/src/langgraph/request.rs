@@ -77,6 +77,13 @@ impl LangGraphTurn {
         }
     }
 
+    /// Whether the run resumes the thread from an `interrupt()` (`command.resume`).
+    pub fn resumes(&self) -> bool {
+        self.body
+            .get("command")
+            .is_some_and(|c| c.get("resume").is_some())
+    }
+
     /// The run at the agent's `/runs/stream`. A thread with history must exist: it is not
     /// created empty (`if_not_exists`) but restored when the agent lost it.
     pub fn request(&self, call: &TurnCall) -> AgentRequest {

@@ -1,7 +1,8 @@
 //! A thread the agent forgot (`langgraph dev` restarted: `404 Thread with ID … not found`),
 //! put back with the API's own means: `POST /threads` under the same id (with its graph in
 //! the metadata, which a state update needs), then `POST /threads/{id}/state` with the
-//! earlier messages; the turn is then sent again.
+//! earlier messages (as the graph's input when the turn answers an `interrupt()`); the
+//! turn is then sent again.
 
 use serde_json::{json, Value};
 
@@ -41,10 +42,15 @@ pub(super) fn restore(call: &TurnCall) -> Option<Restore> {
         "/threads",
         json!({ "thread_id": t.agent_thread, "metadata": metadata, "if_exists": "raise" }),
     );
-    let state = AgentRequest::post(
-        format!("/threads/{}/state", t.agent_thread),
-        json!({ "values": { "messages": history_messages(call.history) } }),
-    );
+    let mut update = json!({ "values": { "messages": history_messages(call.history) } });
+    // A resume (the answer to an `interrupt()`) needs the graph stopped before the node
+    // that asked: the messages are put back as the graph's input, so the graph runs from
+    // its first node again, and the first `interrupt()` returns the answer (nodes before
+    // the one that asked run again too).
+    if t.resumes() {
+        update["as_node"] = json!("__start__");
+    }
+    let state = AgentRequest::post(format!("/threads/{}/state", t.agent_thread), update);
     Some(Restore {
         before: vec![create, state],
         request: t.request(call),

@@ -559,7 +559,7 @@ impl Renderer {
         // Every added item is finished before the response is (the SDK's stream helper
         // refuses a completed response with unfinished items); what the run did not
         // finish is marked incomplete.
-        if status != RunStatus::Completed {
+        if !status.is_answered() {
             for i in [self.open_message, self.open_reasoning]
                 .into_iter()
                 .flatten()
@@ -569,7 +569,7 @@ impl Renderer {
         }
         self.close_reasoning(seq, None, out);
         self.close_message(seq, None, out);
-        if status == RunStatus::Completed {
+        if status.is_answered() {
             self.status = "completed";
             self.completed_at = Some(event.created_at.timestamp());
             self.lifecycle(seq, "response.completed", out);

@@ -2,10 +2,11 @@
 //! PostgreSQL behind the outage journal), what they share, and the factory that builds
 //! one from its configuration.
 //!
-//! `plan`, `sql`, `feedback`, `idempotency`, `outbox`, `removal`, `archive` and `retention` are shared by both dialects and import no store; `sqlite` and
+//! `plan`, `sql`, `approvals`, `feedback`, `idempotency`, `outbox`, `removal`, `archive` and `retention` are shared by both dialects and import no store; `sqlite` and
 //! `postgres` import only those (and `claims`); `journal` builds on both stores, and
 //! `factory` on all three. Nothing here imports `factory` or `journal` back.
 
+mod approvals;
 mod archive;
 mod claims;
 pub mod factory;

@@ -15,13 +15,13 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{archive, feedback, idempotency, outbox, removal, retention, sql};
+use super::{approvals, archive, feedback, idempotency, outbox, removal, retention, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
-    Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Feedback,
+    IdempotentRun, Imported, Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Connections for reads, claims and leases. Appends have a connection of their own.
@@ -980,6 +980,58 @@ impl Store for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    async fn put_approval(&self, approval: &Approval) -> Result<(), StoreError> {
+        approvals::insert::<Postgres, _>(&self.pool, approval).await
+    }
+
+    async fn list_pending_approvals(
+        &self,
+        account_id: &str,
+        filter: ApprovalFilter<'_>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Approval>, i64), StoreError> {
+        approvals::pending(&self.pool, account_id, filter, offset, limit).await
+    }
+
+    async fn approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<Option<Approval>, StoreError> {
+        approvals::get::<Postgres, _>(&self.pool, account_id, session_id, request_id).await
+    }
+
+    async fn resolve_approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+        decision: Decision,
+        resolution: &Value,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Approval>, StoreError> {
+        let key = (account_id, session_id, request_id);
+        approvals::resolve::<Postgres, _>(&self.pool, key, decision, resolution, at).await
+    }
+
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        approvals::drop_pending::<Postgres, _>(&self.pool, account_id, session_id).await
+    }
+
+    async fn resolve_expired_approvals(
+        &self,
+        now: DateTime<Utc>,
+        decision: Decision,
+    ) -> Result<Vec<Approval>, StoreError> {
+        approvals::resolve_expired::<Postgres, _>(&self.pool, now, decision).await
     }
 
     async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {

@@ -38,7 +38,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
 
 /// The tables keyed by (account, session) whose rows go with a session, besides
 /// `events` and `sessions`, with the count each contributes to the audit row.
-const SESSION_TABLES: [&str; 3] = ["invocations", "feedback", "idempotency_keys"];
+const SESSION_TABLES: [&str; 4] = ["invocations", "feedback", "idempotency_keys", "approvals"];
 
 /// Removes what `removal` names, on `conn` inside the caller's transaction (which the
 /// caller commits only on `Deletion::Removed`).
@@ -286,7 +286,9 @@ where
             match table {
                 "invocations" => removed.invocations += n,
                 "feedback" => removed.feedback += n,
-                _ => removed.idempotency_keys += n,
+                "idempotency_keys" => removed.idempotency_keys += n,
+                // Approvals repeat what the session's events hold: gone with them, uncounted.
+                _ => {}
             }
         }
         // Webhook deliveries of the session, sent or not (no count in the audit row).

@@ -21,13 +21,13 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{archive, feedback, idempotency, outbox, removal, retention, sql};
+use super::{approvals, archive, feedback, idempotency, outbox, removal, retention, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
-    Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Feedback,
+    IdempotentRun, Imported, Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -976,6 +976,62 @@ impl Store for SqliteStore {
             .execute(&mut *turn)
             .await?;
         Ok(())
+    }
+
+    async fn put_approval(&self, approval: &Approval) -> Result<(), StoreError> {
+        let mut turn = self.write_turn().await?;
+        approvals::insert::<Sqlite, _>(&mut *turn, approval).await
+    }
+
+    async fn list_pending_approvals(
+        &self,
+        account_id: &str,
+        filter: ApprovalFilter<'_>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Approval>, i64), StoreError> {
+        approvals::pending(&self.pool, account_id, filter, offset, limit).await
+    }
+
+    async fn approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<Option<Approval>, StoreError> {
+        approvals::get::<Sqlite, _>(&self.pool, account_id, session_id, request_id).await
+    }
+
+    async fn resolve_approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+        decision: Decision,
+        resolution: &Value,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Approval>, StoreError> {
+        let mut turn = self.write_turn().await?;
+        let key = (account_id, session_id, request_id);
+        approvals::resolve::<Sqlite, _>(&mut *turn, key, decision, resolution, at).await
+    }
+
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        let mut turn = self.write_turn().await?;
+        approvals::drop_pending::<Sqlite, _>(&mut *turn, account_id, session_id).await
+    }
+
+    async fn resolve_expired_approvals(
+        &self,
+        now: DateTime<Utc>,
+        decision: Decision,
+    ) -> Result<Vec<Approval>, StoreError> {
+        let mut turn = self.write_turn().await?;
+        approvals::resolve_expired::<Sqlite, _>(&mut *turn, now, decision).await
     }
 
     async fn put_feedback(&self, record: &Feedback) -> Result<(), StoreError> {

@@ -59,8 +59,8 @@ use super::sqlite::{self, now_ms};
 use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Session};
 use crate::removal::{Deletion, Removal, Scope};
 use crate::store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Feedback, IdempotentRun, Imported,
-    Invocation, Lease, Renewed, Store, StoreError,
+    Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Feedback,
+    IdempotentRun, Imported, Invocation, Lease, Renewed, Store, StoreError,
 };
 
 /// Rows backfilled per PostgreSQL transaction.
@@ -1871,6 +1871,71 @@ impl Store for JournaledStore {
             .pg
             .release_idempotency_key(account_id, key, run_id)
             .await
+    }
+
+    // Approvals are not journalled: during an outage a request waits to be recorded
+    // (see the gateway's approvals), and a resolve fails (503) and is tried again.
+    async fn put_approval(&self, approval: &Approval) -> Result<(), StoreError> {
+        self.inner.pg.put_approval(approval).await
+    }
+
+    async fn list_pending_approvals(
+        &self,
+        account_id: &str,
+        filter: ApprovalFilter<'_>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<Approval>, i64), StoreError> {
+        self.inner
+            .pg
+            .list_pending_approvals(account_id, filter, offset, limit)
+            .await
+    }
+
+    async fn approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<Option<Approval>, StoreError> {
+        self.inner
+            .pg
+            .approval(account_id, session_id, request_id)
+            .await
+    }
+
+    async fn resolve_approval(
+        &self,
+        account_id: &str,
+        session_id: &str,
+        request_id: &str,
+        decision: Decision,
+        resolution: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Approval>, StoreError> {
+        self.inner
+            .pg
+            .resolve_approval(account_id, session_id, request_id, decision, resolution, at)
+            .await
+    }
+
+    async fn drop_pending_approvals(
+        &self,
+        account_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        self.inner
+            .pg
+            .drop_pending_approvals(account_id, session_id)
+            .await
+    }
+
+    async fn resolve_expired_approvals(
+        &self,
+        now: DateTime<Utc>,
+        decision: Decision,
+    ) -> Result<Vec<Approval>, StoreError> {
+        self.inner.pg.resolve_expired_approvals(now, decision).await
     }
 
     // Feedback is not journalled: a person can send it again, and during an outage the
