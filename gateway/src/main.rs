@@ -14,6 +14,7 @@ mod metrics;
 mod openai;
 mod passthrough;
 mod protocol;
+mod quota;
 mod runs;
 mod serve;
 mod state;

@@ -26,7 +26,8 @@ pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use removal::{Deletion, Removal, Removed, Scope};
 pub use store::{
-    Appended, Attachment, Claim, Claimed, EventQuery, Fault, Feedback, IdempotentRun, Imported,
-    Invocation, Lease, Rating, Renewed, Store, StoreError,
+    metadata_key_is_valid, search_words, Appended, ArchivedFilter, Attachment, Claim, Claimed,
+    EventQuery, Fault, Feedback, IdempotentRun, Imported, Invocation, Lease, Rating, Renewed,
+    SessionFilter, Store, StoreError, Usage,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

@@ -10,6 +10,7 @@ use session_log::{Event, EventType, Lineage, RunStatus};
 use super::sessions::forked_from;
 use super::{id_param, non_empty, ActionResult, Call, ControlError};
 use crate::ids::{client_id, new_id};
+use crate::quota;
 use crate::runs::compaction::CompactError;
 
 #[derive(Deserialize)]
@@ -35,6 +36,14 @@ pub async fn fork_session(call: &Call<'_>) -> ActionResult {
         }
         None => new_id("sess"),
     };
+    let adding = quota::Adding {
+        session: quota::Target::New,
+        events: true,
+        ..quota::Adding::default()
+    };
+    quota::refuse_over_quota(call.state, call.account_id, adding)
+        .await
+        .map_err(ControlError::from)?;
     let store = &*call.state.store;
     let forked = fork(
         store,

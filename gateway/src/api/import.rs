@@ -18,6 +18,7 @@ use session_log::{import, Event, EventType, Imported, NewEvent, RunStatus};
 
 use super::{ActionResult, Call, ControlError};
 use crate::ids::client_id;
+use crate::quota;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -88,6 +89,14 @@ pub async fn import_session(call: &Call<'_>) -> ActionResult {
     {
         return Err(invocation_exists(&known));
     }
+    let adding = quota::Adding {
+        session: quota::Target::New,
+        events: true,
+        ..quota::Adding::default()
+    };
+    quota::refuse_over_quota(call.state, call.account_id, adding)
+        .await
+        .map_err(ControlError::from)?;
     match call.state.store.import_session(&events).await? {
         Imported::Created => {}
         Imported::SessionExists => {

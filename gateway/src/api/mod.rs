@@ -58,6 +58,7 @@ const ACTIONS: &[&str] = &[
     "DeleteAccountData",
     "ArchiveSession",
     "UnarchiveSession",
+    "PatchSession",
 ];
 
 /// Whether this API answers `action`.
@@ -301,6 +302,7 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "DeleteAccountData" => deletion::delete_account_data(call).await,
         "ArchiveSession" => archive::archive(call, true).await,
         "UnarchiveSession" => archive::archive(call, false).await,
+        "PatchSession" => archive::patch(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

@@ -124,7 +124,12 @@ impl TestStore {
     }
 
     pub fn session_count(&self, account: &str) -> i64 {
-        self.with_store(async |s| s.list_sessions(account, 0, 1).await.unwrap().1)
+        self.with_store(async |s| {
+            s.list_sessions(account, &Default::default(), 0, 1)
+                .await
+                .unwrap()
+                .1
+        })
     }
 
     /// Waits until the session's log holds a terminal run_status for every run in it.
