@@ -198,7 +198,7 @@ async fn measure(
         (
             "user id",
             at(SessionFilter {
-                user_id: Some("u7".into()),
+                user_id: Some("u8".into()),
                 ..all.clone()
             }),
             0,
@@ -206,7 +206,7 @@ async fn measure(
         (
             "agent",
             at(SessionFilter {
-                agent_id: Some("agent3".into()),
+                agent_id: Some("agent4".into()),
                 ..all.clone()
             }),
             0,
@@ -271,7 +271,7 @@ async fn measure(
             "text + user id",
             at(SessionFilter {
                 text: Some("w42".into()),
-                user_id: Some("u7".into()),
+                user_id: Some("u8".into()),
                 ..all.clone()
             }),
             0,

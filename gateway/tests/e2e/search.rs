@@ -155,7 +155,10 @@ fn sessions_are_found_by_filters_and_text(kind: StoreKind) {
         ),
         [patched.as_str()]
     );
-    assert_eq!(listed(&api, json!({ "Archived": true })), [patched.as_str()]);
+    assert_eq!(
+        listed(&api, json!({ "Archived": true })),
+        [patched.as_str()]
+    );
     for bad in [
         json!({ "LastRunStatus": "done" }),
         json!({ "CreatedAfter": "yesterday" }),

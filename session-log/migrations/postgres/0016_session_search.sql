@@ -1,12 +1,17 @@
 -- Finding sessions (see the SQLite migration of the same name): what ListSessions'
 -- filters read, kept on the session row by triggers on `events`, and a full-text index
 -- of the message events' text.
+ALTER TABLE sessions ADD COLUMN client_deleted BOOLEAN NOT NULL DEFAULT FALSE;
 ALTER TABLE sessions ADD COLUMN user_id TEXT;
 ALTER TABLE sessions ADD COLUMN agent_id TEXT;
 ALTER TABLE sessions ADD COLUMN last_run_status TEXT;
 ALTER TABLE sessions ADD COLUMN metadata_json JSONB;
 
 UPDATE sessions SET
+    client_deleted = EXISTS (SELECT 1 FROM events AS e
+        WHERE e.account_id = sessions.account_id AND e.session_id = sessions.session_id
+        AND e.event_type IN ('session_metadata', 'session_deleted', 'item_deleted')
+        AND e.event_type = 'session_deleted'),
     user_id = (SELECT e.metadata_json -> 'adk' ->> 'user_id' FROM events AS e
         WHERE e.account_id = sessions.account_id AND e.session_id = sessions.session_id
         AND e.metadata_json -> 'adk' ->> 'user_id' IS NOT NULL
@@ -23,6 +28,8 @@ UPDATE sessions SET
         AND e.event_type IN ('session_metadata', 'session_deleted', 'item_deleted')
         AND e.event_type = 'session_metadata' ORDER BY e.seq DESC LIMIT 1);
 
+CREATE INDEX sessions_listed ON sessions (account_id, updated_at DESC, session_id)
+    WHERE archived_at IS NULL AND NOT client_deleted;
 CREATE INDEX sessions_by_user ON sessions (account_id, user_id, updated_at DESC)
     WHERE user_id IS NOT NULL;
 CREATE INDEX sessions_by_agent ON sessions (account_id, agent_id, updated_at DESC)
@@ -70,6 +77,9 @@ BEGIN
     WHEN 'run_status' THEN
         UPDATE sessions SET last_run_status = NEW.content_json ->> 'status'
         WHERE account_id = NEW.account_id AND session_id = NEW.session_id;
+    WHEN 'session_deleted' THEN
+        UPDATE sessions SET client_deleted = TRUE
+        WHERE account_id = NEW.account_id AND session_id = NEW.session_id;
     WHEN 'session_metadata' THEN
         UPDATE sessions SET metadata_json = NEW.content_json -> 'metadata'
         WHERE account_id = NEW.account_id AND session_id = NEW.session_id;
@@ -100,7 +110,8 @@ END $$;
 -- The WHEN clauses keep the trigger off most events (text deltas): PostgreSQL queues no
 -- call for a row they refuse.
 CREATE TRIGGER events_keep_sessions AFTER INSERT ON events FOR EACH ROW
-WHEN (NEW.event_type IN ('run_status', 'session_metadata', 'message', 'item_deleted')
+WHEN (NEW.event_type IN ('run_status', 'session_metadata', 'session_deleted', 'message',
+        'item_deleted')
     OR NEW.metadata_json ? 'adk')
 EXECUTE FUNCTION events_keep_sessions();
 CREATE TRIGGER events_forget_text AFTER DELETE ON events FOR EACH ROW

@@ -7,13 +7,20 @@
 --   them;
 -- - `last_run_status`: the latest `run_status` written (`in_progress` while a run runs);
 -- - `metadata_json`: the latest `session_metadata` event's `metadata` (the
---   Conversations API's, or PatchSession's).
+--   Conversations API's, or PatchSession's);
+-- - `client_deleted`: 1 once a client deleted it (a `session_deleted` event: hidden,
+--   its log kept), so the listing need not look for that event per session.
+ALTER TABLE sessions ADD COLUMN client_deleted INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN user_id TEXT;
 ALTER TABLE sessions ADD COLUMN agent_id TEXT;
 ALTER TABLE sessions ADD COLUMN last_run_status TEXT;
 ALTER TABLE sessions ADD COLUMN metadata_json TEXT;
 
 UPDATE sessions SET
+    client_deleted = EXISTS (SELECT 1 FROM events AS e
+        WHERE e.account_id = sessions.account_id AND e.session_id = sessions.session_id
+        AND e.event_type IN ('session_metadata', 'session_deleted', 'item_deleted')
+        AND e.event_type = 'session_deleted'),
     user_id = (SELECT json_extract(e.metadata_json, '$.adk.user_id') FROM events AS e
         WHERE e.account_id = sessions.account_id AND e.session_id = sessions.session_id
         AND json_extract(e.metadata_json, '$.adk.user_id') IS NOT NULL
@@ -30,6 +37,10 @@ UPDATE sessions SET
         AND e.event_type IN ('session_metadata', 'session_deleted', 'item_deleted')
         AND e.event_type = 'session_metadata' ORDER BY e.seq DESC LIMIT 1);
 
+-- The default listing (active, not deleted), newest activity first: its page and its
+-- count read this index alone.
+CREATE INDEX sessions_listed ON sessions (account_id, updated_at DESC, session_id)
+    WHERE archived_at IS NULL AND client_deleted = 0;
 CREATE INDEX sessions_by_user ON sessions (account_id, user_id, updated_at DESC)
     WHERE user_id IS NOT NULL;
 CREATE INDEX sessions_by_agent ON sessions (account_id, agent_id, updated_at DESC)
@@ -41,6 +52,13 @@ CREATE TRIGGER sessions_keep_run_status AFTER INSERT ON events
 WHEN NEW.event_type = 'run_status'
 BEGIN
     UPDATE sessions SET last_run_status = json_extract(NEW.content_json, '$.status')
+    WHERE account_id = NEW.account_id AND session_id = NEW.session_id;
+END;
+
+CREATE TRIGGER sessions_keep_deleted AFTER INSERT ON events
+WHEN NEW.event_type = 'session_deleted'
+BEGIN
+    UPDATE sessions SET client_deleted = 1
     WHERE account_id = NEW.account_id AND session_id = NEW.session_id;
 END;
 

@@ -9,12 +9,17 @@
 use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type};
 
-use super::sql::{self, not_deleted, select_sessions};
+use super::sql::{self, select_sessions};
 use crate::event::Session;
 use crate::store::{search_words, ArchivedFilter, SessionFilter, StoreError};
 
 /// What the dialects write differently.
 pub(crate) struct Dialect {
+    /// The conditions of active sessions, of sessions a client has not deleted, and of
+    /// archived ones among those.
+    listed: &'static str,
+    not_deleted: &'static str,
+    archived: &'static str,
     /// Opens the condition that a metadata entry (key, then value, bound after it) is
     /// the session's: the store's JSON read of `s.metadata_json`.
     metadata_key: fn(&str) -> String,
@@ -29,6 +34,9 @@ pub(crate) struct Dialect {
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
+    listed: " AND s.archived_at IS NULL AND s.client_deleted = 0",
+    not_deleted: " AND s.client_deleted = 0",
+    archived: " AND s.archived_at IS NOT NULL AND s.client_deleted = 0",
     // A JSON path naming the key as one member (quoted); keys with `"` are refused at
     // the edge (`metadata_key_is_valid`).
     metadata_key: |key| format!("$.\"{key}\""),
@@ -48,6 +56,9 @@ pub(crate) const SQLITE: Dialect = Dialect {
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
+    listed: " AND s.archived_at IS NULL AND NOT s.client_deleted",
+    not_deleted: " AND NOT s.client_deleted",
+    archived: " AND s.archived_at IS NOT NULL AND NOT s.client_deleted",
     metadata_key: |key| key.to_owned(),
     metadata_value: "(s.metadata_json ->> ",
     text_sessions: "SELECT t.session_id FROM message_text AS t WHERE t.account_id = ",
@@ -72,12 +83,13 @@ fn conditions(dialect: &Dialect, account_id: &str, filter: &SessionFilter) -> (S
         format!("${}", args.len())
     };
     let mut sql = String::from("WHERE s.account_id = $1");
+    // Written as `sessions_listed` (migrations `session_search`) writes its condition, so
+    // that the default listing reads that index alone.
     sql.push_str(match filter.archived {
-        ArchivedFilter::Exclude => " AND s.archived_at IS NULL",
-        ArchivedFilter::Include => "",
-        ArchivedFilter::Only => " AND s.archived_at IS NOT NULL",
+        ArchivedFilter::Exclude => dialect.listed,
+        ArchivedFilter::Include => dialect.not_deleted,
+        ArchivedFilter::Only => dialect.archived,
     });
-    sql.push_str(not_deleted!());
     let texts = [
         (" AND s.user_id = ", filter.user_id.clone()),
         (" AND s.agent_id = ", filter.agent_id.clone()),

@@ -71,19 +71,6 @@ macro_rules! select_sessions {
 }
 pub(crate) use select_sessions;
 
-/// Of an account's sessions (`s`), those not deleted.
-macro_rules! not_deleted {
-    () => {
-        concat!(
-            " AND NOT EXISTS (SELECT 1 FROM events AS d \
-             WHERE d.account_id = s.account_id AND d.session_id = s.session_id AND ",
-            $crate::backend::sql::updates_condition!(),
-            " AND d.event_type = 'session_deleted')"
-        )
-    };
-}
-pub(crate) use not_deleted;
-
 /// The session updates' condition, as `events_session_updates` (migrations
 /// `session_updates`) writes it: a query that repeats it word for word may use that index.
 macro_rules! updates_condition {
