@@ -88,6 +88,17 @@ pub async fn refuse_over_quota(
     }
 }
 
+/// `refuse_over_quota` for a request that creates a session and writes its events (a
+/// fork, an import).
+pub async fn refuse_new_session(state: &State, account_id: &str) -> Result<(), ApiError> {
+    let adding = Adding {
+        session: Target::New,
+        events: true,
+        ..Adding::default()
+    };
+    refuse_over_quota(state, account_id, adding).await
+}
+
 /// The refusal of `adding` under `limits` at `usage`, if any.
 fn over(
     limits: &QuotaLimits,

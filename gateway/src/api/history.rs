@@ -36,14 +36,7 @@ pub async fn fork_session(call: &Call<'_>) -> ActionResult {
         }
         None => new_id("sess"),
     };
-    let adding = quota::Adding {
-        session: quota::Target::New,
-        events: true,
-        ..quota::Adding::default()
-    };
-    quota::refuse_over_quota(call.state, call.account_id, adding)
-        .await
-        .map_err(ControlError::from)?;
+    quota::refuse_new_session(call.state, call.account_id).await?;
     let store = &*call.state.store;
     let forked = fork(
         store,

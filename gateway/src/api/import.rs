@@ -89,14 +89,7 @@ pub async fn import_session(call: &Call<'_>) -> ActionResult {
     {
         return Err(invocation_exists(&known));
     }
-    let adding = quota::Adding {
-        session: quota::Target::New,
-        events: true,
-        ..quota::Adding::default()
-    };
-    quota::refuse_over_quota(call.state, call.account_id, adding)
-        .await
-        .map_err(ControlError::from)?;
+    quota::refuse_new_session(call.state, call.account_id).await?;
     match call.state.store.import_session(&events).await? {
         Imported::Created => {}
         Imported::SessionExists => {

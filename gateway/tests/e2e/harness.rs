@@ -726,6 +726,18 @@ impl Conf {
     }
 }
 
+/// An account of a test's own (tests share the PostgreSQL database): its id, an API key
+/// of it, and the `[[auth.api_keys]]` table that makes the key the account's.
+pub fn own_account(prefix: &str) -> (String, String, String) {
+    let id = uuid::Uuid::new_v4().simple();
+    let (account, key) = (format!("{prefix}-acct-{id}"), format!("{prefix}-key-{id}"));
+    let table = format!(
+        "[[auth.api_keys]]\nid = \"{prefix}\"\naccount_id = \"{account}\"\nsha256 = \"{}\"\n\n",
+        sha256_hex(&key)
+    );
+    (account, key, table)
+}
+
 /// Hex SHA-256, as `[[auth.api_keys]]` stores keys.
 pub fn sha256_hex(s: &str) -> String {
     use sha2::Digest;

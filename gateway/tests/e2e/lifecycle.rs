@@ -910,13 +910,10 @@ fn quotas_refuse_before_anything_is_written(kind: StoreKind) {
     let Some(store) = TestStore::new(kind) else {
         return;
     };
-    // An account of its own: tests share the PostgreSQL database.
-    let account = unique("quota-acct");
-    let key = unique("quota-key");
+    let (account, key, auth_table) = own_account("quota");
     let conf = Conf::write(&format!(
-        "[[auth.api_keys]]\nid = \"q\"\naccount_id = \"{account}\"\nsha256 = \"{}\"\n\n\
-         [quotas]\nsessions = 2\nupload_bytes = 40\n\n[quotas.accounts.someone-else]\nsessions = 100\n",
-        sha256_hex(&key)
+        "{auth_table}[quotas]\nsessions = 2\nupload_bytes = 40\n\n\
+         [quotas.accounts.someone-else]\nsessions = 100\n"
     ));
     let agent = FakeAgent::start();
     let tether = Tether::start(

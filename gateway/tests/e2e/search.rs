@@ -40,13 +40,8 @@ fn sessions_are_found_by_filters_and_text(kind: StoreKind) {
     let Some(store) = TestStore::new(kind) else {
         return;
     };
-    // An account of its own: tests share the PostgreSQL database.
-    let account = unique("search-acct");
-    let key = unique("search-key");
-    let conf = Conf::write(&format!(
-        "[[auth.api_keys]]\nid = \"s\"\naccount_id = \"{account}\"\nsha256 = \"{}\"\n",
-        sha256_hex(&key)
-    ));
+    let (account, key, auth_table) = own_account("search");
+    let conf = Conf::write(&auth_table);
     let agent = FakeAgent::start();
     let tether = Tether::start(
         &agent.url(),

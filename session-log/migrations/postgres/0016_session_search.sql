@@ -28,14 +28,16 @@ UPDATE sessions SET
         AND e.event_type IN ('session_metadata', 'session_deleted', 'item_deleted')
         AND e.event_type = 'session_metadata' ORDER BY e.seq DESC LIMIT 1);
 
-CREATE INDEX sessions_listed ON sessions (account_id, updated_at DESC, session_id)
+CREATE INDEX sessions_listed ON sessions
+    (account_id, updated_at DESC, session_id, created_at, last_run_status, user_id, agent_id)
     WHERE archived_at IS NULL AND NOT client_deleted;
+CREATE INDEX sessions_archived ON sessions (account_id, updated_at DESC, session_id)
+    WHERE archived_at IS NOT NULL AND NOT client_deleted;
 CREATE INDEX sessions_by_user ON sessions (account_id, user_id, updated_at DESC)
     WHERE user_id IS NOT NULL;
 CREATE INDEX sessions_by_agent ON sessions (account_id, agent_id, updated_at DESC)
     WHERE agent_id IS NOT NULL;
 CREATE INDEX sessions_by_status ON sessions (account_id, last_run_status, updated_at DESC);
-CREATE INDEX sessions_by_created ON sessions (account_id, created_at);
 
 -- The text search: one row per message event (its first 100,000 characters, as a
 -- tsvector of the `simple` configuration: words as written, lower-cased, no stemming,

@@ -38,15 +38,18 @@ UPDATE sessions SET
         AND e.event_type = 'session_metadata' ORDER BY e.seq DESC LIMIT 1);
 
 -- The default listing (active, not deleted), newest activity first: its page and its
--- count read this index alone.
-CREATE INDEX sessions_listed ON sessions (account_id, updated_at DESC, session_id)
+-- count, and the filters on these columns, read this index alone; archived sessions
+-- have one of their own.
+CREATE INDEX sessions_listed ON sessions
+    (account_id, updated_at DESC, session_id, created_at, last_run_status, user_id, agent_id)
     WHERE archived_at IS NULL AND client_deleted = 0;
+CREATE INDEX sessions_archived ON sessions (account_id, updated_at DESC, session_id)
+    WHERE archived_at IS NOT NULL AND client_deleted = 0;
 CREATE INDEX sessions_by_user ON sessions (account_id, user_id, updated_at DESC)
     WHERE user_id IS NOT NULL;
 CREATE INDEX sessions_by_agent ON sessions (account_id, agent_id, updated_at DESC)
     WHERE agent_id IS NOT NULL;
 CREATE INDEX sessions_by_status ON sessions (account_id, last_run_status, updated_at DESC);
-CREATE INDEX sessions_by_created ON sessions (account_id, created_at);
 
 CREATE TRIGGER sessions_keep_run_status AFTER INSERT ON events
 WHEN NEW.event_type = 'run_status'

@@ -992,16 +992,7 @@ impl Store for PgStore {
     }
 
     async fn usage(&self, account_id: &str) -> Result<Usage, StoreError> {
-        let row: Option<(i64, i64, i64)> = sqlx::query_as(sql::USAGE)
-            .bind(account_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        let (sessions, event_bytes, upload_bytes) = row.unwrap_or_default();
-        Ok(Usage {
-            sessions,
-            event_bytes,
-            upload_bytes,
-        })
+        sql::usage(&self.pool, account_id).await
     }
 
     async fn claim_sweep(

@@ -136,9 +136,34 @@ pub(crate) const SESSION: &str = concat!(
     "WHERE s.account_id = $1 AND s.session_id = $2"
 );
 
-/// An account's usage (`$1`): its sessions, event bytes and upload bytes.
-pub(crate) const USAGE: &str =
-    "SELECT sessions, event_bytes, upload_bytes FROM account_usage WHERE account_id = $1";
+/// An account's usage (zero for an account with nothing stored).
+pub(crate) async fn usage<DB>(
+    pool: &sqlx::Pool<DB>,
+    account_id: &str,
+) -> Result<crate::store::Usage, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let row = sqlx::query(
+        "SELECT sessions, event_bytes, upload_bytes FROM account_usage WHERE account_id = $1",
+    )
+    .bind(account_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(match row {
+        Some(row) => crate::store::Usage {
+            sessions: row.try_get(0)?,
+            event_bytes: row.try_get(1)?,
+            upload_bytes: row.try_get(2)?,
+        },
+        None => crate::store::Usage::default(),
+    })
+}
 
 /// Creates a session with `last_seq` 1 for the event its creator inserts next (`$1`
 /// account, `$2` session, `$3` now), unless the account has it already: then no row is
