@@ -41,10 +41,11 @@ pub(crate) const SQLITE: Dialect = Dialect {
     // the edge (`metadata_key_is_valid`).
     metadata_key: |key| format!("$.\"{key}\""),
     metadata_value: "json_extract(s.metadata_json, ",
-    text_sessions: "SELECT r.session_id FROM message_text \
-                    JOIN message_rows AS r ON r.id = message_text.rowid WHERE r.account_id = ",
-    text_match: " AND message_text MATCH ",
-    text_end: "",
+    // The index is read first (a join let SQLite scan the account's rows and probe the
+    // index with each instead), then the rows it found are kept if the account's.
+    text_sessions: "SELECT r.session_id FROM message_rows AS r WHERE r.account_id = ",
+    text_match: " AND r.id IN (SELECT rowid FROM message_text WHERE message_text MATCH ",
+    text_end: ")",
     // Each word quoted (an FTS5 string), all of them required in one row.
     text_query: |words| {
         words
