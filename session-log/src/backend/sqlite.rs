@@ -1075,9 +1075,6 @@ async fn remove_on(
     let mut tx = Connection::begin(conn).await?;
     let outcome = removal::remove::<Sqlite>(&mut tx, &removal::SQLITE, removal, now).await?;
     if matches!(outcome, Deletion::Removed(_)) {
-        sqlx::query("INSERT INTO message_text (message_text) VALUES ('optimize')")
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
     }
     Ok(outcome)
