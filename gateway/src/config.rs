@@ -213,6 +213,79 @@ pub struct Settings {
     /// waits until resolved]
     #[arg(skip)]
     pub approvals: Option<ApprovalsSettings>,
+    /// `[quotas]`: how much one account may store (file only). [default: no limit]
+    #[arg(skip)]
+    pub quotas: Option<QuotaSettings>,
+}
+
+/// The `[quotas]` table (file only), and each `[quotas.accounts.<id>]`: how much an
+/// account may store. A key left out sets no limit (for an account's own table: the
+/// `[quotas]` default applies).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSettings {
+    pub sessions: Option<u64>,
+    pub event_bytes: Option<u64>,
+    pub upload_bytes: Option<u64>,
+    #[serde(default)]
+    pub accounts: std::collections::HashMap<String, QuotaLimits>,
+}
+
+/// The limits of one account (see [`QuotaSettings`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaLimits {
+    /// Sessions stored.
+    pub sessions: Option<u64>,
+    /// Bytes of stored events (their JSON: content and metadata).
+    pub event_bytes: Option<u64>,
+    /// Bytes of stored uploads.
+    pub upload_bytes: Option<u64>,
+}
+
+impl QuotaLimits {
+    /// `self`'s limits, and `fallback`'s where `self` sets none.
+    fn or(self, fallback: QuotaLimits) -> QuotaLimits {
+        QuotaLimits {
+            sessions: self.sessions.or(fallback.sessions),
+            event_bytes: self.event_bytes.or(fallback.event_bytes),
+            upload_bytes: self.upload_bytes.or(fallback.upload_bytes),
+        }
+    }
+
+    /// Refuses a limit of 0 (write nothing at all: an account without access does that).
+    fn check(&self, table: &str) -> Result<(), ConfigError> {
+        for (key, limit) in [
+            ("sessions", self.sessions),
+            ("event_bytes", self.event_bytes),
+            ("upload_bytes", self.upload_bytes),
+        ] {
+            if limit == Some(0) {
+                return Err(bad(
+                    &format!("{table}.{key}"),
+                    "must be at least 1 (leave it out for no limit)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Validated `[quotas]`: each account's limits, resolved.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quotas {
+    default: QuotaLimits,
+    accounts: std::collections::HashMap<String, QuotaLimits>,
+}
+
+impl Quotas {
+    /// The limits of `account_id`.
+    pub fn of(&self, account_id: &str) -> QuotaLimits {
+        self.accounts
+            .get(account_id)
+            .copied()
+            .unwrap_or(self.default)
+    }
 }
 
 /// The `[approvals]` table (file only): when a request a run ends waiting on times out,
@@ -596,6 +669,8 @@ pub struct Config {
     pub webhooks: Vec<Webhook>,
     /// `None`: a pending request waits until a person resolves it.
     pub approvals: Option<ApprovalsConfig>,
+    /// `None`: no quotas (nothing is read to check them).
+    pub quotas: Option<Quotas>,
 }
 
 /// The agent's base URL, split for the connector.
@@ -839,7 +914,8 @@ impl Settings {
             telemetry,
             retention,
             webhooks,
-            approvals
+            approvals,
+            quotas
         )
     }
 
@@ -1062,6 +1138,23 @@ impl Settings {
                 })
             }
         };
+        let quotas = match self.quotas {
+            None => None,
+            Some(q) => {
+                let default = QuotaLimits {
+                    sessions: q.sessions,
+                    event_bytes: q.event_bytes,
+                    upload_bytes: q.upload_bytes,
+                };
+                default.check("quotas")?;
+                let mut accounts = std::collections::HashMap::new();
+                for (account, limits) in q.accounts {
+                    limits.check(&format!("quotas.accounts.{account}"))?;
+                    accounts.insert(account, limits.or(default));
+                }
+                Some(Quotas { default, accounts })
+            }
+        };
         let telemetry = self.telemetry.unwrap_or_default();
         let telemetry = Telemetry {
             otlp_endpoint: match telemetry.otlp_endpoint {
@@ -1178,6 +1271,7 @@ impl Settings {
             retention,
             webhooks,
             approvals,
+            quotas,
         })
     }
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use session_log::{
-    Appended, Event, EventQuery, Imported, Invocation, NewEvent, Session, Store, StoreError,
+    Appended, Event, EventQuery, Imported, Invocation, NewEvent, Session, SessionFilter, Store,
+    StoreError,
 };
 use tokio::runtime::Handle;
 
@@ -93,11 +94,12 @@ impl Store for CoreStore {
     async fn list_sessions(
         &self,
         account_id: &str,
+        filter: &SessionFilter,
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
-        let a = account_id.to_owned();
-        delegate!(self, |s| s.list_sessions(&a, offset, limit))
+        let (a, f) = (account_id.to_owned(), filter.clone());
+        delegate!(self, |s| s.list_sessions(&a, &f, offset, limit))
     }
 
     async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
@@ -408,14 +410,9 @@ impl Store for CoreStore {
         delegate!(self, |s| s.archived_at(&a, &id))
     }
 
-    async fn list_archived(
-        &self,
-        account_id: &str,
-        offset: i64,
-        limit: i64,
-    ) -> Result<(Vec<Session>, i64), StoreError> {
+    async fn usage(&self, account_id: &str) -> Result<session_log::Usage, StoreError> {
         let a = account_id.to_owned();
-        delegate!(self, |s| s.list_archived(&a, offset, limit))
+        delegate!(self, |s| s.usage(&a))
     }
 
     async fn claim_sweep(

@@ -15,6 +15,7 @@ mod metrics;
 mod openai;
 mod passthrough;
 mod protocol;
+mod quota;
 mod runs;
 mod serve;
 mod state;

@@ -27,6 +27,7 @@ use crate::digest::sha256_hex;
 use crate::error::ApiError;
 use crate::ids::{client_id, new_id};
 use crate::metrics::{Limit, METRICS};
+use crate::quota;
 use crate::runs::{attachments, StartError, StartedRun, REQUEST_DIGEST};
 use crate::state::State;
 use crate::telemetry::spans;
@@ -170,6 +171,9 @@ async fn prepare_run(
     }
     // Every inline attachment is checked before any is stored: a refused one writes nothing.
     let (turn, uploads) = attachments::extract(&state.attachments, turn).map_err(|e| (e, None))?;
+    refuse_run_over_quota(state, account_id, &turn, &target, &uploads)
+        .await
+        .map_err(|e| (e, None))?;
     let session_id = match target {
         Target::Session(id) => id,
         Target::Fork(from) => {
@@ -450,6 +454,28 @@ async fn answer_repeat(
 }
 
 /// Where a turn goes.
+/// The account's quotas at a run's start, before anything of it is stored (the fork,
+/// the uploads, the run's events): a run in progress is never cut by a quota.
+async fn refuse_run_over_quota(
+    state: &State,
+    account_id: &str,
+    turn: &TurnRequest,
+    target: &Target,
+    uploads: &[attachments::Upload],
+) -> std::result::Result<(), ApiError> {
+    let session = match (target, &turn.session) {
+        (Target::Fork(_), _) | (_, SessionRef::New) => quota::Target::New,
+        (Target::Session(id), SessionRef::Named(_)) => quota::Target::Named(id),
+        (Target::Session(_), _) => quota::Target::Existing,
+    };
+    let adding = quota::Adding {
+        session,
+        upload_bytes: uploads.iter().map(|u| u.bytes.len() as u64).sum(),
+        events: true,
+    };
+    quota::refuse_over_quota(state, account_id, adding).await
+}
+
 enum Target {
     Session(String),
     /// After an older response of a session: a fork of it at that response's

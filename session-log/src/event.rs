@@ -373,6 +373,30 @@ pub fn run_status_content(status: RunStatus, reason: Option<&str>) -> Value {
     }
 }
 
+/// Whether `metadata` may be a session's metadata (the OpenAI Conversations API's rules,
+/// which PatchSession applies too): at most 16 keys of at most 64 characters, each with
+/// a string value of at most 512 characters. The problem, when not.
+pub fn check_metadata(metadata: &serde_json::Map<String, Value>) -> Result<(), String> {
+    if metadata.len() > 16 {
+        return Err("metadata takes at most 16 keys".to_owned());
+    }
+    for (k, v) in metadata {
+        if k.chars().count() > 64 {
+            return Err(format!("metadata key {k:?} is longer than 64 characters"));
+        }
+        match v {
+            Value::String(s) if s.chars().count() <= 512 => {}
+            Value::String(_) => {
+                return Err(format!(
+                    "metadata value of {k:?} is longer than 512 characters"
+                ))
+            }
+            _ => return Err(format!("metadata value of {k:?} must be a string")),
+        }
+    }
+    Ok(())
+}
+
 /// A session: one conversation, owned by exactly one account.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Session {
@@ -390,6 +414,17 @@ pub struct Session {
     /// log, and no read shows it.
     #[serde(default)]
     pub deleted: bool,
+    /// The ADK surface's `user_id` and `app_name` (the agent) its events last recorded.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// The status of its latest run (`in_progress` while one runs); `None` before any.
+    #[serde(default)]
+    pub last_run_status: Option<RunStatus>,
+    /// When it was archived; `None` while active.
+    #[serde(default)]
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 /// Where a fork's history comes from: its parent's history up to and including the

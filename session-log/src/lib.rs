@@ -27,7 +27,8 @@ pub use history::{History, Lineage};
 pub use hub::{BeforeAppend, Hub, Subscription};
 pub use removal::{Deletion, Removal, Removed, Scope};
 pub use store::{
-    Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Fault,
-    Feedback, IdempotentRun, Imported, Invocation, Lease, Rating, Renewed, Store, StoreError,
+    metadata_key_is_valid, search_words, Appended, Approval, ApprovalFilter, ArchivedFilter,
+    Attachment, Claim, Claimed, Decision, EventQuery, Fault, Feedback, IdempotentRun, Imported,
+    Invocation, Lease, Rating, Renewed, SessionFilter, Store, StoreError, Usage,
 };
 pub use writer::{WriteError, Writer, WriterConfig};

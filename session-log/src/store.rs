@@ -151,6 +151,67 @@ mod tests {
     }
 }
 
+/// What an account stores, as its quotas count it (kept by the store in the transaction
+/// of every write and delete, so reading it costs one row).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub sessions: i64,
+    /// Bytes of the events' JSON (content and metadata).
+    pub event_bytes: i64,
+    pub upload_bytes: i64,
+}
+
+/// Which of an account's sessions [`Store::list_sessions`] returns: every field set
+/// narrows the listing (all must hold).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SessionFilter {
+    /// The ADK surface's `user_id` the session's events recorded.
+    pub user_id: Option<String>,
+    /// The ADK surface's `app_name` (the agent) the session's events recorded.
+    pub agent_id: Option<String>,
+    /// Created at or after / before this time.
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// Last active (its latest event) at or after / before this time.
+    pub active_after: Option<DateTime<Utc>>,
+    pub active_before: Option<DateTime<Utc>>,
+    /// The status of the session's latest run.
+    pub last_run_status: Option<RunStatus>,
+    /// Metadata entries (key, value) the session's metadata must have, as strings.
+    pub metadata: Vec<(String, String)>,
+    pub archived: ArchivedFilter,
+    /// Words that must all appear in one message of the session (see [`search_words`]).
+    pub text: Option<String>,
+}
+
+/// Whether a listing shows archived sessions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ArchivedFilter {
+    /// Active sessions only (the default listing).
+    #[default]
+    Exclude,
+    /// Active and archived sessions.
+    Include,
+    /// Archived sessions only.
+    Only,
+}
+
+/// Whether a metadata key can be filtered on: any text but an empty one or one with a
+/// double quote (which SQLite's JSON path would read as the end of the key).
+pub fn metadata_key_is_valid(key: &str) -> bool {
+    !key.is_empty() && !key.contains('"')
+}
+
+/// The words a text search looks for: `text` split at every character that is not a
+/// letter or digit, lower-cased (both stores' indexes read message text so: SQLite's
+/// FTS5 `unicode61` tokenizer and PostgreSQL's `simple` configuration).
+pub fn search_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
 /// Which events of one session to read, in seq order.
 #[derive(Clone, Debug)]
 pub struct EventQuery {
@@ -453,10 +514,13 @@ pub trait Store: Send + Sync + 'static {
         session_id: &str,
     ) -> Result<Option<Session>, StoreError>;
 
-    /// Sessions of an account, most recently updated first, and the total count.
+    /// The account's sessions that `filter` lets through, most recently updated first
+    /// (ties by id, so pages are stable), `limit` of them after skipping `offset`; and
+    /// the count of all that match. Sessions a client deleted are never listed.
     async fn list_sessions(
         &self,
         account_id: &str,
+        filter: &SessionFilter,
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError>;
@@ -648,7 +712,8 @@ pub trait Store: Send + Sync + 'static {
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError>;
 
     /// Archives (`at` set) or unarchives (`None`) a session of the account: an archived
-    /// session is read-only (no run starts in it) and left out of `list_sessions`.
+    /// session is read-only (no run starts in it) and left out of `list_sessions` unless
+    /// its filter asks for archived sessions.
     /// Returns whether the account has the session.
     async fn set_archived(
         &self,
@@ -664,13 +729,8 @@ pub trait Store: Send + Sync + 'static {
         session_id: &str,
     ) -> Result<Option<DateTime<Utc>>, StoreError>;
 
-    /// The account's archived sessions, most recently updated first, and their count.
-    async fn list_archived(
-        &self,
-        account_id: &str,
-        offset: i64,
-        limit: i64,
-    ) -> Result<(Vec<Session>, i64), StoreError>;
+    /// What the account stores now (zero for an account with nothing).
+    async fn usage(&self, account_id: &str) -> Result<Usage, StoreError>;
 
     /// Takes or renews the retention sweeper's lease for `owner` (for `lease` from now),
     /// unless another owner holds it: whether `owner` holds it, so exactly one replica

@@ -936,3 +936,52 @@ async fn a_fenced_backfill_after_a_takeover_keeps_one_terminal_status_and_flags_
     );
     assert!(seqs.contains(&4), "the takeover's status is: {seqs:?}");
 }
+
+/// Two replicas on one PostgreSQL: this one journals events of a session while cut off;
+/// meanwhile the other, which reaches PostgreSQL, removes the session. The backfill finds
+/// the removal's tombstone newer than what it journaled and discards those rows: the
+/// session does not come back, in PostgreSQL or through this replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_removed_by_another_replica_is_not_brought_back_by_the_backfill() {
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let session = "s_removed_elsewhere";
+    let kept = "s_kept";
+    let store = journal_recovering_on_demand(&cluster, &dir).await;
+    store
+        .append(&[delta(session, 0), delta(kept, 0)])
+        .await
+        .unwrap();
+    cluster.down();
+    // Journaled here: the removal below does not know of them.
+    store
+        .append(&[delta(session, 1), delta(session, 2), delta(kept, 1)])
+        .await
+        .unwrap();
+    assert!(store.journal_len().await.unwrap() >= 3);
+    cluster.up();
+    let other = PgStore::connect(&cluster.url()).await.unwrap();
+    let removal = session_log::Removal {
+        deletion_id: "del_elsewhere".into(),
+        account_id: "acct".into(),
+        scope: session_log::Scope::Session(session.into()),
+        by: "key:other-replica".into(),
+    };
+    assert!(matches!(
+        other.remove(&removal).await.unwrap(),
+        session_log::Deletion::Removed(_)
+    ));
+    store.recover_now().await;
+    wait_recovered(&store).await;
+    let left = other
+        .events(&EventQuery::session("acct", session))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "the backfill brought back {left:?}");
+    assert!(other.session("acct", session).await.unwrap().is_none());
+    assert!(store.session("acct", session).await.unwrap().is_none());
+    // Another session journaled in the same outage is backfilled as usual.
+    assert_dense_in_postgres(&cluster.url(), kept, 2).await;
+}

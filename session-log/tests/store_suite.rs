@@ -274,7 +274,10 @@ async fn ping_and_empty_batch(b: Backend) {
     assert_eq!(b.store.count_events(&account, "nope").await.unwrap(), 0);
     assert!(all_events(&*b.store, &account, "nope").await.is_empty());
     assert_eq!(
-        b.store.list_sessions(&account, 0, 10).await.unwrap(),
+        b.store
+            .list_sessions(&account, &Default::default(), 0, 10)
+            .await
+            .unwrap(),
         (vec![], 0)
     );
 }
@@ -412,12 +415,23 @@ async fn accounts_are_isolated_under_the_same_session_id(b: Backend) {
         1
     );
     assert_eq!(b.store.count_events(&bob, &session).await.unwrap(), 1);
-    let (listed, total) = b.store.list_sessions(&bob, 0, 10).await.unwrap();
+    let (listed, total) = b
+        .store
+        .list_sessions(&bob, &Default::default(), 0, 10)
+        .await
+        .unwrap();
     assert_eq!(total, 1);
     assert_eq!(listed[0].account_id, bob);
     let stranger = unique("carol");
     assert_eq!(b.store.session(&stranger, &session).await.unwrap(), None);
-    assert_eq!(b.store.list_sessions(&stranger, 0, 10).await.unwrap().1, 0);
+    assert_eq!(
+        b.store
+            .list_sessions(&stranger, &Default::default(), 0, 10)
+            .await
+            .unwrap()
+            .1,
+        0
+    );
 }
 
 async fn events_after_a_cursor_and_filtered_by_run_and_invocation(b: Backend) {
@@ -1056,15 +1070,31 @@ async fn list_sessions_most_recent_first_with_total_and_paging(b: Backend) {
             .map(|s| s.session_id)
             .collect::<Vec<_>>()
     };
-    let (all, total) = b.store.list_sessions(&account, 0, 100).await.unwrap();
+    let (all, total) = b
+        .store
+        .list_sessions(&account, &Default::default(), 0, 100)
+        .await
+        .unwrap();
     assert_eq!(total, 5);
     assert_eq!(ids(all), vec!["s1", "s4", "s3", "s2", "s0"]);
-    let (page, total) = b.store.list_sessions(&account, 1, 2).await.unwrap();
+    let (page, total) = b
+        .store
+        .list_sessions(&account, &Default::default(), 1, 2)
+        .await
+        .unwrap();
     assert_eq!(total, 5);
     assert_eq!(ids(page), vec!["s4", "s3"]);
-    let (past_end, total) = b.store.list_sessions(&account, 10, 2).await.unwrap();
+    let (past_end, total) = b
+        .store
+        .list_sessions(&account, &Default::default(), 10, 2)
+        .await
+        .unwrap();
     assert_eq!((past_end.len(), total), (0, 5));
-    let (none, total) = b.store.list_sessions(&account, 0, 0).await.unwrap();
+    let (none, total) = b
+        .store
+        .list_sessions(&account, &Default::default(), 0, 0)
+        .await
+        .unwrap();
     assert_eq!((none.len(), total), (0, 5));
 
     // Sessions written in one batch share updated_at; the id breaks the tie.
@@ -1077,7 +1107,11 @@ async fn list_sessions_most_recent_first_with_total_and_paging(b: Backend) {
         ])
         .await
         .unwrap();
-    let (tied, _) = b.store.list_sessions(&other, 0, 10).await.unwrap();
+    let (tied, _) = b
+        .store
+        .list_sessions(&other, &Default::default(), 0, 10)
+        .await
+        .unwrap();
     assert_eq!(ids(tied), vec!["a", "b", "c"]);
 }
 
@@ -2569,6 +2603,8 @@ async fn an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten(
 
 #[path = "store_suite/history.rs"]
 mod history;
+#[path = "store_suite/search.rs"]
+mod search;
 #[path = "store_suite/updates.rs"]
 mod updates;
 #[path = "store_suite/webhooks.rs"]

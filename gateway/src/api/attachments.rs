@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::{query_value, respond_envelope, workspace, ActionResult, Call, ControlError};
 use crate::ids::new_id;
+use crate::quota;
 use crate::runs::attachments::{refused, save, Upload, SCHEME};
 use crate::state::State;
 
@@ -41,6 +42,13 @@ pub async fn upload(call: &Call<'_>) -> ActionResult {
         "MimeType": upload.mime_type,
         "SizeBytes": upload.bytes.len(),
     });
+    let adding = quota::Adding {
+        upload_bytes: upload.bytes.len() as u64,
+        ..quota::Adding::default()
+    };
+    quota::refuse_over_quota(call.state, call.account_id, adding)
+        .await
+        .map_err(ControlError::from)?;
     save(&*call.state.store, call.account_id, vec![upload])
         .await
         .map_err(ControlError::from)?;

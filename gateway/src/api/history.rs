@@ -10,6 +10,7 @@ use session_log::{Event, EventType, Lineage, RunStatus};
 use super::sessions::forked_from;
 use super::{id_param, non_empty, ActionResult, Call, ControlError};
 use crate::ids::{client_id, new_id};
+use crate::quota;
 use crate::runs::compaction::CompactError;
 
 #[derive(Deserialize)]
@@ -35,6 +36,7 @@ pub async fn fork_session(call: &Call<'_>) -> ActionResult {
         }
         None => new_id("sess"),
     };
+    quota::refuse_new_session(call.state, call.account_id).await?;
     let store = &*call.state.store;
     let forked = fork(
         store,

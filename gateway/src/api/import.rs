@@ -18,6 +18,7 @@ use session_log::{import, Event, EventType, Imported, NewEvent, RunStatus};
 
 use super::{ActionResult, Call, ControlError};
 use crate::ids::client_id;
+use crate::quota;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -88,6 +89,7 @@ pub async fn import_session(call: &Call<'_>) -> ActionResult {
     {
         return Err(invocation_exists(&known));
     }
+    quota::refuse_new_session(call.state, call.account_id).await?;
     match call.state.store.import_session(&events).await? {
         Imported::Created => {}
         Imported::SessionExists => {

@@ -63,6 +63,7 @@ const ACTIONS: &[&str] = &[
     "ListWebhookDeliveries",
     "ListPendingApprovals",
     "ResolveApproval",
+    "PatchSession",
 ];
 
 /// Whether this API answers `action`.
@@ -329,6 +330,7 @@ async fn dispatch(call: &Call<'_>, action: &str) -> ActionResult {
         "ListWebhookDeliveries" => webhooks::list(call).await,
         "ListPendingApprovals" => approvals::list(call).await,
         "ResolveApproval" => approvals::resolve(call).await,
+        "PatchSession" => archive::patch(call).await,
         _ => Err(ControlError::new(
             404,
             format!("unknown action {action:?}"),

@@ -1,9 +1,16 @@
-//! Session actions: ListSessions, ListSessionEvents, CancelRun.
+//! Session actions: ListSessions (with its filters and text search), ListSessionEvents,
+//! CancelRun.
 
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use session_log::event::run_status_content;
-use session_log::{EventQuery, EventType, ForkPoint, Lineage, NewEvent, RunStatus};
+use session_log::{
+    metadata_key_is_valid, search_words, ArchivedFilter, EventType, ForkPoint, Lineage, NewEvent,
+    RunStatus, SessionFilter,
+};
 
 use super::event::{EventView, Place};
 use super::{id_param, ActionResult, Call, ControlError};
@@ -24,10 +31,75 @@ struct ListSessions {
     /// The archived sessions instead of the active ones.
     #[serde(default)]
     archived: bool,
+    /// The archived sessions as well as the active ones.
+    #[serde(default)]
+    include_archived: bool,
+    #[serde(default)]
+    created_after: Option<DateTime<Utc>>,
+    #[serde(default)]
+    created_before: Option<DateTime<Utc>>,
+    #[serde(default)]
+    active_after: Option<DateTime<Utc>>,
+    #[serde(default)]
+    active_before: Option<DateTime<Utc>>,
+    #[serde(default)]
+    last_run_status: Option<String>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+    /// Words that must all appear in one message of the session.
+    #[serde(default)]
+    query: Option<String>,
 }
 
-/// Sessions of the caller's account, most recently updated first; archived ones only
-/// with `Archived: true`.
+impl ListSessions {
+    /// The store's filter, or what is wrong with the parameters.
+    fn filter(self) -> Result<SessionFilter, ControlError> {
+        let archived = match (self.archived, self.include_archived) {
+            (false, false) => ArchivedFilter::Exclude,
+            (false, true) => ArchivedFilter::Include,
+            (true, false) => ArchivedFilter::Only,
+            (true, true) => {
+                return Err(ControlError::bad_request(
+                    "Archived and IncludeArchived exclude each other",
+                ))
+            }
+        };
+        let last_run_status = self
+            .last_run_status
+            .map(|s| {
+                RunStatus::parse(&s).ok_or_else(|| {
+                    ControlError::bad_request(format!(
+                        "LastRunStatus {s:?} is not a run status (in_progress, completed, \
+                         failed, cancelled, interrupted)"
+                    ))
+                })
+            })
+            .transpose()?;
+        let metadata: Vec<(String, String)> =
+            self.metadata.unwrap_or_default().into_iter().collect();
+        if let Some((key, _)) = metadata.iter().find(|(k, _)| !metadata_key_is_valid(k)) {
+            return Err(ControlError::bad_request(format!(
+                "Metadata key {key:?} cannot be searched (empty, or has a double quote)"
+            )));
+        }
+        Ok(SessionFilter {
+            user_id: self.user_id,
+            agent_id: self.agent_id,
+            created_after: self.created_after,
+            created_before: self.created_before,
+            active_after: self.active_after,
+            active_before: self.active_before,
+            last_run_status,
+            metadata,
+            archived,
+            text: self.query.filter(|q| !search_words(q).is_empty()),
+        })
+    }
+}
+
+/// Sessions of the caller's account that the filters let through, most recently updated
+/// first; archived ones only with `Archived: true`, and beside the others with
+/// `IncludeArchived: true`.
 pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
     let p: ListSessions = call.params()?;
     let page = p.page.unwrap_or(1);
@@ -40,55 +112,31 @@ pub async fn list_sessions(call: &Call<'_>) -> ActionResult {
             "PageSize must be between 1 and 100",
         ));
     }
-    let store = &call.state.store;
+    let filter = p.filter()?;
     let offset = (page - 1) * page_size;
-    let (sessions, total) = match p.archived {
-        false => {
-            store
-                .list_sessions(call.account_id, offset, page_size)
-                .await?
-        }
-        true => {
-            store
-                .list_archived(call.account_id, offset, page_size)
-                .await?
-        }
-    };
-    let mut rows = Vec::with_capacity(sessions.len());
-    for s in &sessions {
-        rows.push(json!({
-            "SessionId": s.session_id,
-            "AgentId": p.agent_id,
-            "UserId": p.user_id,
-            "LastSeqId": s.last_seq,
-            "LastRunStatus": last_run_status(call, s).await?,
-            "CreatedAt": s.created_at.to_rfc3339(),
-            "UpdatedAt": s.updated_at.to_rfc3339(),
-            "ForkedFrom": s.forked_from.as_ref().map(forked_from),
-            "Metadata": s.metadata,
-            "Archived": p.archived,
-        }));
-    }
+    let (sessions, total) = call
+        .state
+        .store
+        .list_sessions(call.account_id, &filter, offset, page_size)
+        .await?;
+    let rows: Vec<Value> = sessions
+        .iter()
+        .map(|s| {
+            json!({
+                "SessionId": s.session_id,
+                "AgentId": s.agent_id,
+                "UserId": s.user_id,
+                "LastSeqId": s.last_seq,
+                "LastRunStatus": s.last_run_status.map(RunStatus::as_str),
+                "CreatedAt": s.created_at.to_rfc3339(),
+                "UpdatedAt": s.updated_at.to_rfc3339(),
+                "ForkedFrom": s.forked_from.as_ref().map(forked_from),
+                "Metadata": s.metadata,
+                "Archived": s.archived_at.is_some(),
+            })
+        })
+        .collect();
     Ok(json!({ "Sessions": rows, "Total": total, "Page": page, "PageSize": page_size }))
-}
-
-/// The state of a session's latest run, read from its last event (one primary-key
-/// lookup): its `run_status`, `in_progress` for any other event of a run (a run writes
-/// its terminal status last), `None` when the last event belongs to no run.
-async fn last_run_status(
-    call: &Call<'_>,
-    s: &session_log::Session,
-) -> Result<Option<&'static str>, ControlError> {
-    let query = EventQuery {
-        after_seq: s.last_seq - 1,
-        limit: 1,
-        ..EventQuery::session(call.account_id, &s.session_id)
-    };
-    let last = call.state.store.events(&query).await?;
-    Ok(last.first().and_then(|e| match e.run_status() {
-        Some(status) => Some(status.as_str()),
-        None => e.run_id.as_ref().map(|_| RunStatus::InProgress.as_str()),
-    }))
 }
 
 /// A fork point as the control API shows it (`ForkedFrom`).

@@ -50,6 +50,77 @@ pub enum Command {
     },
 }
 
+/// `tether sessions list`'s filters: ListSessions' parameters of the same names.
+#[derive(clap::Args)]
+pub struct ListFilter {
+    /// Only sessions of this user id (ADK `user_id`).
+    #[arg(long)]
+    user_id: Option<String>,
+    /// Only sessions of this agent (ADK `app_name`).
+    #[arg(long)]
+    agent_id: Option<String>,
+    /// Only sessions whose latest run has this status (in_progress, completed, ...).
+    #[arg(long)]
+    status: Option<String>,
+    /// Only sessions whose metadata has KEY=VALUE (repeatable: all must hold).
+    #[arg(long, value_name = "KEY=VALUE")]
+    metadata: Vec<String>,
+    /// Only sessions with a message that has every word of TEXT.
+    #[arg(long, value_name = "TEXT")]
+    search: Option<String>,
+    /// Created at or after / before this time (RFC 3339).
+    #[arg(long)]
+    created_after: Option<String>,
+    #[arg(long)]
+    created_before: Option<String>,
+    /// Last active at or after / before this time (RFC 3339).
+    #[arg(long)]
+    active_after: Option<String>,
+    #[arg(long)]
+    active_before: Option<String>,
+    /// Only archived sessions.
+    #[arg(long, conflicts_with = "include_archived")]
+    archived: bool,
+    /// Archived sessions as well as active ones.
+    #[arg(long)]
+    include_archived: bool,
+}
+
+impl ListFilter {
+    /// ListSessions' parameters for these filters (with the page), or the bad `--metadata`.
+    fn params(&self, page: i64, page_size: i64) -> Result<serde_json::Value, CliError> {
+        let mut metadata = serde_json::Map::new();
+        for entry in &self.metadata {
+            let (k, v) = entry.split_once('=').ok_or_else(|| {
+                CliError::Failed(format!("--metadata {entry:?} is not KEY=VALUE"))
+            })?;
+            metadata.insert(k.to_owned(), json!(v));
+        }
+        let mut params = json!({
+            "Page": page,
+            "PageSize": page_size,
+            "UserId": self.user_id,
+            "AgentId": self.agent_id,
+            "LastRunStatus": self.status,
+            "Query": self.search,
+            "CreatedAfter": self.created_after,
+            "CreatedBefore": self.created_before,
+            "ActiveAfter": self.active_after,
+            "ActiveBefore": self.active_before,
+            "Archived": self.archived,
+            "IncludeArchived": self.include_archived,
+        });
+        if !metadata.is_empty() {
+            params["Metadata"] = metadata.into();
+        }
+        // Unset filters are left out rather than sent as null.
+        if let Some(map) = params.as_object_mut() {
+            map.retain(|_, v| !v.is_null());
+        }
+        Ok(params)
+    }
+}
+
 #[derive(Subcommand)]
 pub enum Sessions {
     /// Sessions, most recently updated first.
@@ -60,6 +131,8 @@ pub enum Sessions {
         /// Sessions per page (1-100).
         #[arg(long, default_value_t = 20)]
         page_size: i64,
+        #[command(flatten)]
+        filter: Box<ListFilter>,
         #[command(flatten)]
         connection: Connection,
     },
@@ -239,13 +312,11 @@ fn execute(command: Command, out: &mut impl Write) -> Result<(), CliError> {
         Command::Sessions(Sessions::List {
             page,
             page_size,
+            filter,
             connection,
         }) => {
             let client = Client::new(&connection);
-            let data = client.call(
-                "ListSessions",
-                &json!({ "Page": page, "PageSize": page_size }),
-            )?;
+            let data = client.call("ListSessions", &filter.params(page, page_size)?)?;
             emit(out, &connection, &data, show::sessions_table)
         }
         Command::Sessions(Sessions::Show { id, connection }) => {

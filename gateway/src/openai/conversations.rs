@@ -26,6 +26,7 @@ use crate::client::body::read_body;
 use crate::client::respond;
 use crate::error::ApiError;
 use crate::ids::{client_id, new_id};
+use crate::quota;
 use crate::runs::attachments;
 use crate::state::State;
 
@@ -223,32 +224,7 @@ fn metadata(body: &Map<String, Value>) -> std::result::Result<Option<Value>, Api
         Value::Object(map) => map,
         _ => return Err(invalid("metadata", "metadata must be an object")),
     };
-    if map.len() > 16 {
-        return Err(invalid("metadata", "metadata takes at most 16 keys"));
-    }
-    for (k, v) in map {
-        if k.chars().count() > 64 {
-            return Err(invalid(
-                "metadata",
-                format!("metadata key {k:?} is longer than 64 characters"),
-            ));
-        }
-        match v {
-            Value::String(s) if s.chars().count() <= 512 => {}
-            Value::String(_) => {
-                return Err(invalid(
-                    "metadata",
-                    format!("metadata value of {k:?} is longer than 512 characters"),
-                ))
-            }
-            _ => {
-                return Err(invalid(
-                    "metadata",
-                    format!("metadata value of {k:?} must be a string"),
-                ))
-            }
-        }
-    }
+    session_log::event::check_metadata(map).map_err(|problem| invalid("metadata", problem))?;
     Ok(Some(value.clone()))
 }
 
@@ -300,13 +276,23 @@ async fn items(
     Ok((turn.input, uploads))
 }
 
-/// Commits a conversation's events (after its uploads); returns them committed.
+/// Commits a conversation's events (after its uploads); returns them committed. Checks
+/// the quotas first for a write to `session` (`None`: a deletion, never refused).
 async fn commit(
     state: &State,
     caller: &Caller<'_>,
     uploads: Vec<attachments::Upload>,
     events: Vec<NewEvent>,
+    session: Option<quota::Target<'_>>,
 ) -> std::result::Result<Vec<session_log::Event>, ApiError> {
+    if let Some(session) = session {
+        let adding = quota::Adding {
+            session,
+            upload_bytes: uploads.iter().map(|u| u.bytes.len() as u64).sum(),
+            events: true,
+        };
+        quota::refuse_over_quota(state, caller.account_id, adding).await?;
+    }
     attachments::save(&*state.store, caller.account_id, uploads).await?;
     state
         .writer
@@ -340,7 +326,7 @@ async fn create(state: &State, caller: &Caller<'_>, body: &Map<String, Value>) -
         json!({ "metadata": metadata }),
     )];
     events.extend(items.iter().map(|i| i.to_event(caller.account_id, &id)));
-    commit(state, caller, uploads, events).await?;
+    commit(state, caller, uploads, events, Some(quota::Target::New)).await?;
     let session = find(state, caller, &id).await?;
     Ok((200, conversation(&session)))
 }
@@ -362,7 +348,14 @@ async fn update(state: &State, caller: &Caller<'_>, id: &str, body: &Map<String,
         EventType::SessionMetadata,
         json!({ "metadata": metadata }),
     );
-    commit(state, caller, Vec::new(), vec![event]).await?;
+    commit(
+        state,
+        caller,
+        Vec::new(),
+        vec![event],
+        Some(quota::Target::Existing),
+    )
+    .await?;
     Ok((200, conversation(&find(state, caller, id).await?)))
 }
 
@@ -370,7 +363,7 @@ async fn delete(state: &State, caller: &Caller<'_>, id: &str) -> Answer {
     find(state, caller, id).await?;
     refuse_busy(state, caller, id)?;
     let event = change(caller, id, EventType::SessionDeleted, json!({}));
-    commit(state, caller, Vec::new(), vec![event]).await?;
+    commit(state, caller, Vec::new(), vec![event], None).await?;
     tracing::info!(
         account_id = caller.account_id,
         session_id = id,
@@ -537,7 +530,14 @@ async fn add_items(
         .iter()
         .map(|i| i.to_event(caller.account_id, id))
         .collect();
-    let committed = commit(state, caller, uploads, events).await?;
+    let committed = commit(
+        state,
+        caller,
+        uploads,
+        events,
+        Some(quota::Target::Existing),
+    )
+    .await?;
     let data = committed
         .iter()
         .filter_map(|e| {
@@ -552,13 +552,15 @@ async fn delete_item(state: &State, caller: &Caller<'_>, id: &str, item: &str) -
     let lineage = lineage(state, caller, id).await?;
     let (position, _) = find_item(state, &lineage, item).await?;
     refuse_busy(state, caller, id)?;
-    let event = change(
-        caller,
-        id,
-        EventType::ItemDeleted,
-        json!({ "item_id": item, DELETED_POSITION: position }),
-    );
-    commit(state, caller, Vec::new(), vec![event]).await?;
+    let mut content = json!({ "item_id": item, DELETED_POSITION: position });
+    // An item of the session's own (not inherited from a fork's parent): its seq, by
+    // which the store drops its text from the search index.
+    let base = lineage.own_position(0);
+    if position > base {
+        content["seq"] = json!(position - base);
+    }
+    let event = change(caller, id, EventType::ItemDeleted, content);
+    commit(state, caller, Vec::new(), vec![event], None).await?;
     Ok((200, conversation(&find(state, caller, id).await?)))
 }
 

@@ -135,7 +135,12 @@ impl TestStore {
     }
 
     pub fn session_count(&self, account: &str) -> i64 {
-        self.with_store(async |s| s.list_sessions(account, 0, 1).await.unwrap().1)
+        self.with_store(async |s| {
+            s.list_sessions(account, &Default::default(), 0, 1)
+                .await
+                .unwrap()
+                .1
+        })
     }
 
     /// Waits until the session's log holds a terminal run_status for every run in it.
@@ -736,6 +741,18 @@ impl Conf {
     pub fn arg(&self) -> String {
         self.path.to_string_lossy().into_owned()
     }
+}
+
+/// An account of a test's own (tests share the PostgreSQL database): its id, an API key
+/// of it, and the `[[auth.api_keys]]` table that makes the key the account's.
+pub fn own_account(prefix: &str) -> (String, String, String) {
+    let id = uuid::Uuid::new_v4().simple();
+    let (account, key) = (format!("{prefix}-acct-{id}"), format!("{prefix}-key-{id}"));
+    let table = format!(
+        "[[auth.api_keys]]\nid = \"{prefix}\"\naccount_id = \"{account}\"\nsha256 = \"{}\"\n\n",
+        sha256_hex(&key)
+    );
+    (account, key, table)
 }
 
 /// Hex SHA-256, as `[[auth.api_keys]]` stores keys.

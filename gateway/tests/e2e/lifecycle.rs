@@ -901,3 +901,119 @@ fn an_account_s_own_maximum_idle_time_is_swept_by() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+/// Quotas: a write that would pass one is refused in the surface's format (OpenAI's
+/// `error`, the control envelope) naming the quota, before anything is stored or reaches
+/// the agent (raw counts of the tables); a session that exists goes on; a delete frees
+/// the quota at once.
+fn quotas_refuse_before_anything_is_written(kind: StoreKind) {
+    let Some(store) = TestStore::new(kind) else {
+        return;
+    };
+    let (account, key, auth_table) = own_account("quota");
+    let conf = Conf::write(&format!(
+        "{auth_table}[quotas]\nsessions = 2\nupload_bytes = 40\n\n\
+         [quotas.accounts.someone-else]\nsessions = 100\n"
+    ));
+    let agent = FakeAgent::start();
+    let tether = Tether::start(
+        &agent.url(),
+        "openai-chat",
+        &store.url,
+        &["--conf", &conf.arg()],
+    );
+    let bearer = format!("Bearer {key}");
+    let auth = [("authorization", bearer.as_str())];
+    let api = Api {
+        base: tether.url(),
+        key: Some(key.clone()),
+    };
+    let send = |path: &str, body: &Value| {
+        post(&format!("{}{path}", tether.url()), &body.to_string(), &auth)
+    };
+    let (s1, s2, s3) = (unique("q1"), unique("q2"), unique("q3"));
+    chat(&tether, &s1, "first", &auth);
+    chat(&tether, &s2, "second", &auth);
+    store.wait_for_terminal(&account, &s2, 1);
+    let counts = || {
+        let count = |table: &str| {
+            let sql = format!("SELECT COUNT(*) FROM {table} WHERE account_id = $1");
+            raw_count(&store.url, kind, &sql, &account)
+        };
+        (
+            count("sessions"),
+            count("events"),
+            count("attachments"),
+            agent.requests().len() as i64,
+        )
+    };
+    let before = counts();
+    assert_eq!(before.0, 2);
+
+    // A third session: 429 in OpenAI's error shape, naming the quota.
+    let refused = send(
+        "/v1/chat/completions",
+        &Surface::Chat.body("third", Some(&s3), false),
+    );
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    let error = &refused.json()["error"];
+    assert_eq!(error["code"], "quota_exceeded", "{error}");
+    assert_eq!(error["param"], "sessions");
+    assert!(error["message"].as_str().unwrap().contains("'sessions'"));
+    // A Conversations API create is a new session too.
+    let conv = send("/v1/conversations", &json!({}));
+    assert_eq!(conv.status, 429, "{}", conv.body);
+    assert_eq!(
+        counts(),
+        before,
+        "nothing stored, nothing sent to the agent"
+    );
+
+    // An upload past `upload_bytes`: 413, in the control envelope and in a turn.
+    let (status, envelope) = api.call(
+        "UploadAttachment",
+        json!({ "Data": text_file(&"x".repeat(41)), "FileName": "big.txt" }),
+    );
+    assert_eq!(status, 413);
+    assert_eq!(envelope["Data"]["code"], "quota_exceeded");
+    assert!(envelope["Message"]
+        .as_str()
+        .unwrap()
+        .contains("'upload_bytes'"));
+    let body = json!({ "model": "fake", "conversation": s1, "input": [{ "role": "user", "content": [
+        { "type": "input_text", "text": "read this" },
+        { "type": "input_file", "filename": "big.txt", "file_data": text_file(&"y".repeat(41)) }] }] });
+    let refused = send("/v1/responses", &body);
+    assert_eq!(refused.status, 413, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["param"], "upload_bytes");
+    assert_eq!(
+        counts(),
+        before,
+        "nothing stored, nothing sent to the agent"
+    );
+
+    // A session that exists goes on; a small upload fits.
+    chat(&tether, &s1, "still here", &auth);
+    api.ok(
+        "UploadAttachment",
+        json!({ "Data": text_file("small"), "FileName": "small.txt" }),
+    );
+    let (status, _) = api.call(
+        "ForkSession",
+        json!({ "SessionId": s1, "NewSessionId": unique("fork") }),
+    );
+    assert_eq!(status, 429, "a fork is a new session");
+    // A delete frees the quota at once.
+    api.ok("DeleteSession", json!({ "SessionId": s2 }));
+    chat(&tether, &s3, "third, now", &auth);
+}
+
+#[test]
+fn quotas_refuse_before_anything_is_written_sqlite() {
+    quotas_refuse_before_anything_is_written(StoreKind::Sqlite);
+}
+
+#[test]
+fn quotas_refuse_before_anything_is_written_postgres() {
+    quotas_refuse_before_anything_is_written(StoreKind::Postgres);
+}

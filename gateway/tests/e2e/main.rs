@@ -34,6 +34,7 @@ mod process;
 mod rate_limits;
 mod replicas;
 mod sdk_clients;
+mod search;
 mod seed;
 mod slow_postgres;
 mod smuggling;

@@ -1,6 +1,8 @@
 // The sessions list in the sidebar: the account's sessions, most recently active first,
 // a page at a time, each with its latest run's state; a fork names its parent. The search
-// box narrows the page by id, and Enter opens the session with exactly that id.
+// box asks the gateway for the sessions with a message that has every word typed
+// (ListSessions' `Query`, a full-text index), and Enter opens the session with exactly
+// that id.
 
 import { call } from './api.js';
 import { h, replace, ago, badge } from './dom.js';
@@ -16,7 +18,14 @@ export class SessionList {
     this.page = 1;
     this.total = 0;
     this.sessions = [];
-    search.addEventListener('input', () => this.draw());
+    let typing = null;
+    search.addEventListener('input', () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => {
+        this.page = 1;
+        this.refresh().catch(() => {});
+      }, 250);
+    });
     search.addEventListener('keydown', (ev) => {
       const id = search.value.trim();
       if (ev.key === 'Enter' && id) location.hash = `#/sessions/${encodeURIComponent(id)}`;
@@ -24,7 +33,8 @@ export class SessionList {
   }
 
   async refresh() {
-    const data = await call('ListSessions', { Page: this.page, PageSize: PAGE_SIZE });
+    const query = this.search.value.trim();
+    const data = await call('ListSessions', { Page: this.page, PageSize: PAGE_SIZE, ...(query && { Query: query }) });
     const pages = Math.max(1, Math.ceil(data.Total / PAGE_SIZE));
     if (this.page > pages) {
       this.page = pages;
@@ -36,8 +46,8 @@ export class SessionList {
   }
 
   draw() {
-    const needle = this.search.value.trim().toLowerCase();
-    const shown = this.sessions.filter((s) => !needle || s.SessionId.toLowerCase().includes(needle));
+    const needle = this.search.value.trim();
+    const shown = this.sessions;
     const open = this.current();
     const items = shown.map((s) => {
       const parent = s.ForkedFrom?.SessionId;
@@ -60,7 +70,7 @@ export class SessionList {
         h(
           'li',
           { class: 'empty' },
-          needle ? ['No session on this page matches. Press Enter to open ', h('code', {}, needle), '.'] : 'No sessions yet. Send a message to start one.',
+          needle ? ['No session has a message with these words. Press Enter to open the session ', h('code', {}, needle), '.'] : 'No sessions yet. Send a message to start one.',
         ),
       );
     }

@@ -1,12 +1,10 @@
 //! The SQL of archiving (a session read-only and out of the default listing, until
-//! unarchived), written once for both stores: setting and reading `archived_at`, and the
-//! page of an account's archived sessions.
+//! unarchived), written once for both stores: setting and reading `archived_at` (the
+//! listing's filter is in `listing`).
 
 use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type};
 
-use super::sql;
-use crate::event::Session;
 use crate::store::StoreError;
 
 /// Sets (or, with `None`, clears) a session's `archived_at` on `conn`; whether the account
@@ -61,39 +59,4 @@ where
         Some(row) => row.try_get(0)?,
         None => None,
     })
-}
-
-/// A page of the account's archived sessions, most recently updated first, and their
-/// count.
-pub(crate) async fn list<DB>(
-    pool: &sqlx::Pool<DB>,
-    account_id: &str,
-    offset: i64,
-    limit: i64,
-) -> Result<(Vec<Session>, i64), StoreError>
-where
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Option<&'r str>: Decode<'r, DB> + Type<DB>,
-    for<'r> DateTime<Utc>: Decode<'r, DB> + Type<DB>,
-    &'static str: ColumnIndex<DB::Row>,
-    usize: ColumnIndex<DB::Row>,
-{
-    let rows = sql::archived_sessions(account_id, offset, limit)
-        .fetch_all(pool)
-        .await?;
-    let total: i64 = sqlx::query(sql::COUNT_ARCHIVED)
-        .bind(account_id)
-        .fetch_one(pool)
-        .await?
-        .try_get(0)?;
-    let sessions = rows
-        .iter()
-        .map(sql::session_from_row)
-        .collect::<Result<_, _>>()?;
-    Ok((sessions, total))
 }

@@ -2,7 +2,7 @@
 //! PostgreSQL behind the outage journal), what they share, and the factory that builds
 //! one from its configuration.
 //!
-//! `plan`, `sql`, `approvals`, `feedback`, `idempotency`, `outbox`, `removal`, `archive` and `retention` are shared by both dialects and import no store; `sqlite` and
+//! `plan`, `sql`, `approvals`, `feedback`, `idempotency`, `outbox`, `removal`, `archive`, `listing` and `retention` are shared by both dialects and import no store; `sqlite` and
 //! `postgres` import only those (and `claims`); `journal` builds on both stores, and
 //! `factory` on all three. Nothing here imports `factory` or `journal` back.
 
@@ -13,6 +13,7 @@ pub mod factory;
 mod feedback;
 mod idempotency;
 pub mod journal;
+pub(crate) mod listing;
 mod outbox;
 mod plan;
 pub mod postgres;

@@ -302,6 +302,18 @@ where
             .bind(session.as_str())
             .execute(&mut *conn)
             .await?;
+        // The tombstone another replica's outage-journal backfill checks (see
+        // `journal::backfill`), so what it journaled before this does not come back.
+        sqlx::query(
+            "INSERT INTO removed_sessions (account_id, session_id, removed_at) \
+             VALUES ($1, $2, $3) ON CONFLICT (account_id, session_id) \
+             DO UPDATE SET removed_at = excluded.removed_at",
+        )
+        .bind(account)
+        .bind(session.as_str())
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
     }
 
     let session_ids = serde_json::to_string(&removed.session_ids)

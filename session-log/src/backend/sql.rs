@@ -46,20 +46,19 @@ macro_rules! invocation_columns {
 }
 pub(crate) use invocation_columns;
 
-/// The start of a read of session rows: their columns, the content of a fork's
-/// `session_fork` (its seq 1, a lookup on the events' primary key) as `fork`, of its
-/// latest `session_metadata` as `metadata`, and its count of `session_deleted` events as
-/// `deleted` (both through `events_session_updates`, empty for most sessions). JSON text
-/// in both dialects (PostgreSQL casts its JSONB), so one decoder reads it.
+/// The start of a read of session rows: their columns (those the listing's filters read
+/// are kept by triggers, migrations `session_search`), the content of a fork's
+/// `session_fork` (its seq 1, a lookup on the events' primary key) as `fork`, and its
+/// count of `session_deleted` events as `deleted` (through `events_session_updates`,
+/// empty for most sessions). JSON as text in both dialects (PostgreSQL casts its JSONB),
+/// so one decoder reads it.
 macro_rules! select_sessions {
     () => {
         concat!(
             "SELECT s.account_id, s.session_id, s.last_seq, s.created_at, s.updated_at, \
+             s.user_id, s.agent_id, s.last_run_status, s.archived_at, \
+             CAST(s.metadata_json AS TEXT) AS metadata, \
              CAST(f.content_json AS TEXT) AS fork, \
-             (SELECT CAST(m.content_json AS TEXT) FROM events AS m \
-             WHERE m.account_id = s.account_id AND m.session_id = s.session_id AND ",
-            $crate::backend::sql::updates_condition!(),
-            " AND m.event_type = 'session_metadata' ORDER BY m.seq DESC LIMIT 1) AS metadata, \
              (SELECT COUNT(*) FROM events AS d \
              WHERE d.account_id = s.account_id AND d.session_id = s.session_id AND ",
             $crate::backend::sql::updates_condition!(),
@@ -70,18 +69,7 @@ macro_rules! select_sessions {
         )
     };
 }
-
-/// Of an account's sessions (`s`), those not deleted.
-macro_rules! not_deleted {
-    () => {
-        concat!(
-            " AND NOT EXISTS (SELECT 1 FROM events AS d \
-             WHERE d.account_id = s.account_id AND d.session_id = s.session_id AND ",
-            $crate::backend::sql::updates_condition!(),
-            " AND d.event_type = 'session_deleted')"
-        )
-    };
-}
+pub(crate) use select_sessions;
 
 /// The session updates' condition, as `events_session_updates` (migrations
 /// `session_updates`) writes it: a query that repeats it word for word may use that index.
@@ -148,59 +136,34 @@ pub(crate) const SESSION: &str = concat!(
     "WHERE s.account_id = $1 AND s.session_id = $2"
 );
 
-/// A page of an account's sessions, most recently updated first.
-pub(crate) fn sessions<'q, DB: Database>(
-    account_id: &'q str,
-    offset: i64,
-    limit: i64,
-) -> Statement<'q, DB>
+/// An account's usage (zero for an account with nothing stored).
+pub(crate) async fn usage<DB>(
+    pool: &sqlx::Pool<DB>,
+    account_id: &str,
+) -> Result<crate::store::Usage, StoreError>
 where
-    &'q str: Encode<'q, DB> + Type<DB>,
-    i64: Encode<'q, DB> + Type<DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
 {
-    sqlx::query(concat!(
-        select_sessions!(),
-        "WHERE s.account_id = $1 AND s.archived_at IS NULL",
-        not_deleted!(),
-        " ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
-    ))
+    let row = sqlx::query(
+        "SELECT sessions, event_bytes, upload_bytes FROM account_usage WHERE account_id = $1",
+    )
     .bind(account_id)
-    .bind(non_negative(limit))
-    .bind(non_negative(offset))
+    .fetch_optional(pool)
+    .await?;
+    Ok(match row {
+        Some(row) => crate::store::Usage {
+            sessions: row.try_get(0)?,
+            event_bytes: row.try_get(1)?,
+            upload_bytes: row.try_get(2)?,
+        },
+        None => crate::store::Usage::default(),
+    })
 }
-
-/// `sessions`, of the archived ones only.
-pub(crate) fn archived_sessions<'q, DB: Database>(
-    account_id: &'q str,
-    offset: i64,
-    limit: i64,
-) -> Statement<'q, DB>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-    i64: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(concat!(
-        select_sessions!(),
-        "WHERE s.account_id = $1 AND s.archived_at IS NOT NULL",
-        not_deleted!(),
-        " ORDER BY s.updated_at DESC, s.session_id LIMIT $2 OFFSET $3"
-    ))
-    .bind(account_id)
-    .bind(non_negative(limit))
-    .bind(non_negative(offset))
-}
-
-/// The count `sessions` pages: archived sessions are left out.
-pub(crate) const COUNT_SESSIONS: &str = concat!(
-    "SELECT COUNT(*) FROM sessions AS s WHERE s.account_id = $1 AND s.archived_at IS NULL",
-    not_deleted!()
-);
-
-/// The count `archived_sessions` pages.
-pub(crate) const COUNT_ARCHIVED: &str = concat!(
-    "SELECT COUNT(*) FROM sessions AS s WHERE s.account_id = $1 AND s.archived_at IS NOT NULL",
-    not_deleted!()
-);
 
 /// Creates a session with `last_seq` 1 for the event its creator inserts next (`$1`
 /// account, `$2` session, `$3` now), unless the account has it already: then no row is
@@ -597,13 +560,10 @@ where
     let metadata = metadata
         .map(|text| {
             serde_json::from_str::<serde_json::Value>(text)
-                .ok()
-                .and_then(|c| c.get("metadata").cloned())
-                .ok_or_else(|| {
-                    StoreError::Corrupt(format!("session_metadata is not valid: {text}"))
-                })
+                .map_err(|_| StoreError::Corrupt(format!("session metadata is not valid: {text}")))
         })
         .transpose()?;
+    let last_run_status: Option<&str> = row.try_get("last_run_status")?;
     let deleted: i64 = row.try_get("deleted")?;
     Ok(Session {
         account_id: row.try_get("account_id")?,
@@ -614,6 +574,10 @@ where
         forked_from,
         metadata,
         deleted: deleted > 0,
+        user_id: row.try_get("user_id")?,
+        agent_id: row.try_get("agent_id")?,
+        last_run_status: last_run_status.and_then(RunStatus::parse),
+        archived_at: row.try_get("archived_at")?,
     })
 }
 

@@ -21,13 +21,13 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{approvals, archive, feedback, idempotency, outbox, removal, retention, sql};
+use super::{approvals, archive, feedback, idempotency, listing, outbox, removal, retention, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
 use crate::store::{
     Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Feedback,
-    IdempotentRun, Imported, Invocation, Lease, Renewed, Store, StoreError,
+    IdempotentRun, Imported, Invocation, Lease, Renewed, SessionFilter, Store, StoreError, Usage,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -621,21 +621,19 @@ impl Store for SqliteStore {
     async fn list_sessions(
         &self,
         account_id: &str,
+        filter: &SessionFilter,
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
-        let rows = sql::sessions(account_id, offset, limit)
-            .fetch_all(&self.pool)
-            .await?;
-        let total: i64 = sqlx::query_scalar(sql::COUNT_SESSIONS)
-            .bind(account_id)
-            .fetch_one(&self.pool)
-            .await?;
-        let sessions = rows
-            .iter()
-            .map(sql::session_from_row)
-            .collect::<Result<_, _>>()?;
-        Ok((sessions, total))
+        listing::list(
+            &self.pool,
+            &listing::SQLITE,
+            account_id,
+            filter,
+            offset,
+            limit,
+        )
+        .await
     }
 
     async fn events(&self, query: &EventQuery) -> Result<Vec<Event>, StoreError> {
@@ -1068,13 +1066,8 @@ impl Store for SqliteStore {
         archive::archived_at::<Sqlite, _>(&self.pool, account_id, session_id).await
     }
 
-    async fn list_archived(
-        &self,
-        account_id: &str,
-        offset: i64,
-        limit: i64,
-    ) -> Result<(Vec<Session>, i64), StoreError> {
-        archive::list(&self.pool, account_id, offset, limit).await
+    async fn usage(&self, account_id: &str) -> Result<Usage, StoreError> {
+        sql::usage(&self.pool, account_id).await
     }
 
     async fn claim_sweep(

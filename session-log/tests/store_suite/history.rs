@@ -106,7 +106,10 @@ async fn forks_read_their_parent_up_to_the_fork_point(b: Backend) {
             .forked_from,
         None
     );
-    let (listed, _) = store.list_sessions(&account, 0, 10).await.unwrap();
+    let (listed, _) = store
+        .list_sessions(&account, &Default::default(), 0, 10)
+        .await
+        .unwrap();
     let listed_fork = listed.iter().find(|x| x.session_id == f).unwrap();
     assert_eq!(listed_fork.forked_from.as_ref(), Some(&point));
 

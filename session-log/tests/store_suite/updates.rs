@@ -54,7 +54,14 @@ async fn metadata_and_deletion_are_read_with_the_session(b: Backend) {
     assert!(!session.deleted);
     let plain = store.session(&account, &gone).await.unwrap().unwrap();
     assert_eq!(plain.metadata, None);
-    assert_eq!(store.list_sessions(&account, 0, 10).await.unwrap().1, 2);
+    assert_eq!(
+        store
+            .list_sessions(&account, &Default::default(), 0, 10)
+            .await
+            .unwrap()
+            .1,
+        2
+    );
 
     store
         .append(&[update(
@@ -67,7 +74,10 @@ async fn metadata_and_deletion_are_read_with_the_session(b: Backend) {
         .unwrap();
     let deleted = store.session(&account, &gone).await.unwrap().unwrap();
     assert!(deleted.deleted, "the store still knows it, as deleted");
-    let (listed, total) = store.list_sessions(&account, 0, 10).await.unwrap();
+    let (listed, total) = store
+        .list_sessions(&account, &Default::default(), 0, 10)
+        .await
+        .unwrap();
     assert_eq!(total, 1);
     assert_eq!(
         listed

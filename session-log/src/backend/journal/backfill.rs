@@ -34,6 +34,9 @@ pub(super) enum Backfilled {
     /// meanwhile (a lease takeover while this replica was cut off) and are not there yet;
     /// nothing was written.
     Late { last_seq: Seq, seqs: Vec<Seq> },
+    /// The session was removed after the journal's first row of it: the journal's rows of
+    /// it are to be discarded; nothing was written.
+    Removed,
 }
 
 /// One backfill transaction: the session's journaled `events` (in seq order) into
@@ -48,6 +51,23 @@ pub(super) async fn backfill(
 ) -> Result<Backfilled, StoreError> {
     let first_at = events.first().map_or_else(Utc::now, |e| e.created_at);
     let mut tx = pg.pool().begin().await?;
+    // A session removed (by any replica) after this replica journaled for it: what was
+    // journaled is part of what the delete took, and must not bring the session back.
+    let journaled_at = claims
+        .iter()
+        .map(|c| c.claimed_at)
+        .fold(first_at, DateTime::min);
+    let removed_at: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT removed_at FROM removed_sessions WHERE account_id = $1 AND session_id = $2",
+    )
+    .bind(account_id)
+    .bind(session_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if removed_at.is_some_and(|at| journaled_at <= at) {
+        tx.rollback().await?;
+        return Ok(Backfilled::Removed);
+    }
     if !claims.is_empty() {
         backfill_claims(&mut tx, account_id, session_id, claims).await?;
         if events.is_empty() {

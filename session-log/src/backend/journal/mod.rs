@@ -60,7 +60,7 @@ use crate::event::{Event, EventType, ForkPoint, NewEvent, RunStatus, Seq, Sessio
 use crate::removal::{Deletion, Removal, Scope};
 use crate::store::{
     Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Feedback,
-    IdempotentRun, Imported, Invocation, Lease, Renewed, Store, StoreError,
+    IdempotentRun, Imported, Invocation, Lease, Renewed, SessionFilter, Store, StoreError, Usage,
 };
 
 /// Rows backfilled per PostgreSQL transaction.
@@ -636,6 +636,24 @@ impl Inner {
                 if let Err(error) = self.pg.notify(crate::tail::EVENTS_CHANNEL, &pointers).await {
                     tracing::debug!(%error, "could not announce backfilled events");
                 }
+                Ok(false)
+            }
+            Backfilled::Removed => {
+                let mut tx = self.journal.begin().await?;
+                for table in ["journal_events", "journal_claims"] {
+                    sqlx::query(&format!(
+                        "DELETE FROM {table} WHERE account_id = ? AND session_id = ?"
+                    ))
+                    .bind(&key.0)
+                    .bind(&key.1)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                tracing::warn!(
+                    account_id = %key.0, session_id = %key.1, events = events.len(),
+                    "the session was removed after this replica journaled for it; its journaled rows are discarded, not backfilled"
+                );
                 Ok(false)
             }
             Backfilled::Late { last_seq, seqs } => {
@@ -1396,6 +1414,10 @@ impl Store for JournaledStore {
                         .flatten(),
                     metadata: None,
                     deleted: false,
+                    user_id: None,
+                    agent_id: None,
+                    last_run_status: None,
+                    archived_at: None,
                 });
                 s.last_seq = s.last_seq.max(last.seq);
                 s.updated_at = s.updated_at.max(last.created_at);
@@ -1406,6 +1428,7 @@ impl Store for JournaledStore {
                             s.metadata = e.content.get("metadata").cloned()
                         }
                         EventType::SessionDeleted => s.deleted = true,
+                        EventType::RunStatus => s.last_run_status = e.run_status(),
                         _ => {}
                     }
                 }
@@ -1417,12 +1440,13 @@ impl Store for JournaledStore {
     async fn list_sessions(
         &self,
         account_id: &str,
+        filter: &SessionFilter,
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<Session>, i64), StoreError> {
         let inner = &*self.inner;
         inner
-            .pg_read(inner.pg.list_sessions(account_id, offset, limit))
+            .pg_read(inner.pg.list_sessions(account_id, filter, offset, limit))
             .await
     }
 
@@ -1987,13 +2011,11 @@ impl Store for JournaledStore {
         }
     }
 
-    async fn list_archived(
-        &self,
-        account_id: &str,
-        offset: i64,
-        limit: i64,
-    ) -> Result<(Vec<Session>, i64), StoreError> {
-        self.inner.pg.list_archived(account_id, offset, limit).await
+    async fn usage(&self, account_id: &str) -> Result<Usage, StoreError> {
+        // What the journal holds is not counted until it is backfilled: an outage's
+        // writes pass the quota by at most what was written during it.
+        let inner = &*self.inner;
+        inner.pg_read(inner.pg.usage(account_id)).await
     }
 
     fn route_webhooks(&self, routes: Vec<crate::outbox::Route>) {

@@ -1,0 +1,196 @@
+//! The SQL of the session listing (ListSessions, the console's search, `tether sessions
+//! list`), written once for both stores: an account's sessions through a
+//! [`SessionFilter`], a page of them most recently updated first and the count of all.
+//!
+//! Every filter reads a column of `sessions` (kept by triggers on `events`, migrations
+//! `session_search`) or the message text index, so a listing never reads a session's
+//! events to decide whether it matches.
+
+use chrono::{DateTime, Utc};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type};
+
+use super::sql::{self, select_sessions};
+use crate::event::Session;
+use crate::store::{search_words, ArchivedFilter, SessionFilter, StoreError};
+
+/// What the dialects write differently.
+pub(crate) struct Dialect {
+    /// The conditions of active sessions, of sessions a client has not deleted, and of
+    /// archived ones among those.
+    listed: &'static str,
+    not_deleted: &'static str,
+    archived: &'static str,
+    /// Opens the condition that a metadata entry (key, then value, bound after it) is
+    /// the session's: the store's JSON read of `s.metadata_json`.
+    metadata_key: fn(&str) -> String,
+    metadata_value: &'static str,
+    /// Opens the subquery of the sessions (`session_id`) one of whose messages has every
+    /// word of the search; the account is bound after it, then `text_match`'s argument.
+    text_sessions: &'static str,
+    text_match: &'static str,
+    text_end: &'static str,
+    /// The search's argument from its words.
+    text_query: fn(&[String]) -> String,
+}
+
+pub(crate) const SQLITE: Dialect = Dialect {
+    listed: " AND s.archived_at IS NULL AND s.client_deleted = 0",
+    not_deleted: " AND s.client_deleted = 0",
+    archived: " AND s.archived_at IS NOT NULL AND s.client_deleted = 0",
+    // A JSON path naming the key as one member (quoted); keys with `"` are refused at
+    // the edge (`metadata_key_is_valid`).
+    metadata_key: |key| format!("$.\"{key}\""),
+    metadata_value: "json_extract(s.metadata_json, ",
+    // The index is read first (a join let SQLite scan the account's rows and probe the
+    // index with each instead), then the rows it found are kept if the account's.
+    text_sessions: "SELECT r.session_id FROM message_rows AS r WHERE r.account_id = ",
+    text_match: " AND r.id IN (SELECT rowid FROM message_text WHERE message_text MATCH ",
+    text_end: ")",
+    // Each word quoted (an FTS5 string), all of them required in one row.
+    text_query: |words| {
+        words
+            .iter()
+            .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    },
+};
+
+pub(crate) const POSTGRES: Dialect = Dialect {
+    listed: " AND s.archived_at IS NULL AND NOT s.client_deleted",
+    not_deleted: " AND NOT s.client_deleted",
+    archived: " AND s.archived_at IS NOT NULL AND NOT s.client_deleted",
+    metadata_key: |key| key.to_owned(),
+    metadata_value: "(s.metadata_json ->> ",
+    text_sessions: "SELECT t.session_id FROM message_text AS t WHERE t.account_id = ",
+    text_match: " AND t.terms @@ plainto_tsquery('simple', ",
+    text_end: ")",
+    text_query: |words| words.join(" "),
+};
+
+/// A value a listing binds.
+enum Arg {
+    Text(String),
+    Time(DateTime<Utc>),
+    Int(i64),
+}
+
+/// The listing's `WHERE` clause for `account_id` and `filter`, with `$n` placeholders,
+/// and what they bind, in order.
+fn conditions(dialect: &Dialect, account_id: &str, filter: &SessionFilter) -> (String, Vec<Arg>) {
+    let mut args = vec![Arg::Text(account_id.to_owned())];
+    let bind = |args: &mut Vec<Arg>, arg: Arg| {
+        args.push(arg);
+        format!("${}", args.len())
+    };
+    let mut sql = String::from("WHERE s.account_id = $1");
+    // Written as `sessions_listed` (migrations `session_search`) writes its condition, so
+    // that the default listing reads that index alone.
+    sql.push_str(match filter.archived {
+        ArchivedFilter::Exclude => dialect.listed,
+        ArchivedFilter::Include => dialect.not_deleted,
+        ArchivedFilter::Only => dialect.archived,
+    });
+    let texts = [
+        (" AND s.user_id = ", filter.user_id.clone()),
+        (" AND s.agent_id = ", filter.agent_id.clone()),
+        (
+            " AND s.last_run_status = ",
+            filter.last_run_status.map(|s| s.as_str().to_owned()),
+        ),
+    ];
+    for (condition, value) in texts {
+        if let Some(value) = value {
+            let n = bind(&mut args, Arg::Text(value));
+            sql.push_str(condition);
+            sql.push_str(&n);
+        }
+    }
+    let times = [
+        (" AND s.created_at >= ", filter.created_after),
+        (" AND s.created_at < ", filter.created_before),
+        (" AND s.updated_at >= ", filter.active_after),
+        (" AND s.updated_at < ", filter.active_before),
+    ];
+    for (condition, at) in times {
+        if let Some(at) = at {
+            let n = bind(&mut args, Arg::Time(at));
+            sql.push_str(condition);
+            sql.push_str(&n);
+        }
+    }
+    for (key, value) in &filter.metadata {
+        let k = bind(&mut args, Arg::Text((dialect.metadata_key)(key)));
+        let v = bind(&mut args, Arg::Text(value.clone()));
+        sql.push_str(&format!(" AND {}{k}) = {v}", dialect.metadata_value));
+    }
+    if let Some(text) = &filter.text {
+        let words = search_words(text);
+        if !words.is_empty() {
+            let q = bind(&mut args, Arg::Text((dialect.text_query)(&words)));
+            sql.push_str(&format!(
+                " AND s.session_id IN ({}$1{}{q}{})",
+                dialect.text_sessions, dialect.text_match, dialect.text_end
+            ));
+        }
+    }
+    (sql, args)
+}
+
+/// `text` with `args` bound.
+fn bound<'q, DB>(text: &'q str, args: &'q [Arg]) -> sql::Statement<'q, DB>
+where
+    DB: Database,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+    DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+{
+    args.iter().fold(sqlx::query(text), |q, arg| match arg {
+        Arg::Text(s) => q.bind(s.as_str()),
+        Arg::Time(t) => q.bind(*t),
+        Arg::Int(n) => q.bind(*n),
+    })
+}
+
+/// A page of the account's sessions that `filter` lets through, most recently updated
+/// first (ties by id), and the count of all of them.
+pub(crate) async fn list<DB>(
+    pool: &sqlx::Pool<DB>,
+    dialect: &Dialect,
+    account_id: &str,
+    filter: &SessionFilter,
+    offset: i64,
+    limit: i64,
+) -> Result<(Vec<Session>, i64), StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
+    for<'q> String: Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let (filter_sql, mut args) = conditions(dialect, account_id, filter);
+    let count_sql = format!("SELECT COUNT(*) FROM sessions AS s {filter_sql}");
+    let total: i64 = bound::<DB>(&count_sql, &args)
+        .fetch_one(pool)
+        .await?
+        .try_get(0)?;
+    args.push(Arg::Int(limit.max(0)));
+    args.push(Arg::Int(offset.max(0)));
+    let page_sql = format!(
+        "{}{filter_sql} ORDER BY s.updated_at DESC, s.session_id LIMIT ${} OFFSET ${}",
+        select_sessions!(),
+        args.len() - 1,
+        args.len()
+    );
+    let rows = bound::<DB>(&page_sql, &args).fetch_all(pool).await?;
+    let sessions = rows
+        .iter()
+        .map(sql::session_from_row)
+        .collect::<Result<_, _>>()?;
+    Ok((sessions, total))
+}
