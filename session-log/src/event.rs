@@ -370,6 +370,9 @@ pub struct Session {
     /// log, and no read shows it.
     #[serde(default)]
     pub deleted: bool,
+    /// When it was archived (read-only: no run starts in it); `None` while active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 /// Where a fork's history comes from: its parent's history up to and including the

@@ -55,7 +55,7 @@ macro_rules! select_sessions {
     () => {
         concat!(
             "SELECT s.account_id, s.session_id, s.last_seq, s.created_at, s.updated_at, \
-             CAST(f.content_json AS TEXT) AS fork, \
+             s.archived_at, CAST(f.content_json AS TEXT) AS fork, \
              (SELECT CAST(m.content_json AS TEXT) FROM events AS m \
              WHERE m.account_id = s.account_id AND m.session_id = s.session_id AND ",
             $crate::backend::sql::updates_condition!(),
@@ -614,6 +614,7 @@ where
         forked_from,
         metadata,
         deleted: deleted > 0,
+        archived_at: row.try_get("archived_at")?,
     })
 }
 

@@ -1396,6 +1396,8 @@ impl Store for JournaledStore {
                         .flatten(),
                     metadata: None,
                     deleted: false,
+                    // Archiving is not journalled: a session only the journal holds is not.
+                    archived_at: None,
                 });
                 s.last_seq = s.last_seq.max(last.seq);
                 s.updated_at = s.updated_at.max(last.created_at);
