@@ -85,6 +85,8 @@ litellm_settings:
   telemetry: false
 general_settings:
   disable_spend_logs: true
+  # No master key: loopback only, and the lanes measure the proxy path, not key checks.
+  dangerously_permit_weak_or_unset_master_key: true
 EOF
       LITELLM_LOG=ERROR "$LITELLM_VENV/bin/litellm" --config "$W/litellm.yaml" --host 127.0.0.1 --port $port \
         --num_workers 1 >"$W/litellm.log" 2>&1 &
@@ -110,8 +112,8 @@ EOF
   esac
   PIDS+=($TPID)
   TADDR=127.0.0.1:$port
-  # Every target answers the chat lane; wait for it (LiteLLM takes seconds to import).
-  for _ in $(seq 1 300); do
+  # Every target answers the chat lane; wait for it (LiteLLM took ~60 s to start here).
+  for _ in $(seq 1 900); do
     curl -sf -o /dev/null -H 'Content-Type: application/json' \
       -d '{"model":"fake","messages":[{"role":"user","content":"bench:1:0"}]}' \
       "http://$TADDR/v1/chat/completions" && return 0

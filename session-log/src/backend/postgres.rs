@@ -1496,6 +1496,18 @@ mod tests {
     use super::*;
     use crate::event::EventType;
 
+    /// `TEST_DATABASE_URL`; `None` (skip) without it, except in CI, which needs it.
+    fn test_url() -> Option<String> {
+        match std::env::var("TEST_DATABASE_URL") {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ if std::env::var_os("CI").is_some() => panic!("TEST_DATABASE_URL must be set in CI"),
+            _ => {
+                eprintln!("TEST_DATABASE_URL is not set: skipping");
+                None
+            }
+        }
+    }
+
     /// The backend process of the connection the next write turn gets.
     async fn writer_pid(store: &PgStore) -> i32 {
         let mut turn = store.write_turn().await.unwrap();
@@ -1511,10 +1523,8 @@ mod tests {
     /// one is closed), and kept while it is younger.
     #[tokio::test]
     async fn the_write_connection_is_replaced_when_it_is_old() {
-        let url = match std::env::var("TEST_DATABASE_URL") {
-            Ok(url) if !url.is_empty() => url,
-            _ if std::env::var_os("CI").is_some() => panic!("TEST_DATABASE_URL must be set in CI"),
-            _ => return eprintln!("TEST_DATABASE_URL is not set: skipping"),
+        let Some(url) = test_url() else {
+            return;
         };
         let mut store = PgStore::connect(&url).await.unwrap();
         let first = writer_pid(&store).await;
@@ -1605,10 +1615,8 @@ mod tests {
     /// a store that finds them analyzed (and autovacuum on) does not analyze them again.
     #[tokio::test]
     async fn a_fresh_databases_tables_are_analyzed_after_its_first_events() {
-        let url = match std::env::var("TEST_DATABASE_URL") {
-            Ok(url) if !url.is_empty() => url,
-            _ if std::env::var_os("CI").is_some() => panic!("TEST_DATABASE_URL must be set in CI"),
-            _ => return eprintln!("TEST_DATABASE_URL is not set: skipping"),
+        let Some(url) = test_url() else {
+            return;
         };
         let admin = PgPool::connect(&url).await.unwrap();
         let name = format!("tether_analyze_{}", std::process::id());
