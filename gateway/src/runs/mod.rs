@@ -458,6 +458,7 @@ impl Runs {
         .await
     }
 
+    #[allow(clippy::too_many_arguments)] // start's and resume's, and what each knows
     async fn launch(
         self: &Arc<Self>,
         account_id: &str,
@@ -640,6 +641,7 @@ impl Runs {
     /// Loads the history (a resume brings its own), then commits the new input,
     /// `in_progress`, and a checkpoint when the input carries tool results; returns the
     /// history and what was committed.
+    #[allow(clippy::too_many_arguments)] // launch's, for the start's events
     async fn record_start(
         &self,
         account_id: &str,
