@@ -153,6 +153,13 @@ for target in $TARGETS; do
   cell "$target" sse-1 sse --addr $TADDR --surface chat --streams 1 --events 20 --delay-ms 50 --rounds $ROUNDS1 --timeout 60
   cell "$target" sse-100 sse --addr $TADDR --surface chat --streams 100 --events 20 --delay-ms 50 --timeout 60
   cell "$target" sse-1000 sse --addr $TADDR --surface chat --streams 1000 --events 20 --delay-ms 50 --timeout 90
+  # Idle streams on a fresh process: one that served the lanes above keeps its grown heap,
+  # and new streams would fill it without a byte more of RSS.
+  if [ "$target" != direct ]; then
+    kill "$TPID" 2>/dev/null || true; wait "$TPID" 2>/dev/null || true
+    rm -f "$W"/tether.sqlite*
+    start_target "$target" $((P + i)) || { log "$target did not restart for the idle lane"; continue; }
+  fi
   cell "$target" idle idle --addr $TADDR --streams $IDLE --pids "$(tree "$TPID")" --hold-ms 60000 --timeout 90
   if [ "$target" != direct ]; then kill "$TPID" 2>/dev/null || true; wait "$TPID" 2>/dev/null || true; fi
   # Streams the idle lane left open end with the agent.
