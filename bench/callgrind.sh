@@ -17,7 +17,7 @@ mkdir -p "$OUTD"
 P=${BASE_PORT:-19300}
 W=$(mktemp -d /tmp/tether-cg.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
 trap cleanup EXIT
 
 wait_http() { for _ in $(seq 1 600); do curl -sf -o /dev/null "$1" && return 0; sleep 0.2; done; return 1; }
