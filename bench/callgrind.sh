@@ -9,7 +9,7 @@
 # Prints one JSON line per scenario: total instructions (Ir) over the measured load,
 # divided by requests (pass-through, tee on and off) or runs (SSE, SQLite). The dumps stay
 # in the out dir for `callgrind_annotate`. SCENARIOS (default "pass-tee pass-notee
-# sse-chat") picks which run.
+# sse-chat") picks which run; `start` and `turn` count run starts (see below).
 set -euo pipefail
 BIN=$(cd "$1" && pwd)
 OUTD=${2:-$(mktemp -d /tmp/tether-callgrind.XXXXXX)}
@@ -17,7 +17,7 @@ mkdir -p "$OUTD"
 P=${BASE_PORT:-19300}
 W=$(mktemp -d /tmp/tether-cg.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
 trap cleanup EXIT
 
 wait_http() { for _ in $(seq 1 600); do curl -sf -o /dev/null "$1" && return 0; sleep 0.2; done; return 1; }
@@ -68,3 +68,8 @@ measure pass-tee requests 600 open --addr @ADDR@ --path /json --rate 100 --secon
 measure pass-notee requests 600 open --addr @ADDR@ --path /json --rate 100 --seconds 6 --conns 8 -- --tee false
 # SSE: 20 chat runs one after another, 20 deltas 5 ms apart.
 measure sse-chat runs 20 sse --addr @ADDR@ --surface chat --streams 1 --events 20 --delay-ms 5 --rounds 20 --timeout 120 --
+# Run starts (and ends): 50 chat runs of one delta each, one after another, each in a new
+# session (`start`), or each a turn of a named session (`turn`: its row, its archived
+# mark, its claim and its history are read).
+measure start runs 50 sse --addr @ADDR@ --surface chat --streams 1 --events 1 --delay-ms 0 --rounds 50 --timeout 300 --
+measure turn runs 50 sse --addr @ADDR@ --surface chat --streams 1 --events 1 --delay-ms 0 --rounds 50 --timeout 300 --session cg --

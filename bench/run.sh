@@ -13,7 +13,8 @@
 # Environment: CARGO_TARGET_DIR (default /root/.cache/tether-target), PG_ADMIN_URL
 # (default postgres://postgres@127.0.0.1:5432/postgres; the database tether_bench is
 # dropped and recreated), IDLE_STREAMS (default 9000: see BENCHMARKS.md for why not 10k),
-# OUT (default BENCHMARKS.md at the repo root), BASE_PORT (default 19100).
+# OUT (default BENCHMARKS.md at the repo root), BASE_PORT (default 19100), PEERS=0 (no
+# peers), AGENTGATEWAY_BIN and LITELLM_VENV (see bench/peers.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,6 +41,7 @@ RESULTS=$LAST/results.jsonl
 META=$LAST/meta.json
 mkdir -p "$BIN"
 : > "$RESULTS"
+rm -f "$LAST/peers.jsonl"
 PIDS=()
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -364,6 +366,14 @@ log "7. session history: forks and projections (bench-history)"
 HISTORY_REPEATS=50; [ "$QUICK" = 1 ] && HISTORY_REPEATS=10
 cmdlog "TEST_DATABASE_URL=$PG_URL bench-history $HISTORY_REPEATS"
 store_bench history.txt bench-history $HISTORY_REPEATS
+
+# ---------------------------------------------------------------- 8. peers
+# LiteLLM's proxy and agentgateway on the same lanes as direct and Tether (bench/peers.sh;
+# each row says "skipped" and why when its peer is not installed). PEERS=0 leaves them out.
+if [ "${PEERS:-1}" = 1 ]; then
+  log "8. peers: LiteLLM's proxy, agentgateway (AGENTGATEWAY_BIN=${AGENTGATEWAY_BIN:-unset})"
+  QUICK=$QUICK "$ROOT/bench/peers.sh" "$BIN" "$LAST" || log "peers failed: $?"
+fi
 
 # ---------------------------------------------------------------- 4. idle streams (last:
 # the runs stay owned by Tether after the client leaves, so each target gets a fresh agent)

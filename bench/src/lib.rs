@@ -282,6 +282,21 @@ pub fn get_request(host: &str, path: &str, headers: &[String]) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n{extra}\r\n").into_bytes()
 }
 
+/// The request `open` and `sat` send for `path`: a non-streaming chat completion (one
+/// text answer from the fake agent) for `/v1/chat/completions`, else a `GET`.
+pub fn load_request(host: &str, path: &str, headers: &[String]) -> Vec<u8> {
+    if path != "/v1/chat/completions" {
+        return get_request(host, path, headers);
+    }
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+    let body = r#"{"model":"fake","messages":[{"role":"user","content":"bench:1:0"}]}"#;
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 /// A streaming model request for `surface` ("chat" or "responses") asking the fake
 /// agent for `events` text deltas `delay_ms` apart.
 pub fn model_request(host: &str, surface: &str, events: u64, delay_ms: u64) -> Vec<u8> {
@@ -305,6 +320,17 @@ pub fn model_request(host: &str, surface: &str, events: u64, delay_ms: u64) -> V
     .into_bytes()
 }
 
+/// `request` with the header `line` (`Name: value`) added after its request line.
+pub fn with_header(request: &[u8], line: &str) -> Vec<u8> {
+    let at = find(request, b"\r\n").map_or(request.len(), |i| i + 2);
+    let mut out = Vec::with_capacity(request.len() + line.len() + 2);
+    out.extend_from_slice(&request[..at]);
+    out.extend_from_slice(line.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&request[at..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +340,15 @@ mod tests {
         let mut out = Vec::new();
         markers(b"data: {\"c\":\"@t=123;\"}\n\ndata: @t=45;@t=9", &mut out);
         assert_eq!(out, vec![123, 45]);
+    }
+
+    #[test]
+    fn adds_a_header_after_the_request_line() {
+        let req = with_header(b"POST / HTTP/1.1\r\nHost: h\r\n\r\n{}", "x-session-id: s-1");
+        assert_eq!(
+            req,
+            b"POST / HTTP/1.1\r\nx-session-id: s-1\r\nHost: h\r\n\r\n{}".to_vec()
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use crate::ids::{client_id, new_id};
 use crate::metrics::{Limit, METRICS};
 use crate::quota;
-use crate::runs::{attachments, StartError, StartedRun, REQUEST_DIGEST};
+use crate::runs::{attachments, Seen, StartError, StartedRun, REQUEST_DIGEST};
 use crate::state::State;
 use crate::telemetry::spans;
 
@@ -164,8 +164,10 @@ async fn prepare_run(
         .await
         .map_err(|e| (e, None))?;
     let resent = carries_history(&turn.input);
-    if let (Target::Session(id), SessionRef::Named(_), true) = (&target, &turn.session, resent) {
-        target = reconcile_history(state, account_id, id.clone(), &mut turn)
+    if let (Target::Session(id, seen), SessionRef::Named(_), true) =
+        (&target, &turn.session, resent)
+    {
+        target = reconcile_history(state, account_id, id.clone(), seen.clone(), &mut turn)
             .await
             .map_err(|e| (e, None))?;
     }
@@ -174,8 +176,8 @@ async fn prepare_run(
     refuse_run_over_quota(state, account_id, &turn, &target, &uploads)
         .await
         .map_err(|e| (e, None))?;
-    let session_id = match target {
-        Target::Session(id) => id,
+    let (session_id, seen) = match target {
+        Target::Session(id, seen) => (id, seen),
         Target::Fork(from) => {
             // At its cap the account gets 429 before the fork is made, as a resume does.
             drop(
@@ -184,9 +186,11 @@ async fn prepare_run(
                     .try_acquire_run(account_id)
                     .map_err(|l| (ApiError::limited(&l), None))?,
             );
-            fork_after(state, account_id, &from)
+            let fork = fork_after(state, account_id, &from)
                 .await
-                .map_err(|e| (e, None))?
+                .map_err(|e| (e, None))?;
+            // Just made, so not archived; its row is read with its history.
+            (fork, Seen::Read(None))
         }
     };
     attachments::save(&*state.store, account_id, uploads)
@@ -195,7 +199,7 @@ async fn prepare_run(
     let runs = state.runs.clone();
     let (account, sid) = (account_id.to_owned(), session_id.clone());
     let follow = Subscription::before_append(state.store.clone(), &state.hub, account_id, &sid);
-    let start = async move { runs.start(&account, &sid, run_id, turn, follow).await };
+    let start = async move { runs.start(&account, &sid, run_id, turn, follow, seen).await };
     on_core(&state.core, spans::in_client_trace(client_trace, start))
         .await
         .map_err(|e| {
@@ -465,8 +469,8 @@ async fn refuse_run_over_quota(
 ) -> std::result::Result<(), ApiError> {
     let session = match (target, &turn.session) {
         (Target::Fork(_), _) | (_, SessionRef::New) => quota::Target::New,
-        (Target::Session(id), SessionRef::Named(_)) => quota::Target::Named(id),
-        (Target::Session(_), _) => quota::Target::Existing,
+        (Target::Session(id, _), SessionRef::Named(_)) => quota::Target::Named(id),
+        (Target::Session(..), _) => quota::Target::Existing,
     };
     let adding = quota::Adding {
         session,
@@ -477,7 +481,8 @@ async fn refuse_run_over_quota(
 }
 
 enum Target {
-    Session(String),
+    /// A session, with its row as read here (the start reads it no more).
+    Session(String, Seen),
     /// After an older response of a session: a fork of it at that response's
     /// checkpoint, made once the turn's other checks have passed.
     Fork(ForkPoint),
@@ -490,14 +495,16 @@ async fn resolve_session(
     reference: &SessionRef,
 ) -> std::result::Result<Target, ApiError> {
     match reference {
-        SessionRef::New => Ok(Target::Session(new_id("sess"))),
+        SessionRef::New => Ok(Target::Session(new_id("sess"), Seen::Read(None))),
         SessionRef::Named(id) => {
             client_id("conversation", id).map_err(|e| e.to_api())?;
-            // A deleted conversation stays deleted: its id names nothing any more.
-            let deleted = session_deleted(state, account_id, id)
-                .await
-                .map_err(|e| ApiError::store_unavailable(&e, "cannot resolve the conversation"))?;
-            if deleted {
+            // A deleted conversation stays deleted: its id names nothing any more. The row
+            // read here is the start's only read of it (its archived mark, its fork point).
+            let session =
+                state.store.session(account_id, id).await.map_err(|e| {
+                    ApiError::store_unavailable(&e, "cannot resolve the conversation")
+                })?;
+            if session.as_ref().is_some_and(|s| s.deleted) {
                 return Err(ApiError::new(
                     404,
                     "invalid_request_error",
@@ -506,7 +513,10 @@ async fn resolve_session(
                 )
                 .with_param("conversation"));
             }
-            Ok(Target::Session(id.clone()))
+            Ok(Target::Session(
+                id.clone(),
+                Seen::Read(session.map(Box::new)),
+            ))
         }
         SessionRef::AfterResponse(response_id) => {
             let run_id = surface
@@ -521,13 +531,15 @@ async fn resolve_session(
                 .await
                 .map_err(unavailable)?
                 .ok_or_else(|| previous_response_not_found(response_id))?;
-            if session_deleted(state, account_id, &run.session_id)
+            let session = state
+                .store
+                .session(account_id, &run.session_id)
                 .await
-                .map_err(unavailable)?
-            {
+                .map_err(unavailable)?;
+            if session.as_ref().is_some_and(|s| s.deleted) {
                 return Err(previous_response_not_found(response_id));
             }
-            continue_after(state, account_id, &run)
+            continue_after(state, account_id, &run, session)
                 .await
                 .map_err(unavailable)
         }
@@ -564,6 +576,7 @@ async fn continue_after(
     state: &State,
     account_id: &str,
     run: &Invocation,
+    session: Option<session_log::Session>,
 ) -> std::result::Result<Target, StoreError> {
     let store = &*state.store;
     let checkpoints = EventQuery {
@@ -575,7 +588,10 @@ async fn continue_after(
         e.content.get("phase").and_then(Value::as_str) == Some(Phase::TurnCompleted.as_str())
     });
     let Some(ended) = ended else {
-        return Ok(Target::Session(run.session_id.clone()));
+        return Ok(Target::Session(
+            run.session_id.clone(),
+            Seen::Read(session.map(Box::new)),
+        ));
     };
     let older = answered_after(store, account_id, &run.session_id, ended.seq).await?;
     let checkpoint_id = ended.content.get("checkpoint_id").and_then(Value::as_str);
@@ -585,7 +601,7 @@ async fn continue_after(
             seq: ended.seq,
             checkpoint_id: checkpoint_id.to_owned(),
         }),
-        _ => Target::Session(run.session_id.clone()),
+        _ => Target::Session(run.session_id.clone(), Seen::Read(session.map(Box::new))),
     })
 }
 
@@ -645,20 +661,22 @@ async fn reconcile_history(
     state: &State,
     account_id: &str,
     session_id: String,
+    seen: Seen,
     turn: &mut TurnRequest,
 ) -> std::result::Result<Target, ApiError> {
     // A turn while another runs in the session is refused as busy when it starts; its
     // history, without the running turn's answer, is no divergence.
     if state.runs.running_in_session(account_id, &session_id) {
-        return Ok(Target::Session(session_id));
+        return Ok(Target::Session(session_id, seen));
     }
     let store = &*state.store;
     let unavailable = |e: StoreError| ApiError::store_unavailable(&e, "cannot read the history");
-    let Some(lineage) = Lineage::resolve(store, account_id, &session_id)
-        .await
-        .map_err(unavailable)?
-    else {
-        return Ok(Target::Session(session_id));
+    let lineage = match &seen {
+        Seen::Read(Some(session)) => Lineage::of(store, (**session).clone()).await,
+        Seen::Read(None) | Seen::Unread => Lineage::resolve(store, account_id, &session_id).await,
+    };
+    let Some(lineage) = lineage.map_err(unavailable)? else {
+        return Ok(Target::Session(session_id, seen));
     };
     let history = lineage.history(store, None).await.map_err(unavailable)?;
     let logged: Vec<(&Event, Item)> = history
@@ -671,7 +689,7 @@ async fn reconcile_history(
     let diverged = match reconcile(&items, history.summary.is_some(), &turn.input) {
         Reconciled::Append(new) => {
             turn.input = new;
-            return Ok(Target::Session(session_id));
+            return Ok(Target::Session(session_id, seen));
         }
         Reconciled::Diverged(d) => d,
     };
@@ -701,7 +719,7 @@ async fn reconcile_history(
         );
         turn.input = diverged.input_after(0);
         turn.session = SessionRef::New;
-        return Ok(Target::Session(new_id("sess")));
+        return Ok(Target::Session(new_id("sess"), Seen::Read(None)));
     };
     let position = lineage.position(event);
     let kept = logged

@@ -57,9 +57,17 @@ impl Lineage {
         let Some(session) = store.session(account_id, session_id).await? else {
             return Ok(None);
         };
+        Self::of(store, session).await
+    }
+
+    /// `resolve` from the session's row as the caller already read it (`store.session`),
+    /// so that a run's start reads it once: only a fork's parents are read here. A
+    /// session's own row gives its fork point, which never changes once it is written.
+    pub async fn of(store: &dyn Store, session: Session) -> Result<Option<Lineage>, StoreError> {
         if session.deleted {
             return Ok(None);
         }
+        let (account_id, session_id) = (session.account_id.as_str(), session.session_id.as_str());
         let mut links = vec![(session_id.to_owned(), None)];
         let mut parent = session.forked_from.clone();
         while let Some(point) = parent {

@@ -6,6 +6,8 @@
 //!   server cannot hide its tail (no coordinated omission). The pacer's worst lateness
 //!   is reported too: a frozen machine delays it as much as the server.
 //! - `sat`    closed loop, N keep-alive connections, saturation requests/s.
+//!   (`open` and `sat` with `--path /v1/chat/completions` send a non-streaming chat
+//!   completion instead of a `GET`.)
 //! - `sse`    C concurrent streaming model requests; time to first event and per-event
 //!   delivery latency against the agent's `@t=` send timestamps.
 //! - `idle`   C streams held open by the agent; RSS of the given pids before and after.
@@ -18,7 +20,10 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use tether_bench::{find, get_request, markers, model_request, now_nanos, pct, BodyState, Conn};
+use tether_bench::{
+    find, get_request, load_request, markers, model_request, now_nanos, pct, with_header,
+    BodyState, Conn,
+};
 
 #[derive(Parser)]
 struct Cli {
@@ -75,6 +80,11 @@ enum Mode {
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
+        /// Each stream's rounds are turns of one named session (`x-session-id:
+        /// <prefix>-<stream>`), so every round after a stream's first continues it; without
+        /// it each request starts a new session.
+        #[arg(long)]
+        session: Option<String>,
     },
     Idle {
         #[arg(long)]
@@ -139,7 +149,16 @@ fn main() {
                 delay_ms,
                 rounds,
                 timeout,
-            } => sse(addr, surface, streams, events, delay_ms, rounds, timeout).await,
+                session,
+            } => {
+                let shape = Shape {
+                    surface,
+                    events,
+                    delay_ms,
+                    session,
+                };
+                sse(addr, shape, streams, rounds, timeout).await
+            }
             Mode::Idle {
                 addr,
                 streams,
@@ -181,7 +200,7 @@ async fn open(
     let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let req = Arc::new(get_request(&addr, &path, headers));
+    let req = Arc::new(load_request(&addr, &path, headers));
     let errors = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..conns {
@@ -262,7 +281,7 @@ async fn sat(
     conns: usize,
     seconds: f64,
 ) -> serde_json::Value {
-    let req = Arc::new(get_request(&addr, &path, headers));
+    let req = Arc::new(load_request(&addr, &path, headers));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let mut conns_v = Vec::new();
@@ -353,23 +372,40 @@ async fn one_stream(
     Ok((lat, ttfe, complete, reusable))
 }
 
-async fn sse(
-    addr: String,
+/// What each request of `sse` asks for.
+struct Shape {
     surface: String,
-    streams: usize,
     events: u64,
     delay_ms: u64,
+    /// Named sessions' prefix (`--session`).
+    session: Option<String>,
+}
+
+async fn sse(
+    addr: String,
+    shape: Shape,
+    streams: usize,
     rounds: usize,
     timeout: f64,
 ) -> serde_json::Value {
-    let req = Arc::new(model_request(&addr, &surface, events, delay_ms));
+    let Shape {
+        surface,
+        events,
+        delay_ms,
+        session,
+    } = shape;
+    let req = model_request(&addr, &surface, events, delay_ms);
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(timeout);
     // Stagger the starts over one inter-event gap so the streams are not in lockstep.
     let stagger = Duration::from_millis(delay_ms.max(1));
     let mut tasks = Vec::new();
     for i in 0..streams {
-        let (req, addr) = (req.clone(), addr.clone());
+        let req = match &session {
+            Some(prefix) => with_header(&req, &format!("x-session-id: {prefix}-{i}")),
+            None => req.clone(),
+        };
+        let addr = addr.clone();
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(stagger * i as u32 / streams as u32).await;
             let mut lat = Vec::new();

@@ -173,6 +173,18 @@ pub struct ResumeFrom {
     pub history: Vec<Item>,
 }
 
+/// The session a run starts in, as the caller found it before the start: a turn reads
+/// the session's row once, and the start takes its archived mark and fork point from it.
+#[derive(Clone, Debug)]
+pub enum Seen {
+    /// Not read: the start reads the archived mark, and the row for the history.
+    Unread,
+    /// Read just before the start, its deleted mark checked by the caller: `None` when
+    /// the account had no such session (its history is then looked up again after the
+    /// claim). The history itself is always read after the claim.
+    Read(Option<Box<session_log::Session>>),
+}
+
 /// A live run's key in the registry: (account_id, invocation_id). Every lookup names the
 /// account, so an id that another account also holds (an imported copy) never reaches
 /// this account's run.
@@ -429,9 +441,18 @@ impl Runs {
         run_id: String,
         turn: TurnRequest,
         follow: BeforeAppend,
+        seen: Seen,
     ) -> Result<(StartedRun, Subscription), StartError> {
-        self.launch(account_id, session_id, Some(run_id), turn, None, follow)
-            .await
+        self.launch(
+            account_id,
+            session_id,
+            Some(run_id),
+            turn,
+            None,
+            follow,
+            seen,
+        )
+        .await
     }
 
     /// Starts a new invocation of an existing run from a checkpoint: the agent gets
@@ -445,10 +466,19 @@ impl Runs {
         from: ResumeFrom,
         follow: BeforeAppend,
     ) -> Result<(StartedRun, Subscription), StartError> {
-        self.launch(account_id, session_id, None, turn, Some(from), follow)
-            .await
+        self.launch(
+            account_id,
+            session_id,
+            None,
+            turn,
+            Some(from),
+            follow,
+            Seen::Unread,
+        )
+        .await
     }
 
+    #[allow(clippy::too_many_arguments)] // start's and resume's, and what each knows
     async fn launch(
         self: &Arc<Self>,
         account_id: &str,
@@ -457,6 +487,7 @@ impl Runs {
         turn: TurnRequest,
         resume: Option<ResumeFrom>,
         follow: BeforeAppend,
+        seen: Seen,
     ) -> Result<(StartedRun, Subscription), StartError> {
         let run_id = resume
             .as_ref()
@@ -535,9 +566,13 @@ impl Runs {
             fresh: resume.is_none() && turn.session == SessionRef::New,
         };
         // An archived session takes no run: checked before the claim writes anything.
-        // A session Tether just named cannot be archived.
+        // A session Tether just named cannot be archived; a row the caller read says.
         if !claim.fresh {
-            match self.store.archived_at(account_id, session_id).await {
+            let archived = match &seen {
+                Seen::Read(session) => Ok(session.as_ref().and_then(|s| s.archived_at)),
+                Seen::Unread => self.store.archived_at(account_id, session_id).await,
+            };
+            match archived {
                 Ok(None) => {}
                 Ok(Some(_)) => {
                     self.forget(account_id, &invocation_id);
@@ -580,6 +615,7 @@ impl Runs {
                 &invocation_id,
                 &turn,
                 resume,
+                seen,
             )
             .instrument(trace.clone())
             .await;
@@ -627,6 +663,7 @@ impl Runs {
     /// Loads the history (a resume brings its own), then commits the new input,
     /// `in_progress`, and a checkpoint when the input carries tool results; returns the
     /// history and what was committed.
+    #[allow(clippy::too_many_arguments)] // launch's, for the start's events
     async fn record_start(
         &self,
         account_id: &str,
@@ -635,6 +672,7 @@ impl Runs {
         invocation_id: &str,
         turn: &TurnRequest,
         resume: Option<ResumeFrom>,
+        seen: Seen,
     ) -> Result<(History, Vec<Event>), StartError> {
         let mut metadata = json!({ "surface": turn.surface.as_str(), "stream": turn.stream });
         let mut history = match resume {
@@ -648,7 +686,7 @@ impl Runs {
             }
             // A session Tether just named has no history to read.
             None if turn.session == SessionRef::New => History::default(),
-            None => self.history(account_id, session_id, turn).await?,
+            None => self.history(account_id, session_id, turn, seen).await?,
         };
         // A compaction made for this turn is committed with its start, before it.
         let mut batch: Vec<NewEvent> = history.compaction.take().into_iter().flatten().collect();
@@ -749,9 +787,18 @@ impl Runs {
         account_id: &str,
         session_id: &str,
         turn: &TurnRequest,
+        seen: Seen,
     ) -> Result<History, StoreError> {
         let store = &*self.store;
-        let Some(lineage) = Lineage::resolve(store, account_id, session_id).await? else {
+        // A session the caller found absent is read again: another request naming the
+        // same new id may have created it since, and its history is this turn's too.
+        let lineage = match seen {
+            Seen::Read(Some(session)) => Lineage::of(store, *session).await?,
+            Seen::Read(None) | Seen::Unread => {
+                Lineage::resolve(store, account_id, session_id).await?
+            }
+        };
+        let Some(lineage) = lineage else {
             return Ok(History::default());
         };
         let mut history = lineage.history(store, None).await?;

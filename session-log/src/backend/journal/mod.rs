@@ -1417,6 +1417,7 @@ impl Store for JournaledStore {
                     user_id: None,
                     agent_id: None,
                     last_run_status: None,
+                    // Archiving is not journalled: a session only the journal holds is not.
                     archived_at: None,
                 });
                 s.last_seq = s.last_seq.max(last.seq);
