@@ -58,6 +58,18 @@ const SQLITE: &[(i64, &str)] = &[
         "e278efb27bd2354f0c240d0af0c66390f4227733fd85b984c83a14d254a0fad22f313fad9f5f76efffccd48712ec2f26",
     ),
     (
+        14,
+        "bb9f154a7216a5b6ac4448863983fcb9c74b33e59e2c13bf10671bb4b2310fe9c859dd904f273c259390fa03f0a73500",
+    ),
+    (
+        15,
+        "dfaf34ecf83c216e732ada39ec243ae07d1c68c61fcccf2e37c20655cb4bb165e00bcb43f33766ddb1ed35ec4651ff88",
+    ),
+    (
+        16,
+        "032c2a3ade996b3c881316498e85ca7709301f3e5f0b837565f3625504eac86f8e1935bbdaa50c62dcacea08ee142800",
+    ),
+    (
         17,
         "b32ead1ad411c0ae234895afd772b276fd73882d8e627f3397d64430eaa5046e0bde4c1ad79a5c29d4ed85c5335cb666",
     ),
@@ -126,6 +138,18 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         15,
         "0be06b2a1b93df6dbe684d1b8f6ab34c69a34ed6013933b857be7ae6ca9ccf2fdb86c9d6e70dd0830ce7895a157c7813",
+    ),
+    (
+        16,
+        "445940e801869ea254e706e5ee37f46bfc6c74747aff3cd0676e9d1300aed70550812e45c4d51013ae96535e2dca23cd",
+    ),
+    (
+        17,
+        "e6c10221d96fad47171742977fc7777eb038d3c122b5531ebcb817ee3186779e8ca6deb13af551c687cf28b96b4d7c24",
+    ),
+    (
+        18,
+        "78a5eea26e9538620c3bf9d323b13373890b1409e06bf32b8976e16af528416d831d8b8d8d29afd4ee5aea312662be58",
     ),
     (
         19,

@@ -86,65 +86,8 @@ BEGIN
             AND agent_id IS NOT json_extract(NEW.metadata_json, '$.adk.app_name'));
 END;
 
--- The text search: an FTS5 index of the message events' text (their first 100,000
--- characters). `message_rows` names the event each index row is of (an explicit INTEGER
--- PRIMARY KEY, which VACUUM keeps, where `events`' own rowids it may renumber). The index
--- is contentless: it holds the terms, not a copy of the text; `contentless_delete` lets
--- a row be deleted, and `secure-delete` removes a deleted row's terms from the index
--- itself instead of recording a tombstone, so removed text is not left in the file (the
--- connection's `secure_delete` zeroes the freed pages). Deleting an event (a hard delete,
--- retention) deletes its rows; an `item_deleted` event deletes those of the item's own
--- event (`seq` in its content).
-CREATE TABLE message_rows (
-    id INTEGER PRIMARY KEY,
-    account_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    UNIQUE (account_id, session_id, seq)
-);
-CREATE VIRTUAL TABLE message_text USING fts5(text, content='', contentless_delete=1);
-INSERT INTO message_text (message_text, rank) VALUES ('secure-delete', 1);
-
-INSERT INTO message_rows (account_id, session_id, seq)
-SELECT account_id, session_id, seq FROM events
-WHERE event_type = 'message' AND json_extract(content_json, '$.text') IS NOT NULL
--- Items deleted before this migration: their position is their seq outside forks.
-AND NOT EXISTS (SELECT 1 FROM events AS d
-    WHERE d.account_id = events.account_id AND d.session_id = events.session_id
-    AND d.event_type IN ('session_metadata', 'session_deleted', 'item_deleted')
-    AND d.event_type = 'item_deleted'
-    AND json_extract(d.content_json, '$.position') = events.seq
-    AND NOT EXISTS (SELECT 1 FROM events AS f WHERE f.account_id = d.account_id
-        AND f.session_id = d.session_id AND f.seq = 1 AND f.event_type = 'session_fork'));
-INSERT INTO message_text (rowid, text)
-SELECT r.id, substr(json_extract(e.content_json, '$.text'), 1, 100000)
-FROM message_rows AS r JOIN events AS e
-ON e.account_id = r.account_id AND e.session_id = r.session_id AND e.seq = r.seq;
-
-CREATE TRIGGER message_text_add AFTER INSERT ON events
-WHEN NEW.event_type = 'message' AND json_extract(NEW.content_json, '$.text') IS NOT NULL
-BEGIN
-    INSERT INTO message_rows (account_id, session_id, seq)
-    VALUES (NEW.account_id, NEW.session_id, NEW.seq);
-    INSERT INTO message_text (rowid, text)
-    VALUES (last_insert_rowid(), substr(json_extract(NEW.content_json, '$.text'), 1, 100000));
-END;
-
-CREATE TRIGGER message_text_remove AFTER DELETE ON events
-WHEN OLD.event_type = 'message'
-BEGIN
-    DELETE FROM message_text WHERE rowid = (SELECT id FROM message_rows
-        WHERE account_id = OLD.account_id AND session_id = OLD.session_id AND seq = OLD.seq);
-    DELETE FROM message_rows
-    WHERE account_id = OLD.account_id AND session_id = OLD.session_id AND seq = OLD.seq;
-END;
-
-CREATE TRIGGER message_text_item_deleted AFTER INSERT ON events
-WHEN NEW.event_type = 'item_deleted' AND json_extract(NEW.content_json, '$.seq') IS NOT NULL
-BEGIN
-    DELETE FROM message_text WHERE rowid = (SELECT id FROM message_rows
-        WHERE account_id = NEW.account_id AND session_id = NEW.session_id
-        AND seq = json_extract(NEW.content_json, '$.seq'));
-    DELETE FROM message_rows WHERE account_id = NEW.account_id
-    AND session_id = NEW.session_id AND seq = json_extract(NEW.content_json, '$.seq');
-END;
+-- The text search reads the account's message events themselves, with no index of their
+-- words: an FTS5 index kept a deleted message's words in the file (its segments' term
+-- keys stay until a merge, and FTS5's merge corrupted the index under concurrent writes
+-- in SQLite 3.46.0), and a removal must leave no trace of what it removed. PostgreSQL
+-- keeps a tsvector index (its dead tuples go with vacuum, as the rest of a removal's).

@@ -41,19 +41,17 @@ pub(crate) const SQLITE: Dialect = Dialect {
     // the edge (`metadata_key_is_valid`).
     metadata_key: |key| format!("$.\"{key}\""),
     metadata_value: "json_extract(s.metadata_json, ",
-    // The index is read first (a join let SQLite scan the account's rows and probe the
-    // index with each instead), then the rows it found are kept if the account's.
-    text_sessions: "SELECT r.session_id FROM message_rows AS r WHERE r.account_id = ",
-    text_match: " AND r.id IN (SELECT rowid FROM message_text WHERE message_text MATCH ",
-    text_end: ")",
-    // Each word quoted (an FTS5 string), all of them required in one row.
-    text_query: |words| {
-        words
-            .iter()
-            .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
-            .collect::<Vec<_>>()
-            .join(" ")
-    },
+    // No word index (migration `session_search` says why): the account's message events
+    // are read, each kept if its text holds every word (lowercased, as `search_words`
+    // makes them; a word matches inside a longer one) and its item was not deleted.
+    text_sessions: "SELECT e.session_id FROM events AS e WHERE e.account_id = ",
+    text_match: " AND e.event_type = 'message' AND NOT EXISTS (SELECT 1 FROM json_each(",
+    text_end: ") AS w WHERE instr(lower(json_extract(e.content_json, '$.text')), w.value) = 0) \
+        AND NOT EXISTS (SELECT 1 FROM events AS d WHERE d.account_id = e.account_id \
+        AND d.session_id = e.session_id AND d.event_type = 'item_deleted' \
+        AND json_extract(d.content_json, '$.seq') = e.seq)",
+    // The words as a JSON array.
+    text_query: |words| serde_json::to_string(words).expect("strings serialize"),
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
