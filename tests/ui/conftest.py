@@ -31,7 +31,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 TETHER_URL = os.environ["TETHER_URL"].rstrip("/")
 TETHER_AUTH_URL = os.environ["TETHER_AUTH_URL"].rstrip("/")
-TETHER_APPROVALS_URL = os.environ["TETHER_APPROVALS_URL"].rstrip("/")
+# Only test_console.py needs it (gateway/tests/e2e/web_origins.rs does not set it).
+TETHER_APPROVALS_URL = os.environ.get("TETHER_APPROVALS_URL", "").rstrip("/")
 
 CHROMIUM_FLAGS = [
     "--headless",
