@@ -51,6 +51,7 @@ static ASSETS: &[Asset] = assets!(
     "style.css" => CSS,
     "icon.svg" => SVG,
     "js/api.js" => JS,
+    "js/approvals.js" => JS,
     "js/app.js" => JS,
     "js/dom.js" => JS,
     "js/session.js" => JS,

@@ -8,6 +8,9 @@ front of tests/fake_agent.py and runs this folder with:
   TETHER_STORE        its SQLite file (feedback is checked in the database too)
   TETHER_AUTH_URL     a gateway with [auth]: API keys TETHER_KEY_A and TETHER_KEY_B
   TETHER_AGENT_URL    the fake agent (what it received)
+  TETHER_APPROVALS_URL a gateway without [auth] in front of a Responses agent whose
+                      `approve:NAME` runs wait for a person
+  TETHER_TOOL_LOG     that agent's --tool-log: every tool an approval let run
   TETHER_SCREENSHOTS  where the README's screenshots are written
   CHROMIUM            the browser's executable (default: `chromium` on PATH)
 
@@ -28,6 +31,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 TETHER_URL = os.environ["TETHER_URL"].rstrip("/")
 TETHER_AUTH_URL = os.environ["TETHER_AUTH_URL"].rstrip("/")
+# Only test_console.py needs it (gateway/tests/e2e/web_origins.rs does not set it).
+TETHER_APPROVALS_URL = os.environ.get("TETHER_APPROVALS_URL", "").rstrip("/")
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -113,15 +118,26 @@ def open_page(browser: Browser, recorder: Recorder, origin: str) -> Page:
     return page
 
 
+def checked_page(browser: Browser, recorder: Recorder, origin: str):
+    """A fresh context on `origin`; afterwards, no uncaught error and no other host."""
+    p = open_page(browser, recorder, origin)
+    yield p
+    p.context.close()
+    assert not recorder.errors, recorder.errors
+    assert not recorder.other_hosts({origin}), recorder.other_hosts({origin})
+
+
 @pytest.fixture
 def page(browser: Browser, recorder: Recorder):
     """A fresh browser context on the gateway without [auth]. Afterwards: no uncaught
     error, and no request to any other host."""
-    p = open_page(browser, recorder, TETHER_URL)
-    yield p
-    p.context.close()
-    assert not recorder.errors, recorder.errors
-    assert not recorder.other_hosts({TETHER_URL}), recorder.other_hosts({TETHER_URL})
+    yield from checked_page(browser, recorder, TETHER_URL)
+
+
+@pytest.fixture
+def approvals_page(browser: Browser, recorder: Recorder):
+    """`page`, on the gateway in front of the Responses agent (approvals)."""
+    yield from checked_page(browser, recorder, TETHER_APPROVALS_URL)
 
 
 @pytest.fixture

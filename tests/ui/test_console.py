@@ -7,6 +7,7 @@ fixtures in conftest.py)."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import sqlite3
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from conftest import TETHER_AUTH_URL, TETHER_URL, control, events, turn
+from conftest import TETHER_APPROVALS_URL, TETHER_AUTH_URL, TETHER_URL, control, events, turn
 
 KEY_A = os.environ["TETHER_KEY_A"]
 KEY_B = os.environ["TETHER_KEY_B"]
@@ -358,6 +359,72 @@ def test_a_second_account_sees_none_of_the_first_accounts_sessions(auth_pages, r
         assert KEY_A not in url and KEY_B not in url, url
     sent = {h.get("authorization") for _, _, h in api}
     assert {f"Bearer {KEY_A}", f"Bearer {KEY_B}"} <= sent
+
+
+def tool_runs() -> list[dict]:
+    """The tools the Responses agent ran, in order (its --tool-log)."""
+    path = Path(os.environ["TETHER_TOOL_LOG"])
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_pending_approval_is_approved_in_the_console(approvals_page: Page):
+    page = approvals_page
+    session = unique("approve")
+    body = turn(session, "approve:deploy", base=TETHER_APPROVALS_URL)
+    [request] = [o for o in body["output"] if o["type"] == "mcp_approval_request"]
+    before = [r for r in tool_runs() if r["approval_request_id"] == request["id"]]
+    assert before == [], "nothing ran before the decision"
+
+    page.goto("/ui/")
+    item = page.locator(".session-item").filter(has=page.get_by_role("link", name=session, exact=True))
+    expect(item.locator(".badge-approval")).to_have_text("1 approval")
+    item.get_by_role("link", name=session, exact=True).click()
+    panel = page.get_by_role("region", name="Pending approvals")
+    approval = panel.locator(".approval")
+    expect(approval).to_have_count(1)
+    expect(approval.locator(".approval-tool")).to_have_text("deploy")
+    expect(approval.locator(".badge")).to_have_text("approval")
+    expect(approval.locator(".approval-arguments")).to_have_text('{\n  "x": 1\n}')
+    expect(approval).to_contain_text("requested ")
+    # A Responses answer has no field for edited arguments: no editor is offered.
+    expect(approval.get_by_role("textbox", name="Arguments (JSON)")).to_have_count(0)
+    approval.get_by_role("textbox", name="Comment").fill("ship it")
+    approval.get_by_role("button", name="Approve", exact=True).click()
+
+    # The answer's run streams into the session the page follows.
+    expect(assistant_answers(page).last).to_have_text('deploy ran with {"x": 1}', timeout=20_000)
+    expect(approval).to_have_count(0)
+    expect(panel.get_by_role("status")).to_contain_text("Approved deploy")
+    expect(item.locator(".badge-approval")).to_have_count(0, timeout=10_000)
+    runs = [r for r in tool_runs() if r["approval_request_id"] == request["id"]]
+    assert runs == [{"tool": "deploy", "arguments": '{"x": 1}', "approval_request_id": request["id"]}], runs
+    pending = control("ListPendingApprovals", {"SessionId": session}, base=TETHER_APPROVALS_URL)
+    assert pending["Total"] == 0 and pending["Approvals"] == [], pending
+    [resolved] = [e for e in events(session, base=TETHER_APPROVALS_URL) if e["EventType"] == "approval_resolved"]
+    assert resolved["Content"]["decision"] == "approve", resolved
+    assert resolved["Content"].get("comment") == "ship it", resolved
+
+
+def test_an_approval_resolved_elsewhere_is_shown_as_already_resolved(approvals_page: Page):
+    page = approvals_page
+    session = unique("approve-twice")
+    body = turn(session, "approve:wipe", base=TETHER_APPROVALS_URL)
+    [request] = [o for o in body["output"] if o["type"] == "mcp_approval_request"]
+    # The page stops hearing the session (a dropped stream), so it still offers the
+    # request when someone else has answered it.
+    page.route("**/SubscribeRunEvents*", lambda route: route.abort())
+    open_session(page, session)
+    approval = page.get_by_role("region", name="Pending approvals").locator(".approval")
+    expect(approval.locator(".approval-tool")).to_have_text("wipe")
+    control("ResolveApproval", {"SessionId": session, "RequestId": request["id"], "Decision": "approve"}, base=TETHER_APPROVALS_URL)
+    approval.get_by_role("button", name="Reject", exact=True).click()
+    expect(page.get_by_role("region", name="Pending approvals").get_by_role("status")).to_have_text(
+        "wipe was already resolved (approve by local): your decision was not applied."
+    )
+    expect(approval).to_have_count(0)
+    [resolved] = [e for e in events(session, base=TETHER_APPROVALS_URL) if e["EventType"] == "approval_resolved"]
+    assert resolved["Content"]["decision"] == "approve", resolved
+    page.unroute("**/SubscribeRunEvents*")
 
 
 def test_the_page_requests_no_other_host(page: Page, recorder):

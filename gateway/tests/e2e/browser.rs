@@ -1,6 +1,7 @@
 //! The sessions console in a real browser: `tests/ui` (pytest with Playwright, from the
 //! venv `tests/run` makes) drives Debian's chromium against the real binary in front of
-//! the fake agent — once without `[auth]`, once with two accounts' API keys.
+//! the fake agent — once without `[auth]`, once with two accounts' API keys, and once in
+//! front of a Responses agent whose runs wait for approvals (its tools logged to a file).
 //! `TETHER_UPDATE_SCREENSHOTS=1` writes the README's screenshots to `docs/`.
 
 use std::process::Command;
@@ -52,6 +53,16 @@ fn the_console_in_a_real_browser() {
         &["--conf", &conf.arg()],
     );
     let scratch = tempfile::tempdir().unwrap();
+    // Approvals (`approve:NAME`) are a Responses trigger of the fake agent.
+    let tool_log = scratch.path().join("tools.jsonl");
+    let tools_agent = FakeAgent::start_with(0, &["--tool-log", tool_log.to_str().unwrap()]);
+    let approvals_store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let approvals = Tether::start(
+        &tools_agent.url(),
+        "openai-responses",
+        &approvals_store.url,
+        &[],
+    );
     let screenshots = match std::env::var_os("TETHER_UPDATE_SCREENSHOTS") {
         Some(_) => repo_root().join("docs"),
         None => scratch.path().to_path_buf(),
@@ -65,12 +76,14 @@ fn the_console_in_a_real_browser() {
         .env("TETHER_KEY_A", KEY_A)
         .env("TETHER_KEY_B", KEY_B)
         .env("TETHER_AGENT_URL", agent.url())
+        .env("TETHER_APPROVALS_URL", approvals.url())
+        .env("TETHER_TOOL_LOG", &tool_log)
         .env("TETHER_SCREENSHOTS", &screenshots)
         .env("CHROMIUM", chromium);
     // tests/ui/test_web_origins.py needs gateways of its own: see `web_origins`.
     run_pytest_with(
         pytest,
         &["tests/ui/test_console.py"],
-        &[&tether, &with_auth],
+        &[&tether, &with_auth, &approvals],
     );
 }

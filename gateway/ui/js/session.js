@@ -2,12 +2,13 @@
 // SubscribeRunEvents from the last position shown, re-attached after a reload or a dropped
 // connection), the composer that starts a run on /v1/responses, Cancel, checkpoints
 // with their resume preview, Resume and Fork, Compact, feedback on answers, and the
-// workspace files. Without a session id it is the page that starts a new conversation.
+// workspace files, and the approvals its runs wait for. Without a session id it is the page that starts a new conversation.
 
 import { call, startStream, drain, frames, subscribe, fileContent, dataUrl } from './api.js';
 import { h, replace, icon, badge, bytes, ago } from './dom.js';
 import { Timeline, TERMINAL } from './timeline.js';
 import { WorkspacePanel } from './workspace.js';
+import { ApprovalsPanel } from './approvals.js';
 
 const PAGE = 500;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -63,7 +64,8 @@ export class SessionView {
     const toolbar = h('div', { class: 'timeline-toolbar' }, this.count, h('label', { class: 'toggle' }, controlToggle, ' Show control events'));
     this.scroller = h('div', { class: 'timeline-scroll' }, this.id ? null : this.welcome(), this.list);
 
-    const column = h('section', { class: 'timeline-col', 'aria-label': 'Conversation' }, this.id ? toolbar : null, this.scroller, this.composer());
+    this.approvals = this.id ? new ApprovalsPanel(this.id, () => this.onChange()) : null;
+    const column = h('section', { class: 'timeline-col', 'aria-label': 'Conversation' }, this.id ? toolbar : null, this.scroller, this.approvals?.el, this.composer());
     const inspector = this.id || features.WorkspaceFiles ? this.inspector() : null;
     replace(this.main, h('div', { class: 'session' }, header, this.notice, h('div', { class: `session-body${inspector ? '' : ' no-inspector'}` }, column, inspector)));
   }
@@ -173,6 +175,7 @@ export class SessionView {
     this.update(true);
     this.refreshFeedback();
     this.refreshGates();
+    this.approvals.refresh();
     this.follow();
   }
 
@@ -205,6 +208,8 @@ export class SessionView {
     const before = this.timeline.lastStatus();
     if (!this.timeline.add(e)) return;
     this.update();
+    // A run that waits for a person, or a request answered elsewhere (or by the timeout).
+    if (e.EventType === 'run_status' || String(e.EventType).startsWith('approval')) this.approvals.refresh();
     if (e.EventType === 'run_status') {
       const status = e.Content?.status;
       if (status === 'in_progress' || (TERMINAL.has(status) && before !== status)) this.onChange();

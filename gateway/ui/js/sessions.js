@@ -1,11 +1,12 @@
 // The sessions list in the sidebar: the account's sessions, most recently active first,
-// a page at a time, each with its latest run's state; a fork names its parent. The search
+// a page at a time, each with its latest run's state and how many approvals wait on it; a fork names its parent. The search
 // box asks the gateway for the sessions with a message that has every word typed
 // (ListSessions' `Query`, a full-text index), and Enter opens the session with exactly
 // that id.
 
 import { call } from './api.js';
 import { h, replace, ago, badge } from './dom.js';
+import { pendingBySession, approvalBadge } from './approvals.js';
 
 const PAGE_SIZE = 20;
 
@@ -18,6 +19,7 @@ export class SessionList {
     this.page = 1;
     this.total = 0;
     this.sessions = [];
+    this.pending = new Map(); // session id → pending approvals
     let typing = null;
     search.addEventListener('input', () => {
       clearTimeout(typing);
@@ -42,6 +44,7 @@ export class SessionList {
     }
     this.sessions = data.Sessions;
     this.total = data.Total;
+    this.pending = await pendingBySession().catch(() => new Map());
     this.draw();
   }
 
@@ -59,6 +62,7 @@ export class SessionList {
           'div',
           { class: 'session-sub' },
           badge(s.LastRunStatus),
+          approvalBadge(this.pending.get(s.SessionId)),
           h('span', { class: 'muted' }, `${s.LastSeqId} events`),
           h('span', { class: 'muted', title: s.UpdatedAt }, ago(s.UpdatedAt)),
         ),
