@@ -232,7 +232,13 @@ fn a_full_disk_is_an_outage_that_loses_nothing_and_hangs_nobody() {
         &format!("{url}/v1/chat/completions"),
         &Surface::Chat.body("Reply with OK", None, false),
     );
-    assert_eq!(after.status, 200, "{}", after.body);
+    assert_eq!(
+        after.status,
+        200,
+        "{}\ntether log:\n{}",
+        after.body,
+        tether.log_text()
+    );
     assert_eq!(Surface::Chat.text(&after.json()), "OK.");
 
     // The log holds every frame any client was shown, and dropped nothing: each run's
