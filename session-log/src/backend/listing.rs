@@ -43,10 +43,12 @@ pub(crate) const SQLITE: Dialect = Dialect {
     metadata_value: "json_extract(s.metadata_json, ",
     // No word index (migration `session_search` says why): the account's message events
     // are read, each kept if its text holds every word (lowercased, as `search_words`
-    // makes them; a word matches inside a longer one) and its item was not deleted.
+    // makes them) as a whole word, between characters other than ASCII letters and
+    // digits, and its item was not deleted.
     text_sessions: "SELECT e.session_id FROM events AS e WHERE e.account_id = ",
     text_match: " AND e.event_type = 'message' AND NOT EXISTS (SELECT 1 FROM json_each(",
-    text_end: ") AS w WHERE instr(lower(json_extract(e.content_json, '$.text')), w.value) = 0) \
+    text_end: ") AS w WHERE ' ' || lower(json_extract(e.content_json, '$.text')) || ' ' \
+        NOT GLOB '*[^a-z0-9]' || w.value || '[^a-z0-9]*') \
         AND NOT EXISTS (SELECT 1 FROM events AS d WHERE d.account_id = e.account_id \
         AND d.session_id = e.session_id AND d.event_type = 'item_deleted' \
         AND json_extract(d.content_json, '$.seq') = e.seq)",

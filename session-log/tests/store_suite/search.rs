@@ -278,6 +278,9 @@ async fn removed_and_deleted_text_cannot_be_found(b: Backend) {
         .await
         .unwrap();
     assert_eq!(ids(store, &account, word("zanzibar")).await.1, 2);
+    // Whole words on both stores: a part of one finds nothing.
+    assert_eq!(ids(store, &account, word("zanzi")).await.1, 0);
+    assert_eq!(ids(store, &account, word("Swordfish!")).await.1, 1);
     assert_eq!(indexed(&b, &account, "gone").await, 1);
 
     // A hard delete takes the session's text out of the index.
