@@ -966,15 +966,8 @@ pub fn run_info(inv: &Invocation, events: &[Event], client: Value) -> RunInfo {
         run_id: inv.run_id.clone(),
         session_id: inv.session_id.clone(),
         model,
-        // The committed `in_progress` of the invocation, as the live stream took it (an
-        // invocation's own start time may be its claim's, taken before the commit).
-        created_at: events
-            .iter()
-            .find(|e| {
-                e.run_status() == Some(RunStatus::InProgress)
-                    && e.invocation_id.as_deref() == Some(inv.invocation_id.as_str())
-            })
-            .map_or(inv.started_at, |e| e.created_at)
+        created_at: crate::runs::started_at(events, &inv.invocation_id)
+            .unwrap_or(inv.started_at)
             .timestamp(),
         client,
     }

@@ -144,19 +144,13 @@ pub async fn list(call: &Call<'_>) -> ActionResult {
     struct Params {
         #[serde(default)]
         session_id: Option<String>,
-        #[serde(default)]
-        offset: Option<i64>,
-        #[serde(default)]
-        limit: Option<i64>,
+        #[serde(flatten)]
+        paging: super::Paging,
     }
     let p: Params = call.params()?;
-    let (offset, limit) = super::page(p.offset, p.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
+    let (offset, limit) = p.paging.resolve(DEFAULT_LIMIT, MAX_LIMIT)?;
+    super::listed_session(call, p.session_id.as_deref()).await?;
     let store = &call.state.store;
-    if let Some(id) = &p.session_id {
-        if store.session(call.account_id, id).await?.is_none() {
-            return Err(ControlError::not_found("session", id));
-        }
-    }
     let (records, total) = store
         .list_feedback(call.account_id, p.session_id.as_deref(), offset, limit)
         .await?;

@@ -96,23 +96,52 @@ impl ControlError {
     }
 }
 
-/// `Offset` and `Limit` of a listing, `default_limit` when absent: 400 when out of range.
-fn page(
+/// `Offset` and `Limit` of a listing's parameters, flattened into each action's own
+/// (`#[serde(flatten)]`).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Paging {
+    #[serde(default)]
     offset: Option<i64>,
+    #[serde(default)]
     limit: Option<i64>,
-    default_limit: i64,
-    max_limit: i64,
-) -> Result<(i64, i64), ControlError> {
-    let (offset, limit) = (offset.unwrap_or(0), limit.unwrap_or(default_limit));
-    if offset < 0 {
-        return Err(ControlError::bad_request("Offset must be 0 or more"));
+}
+
+impl Paging {
+    /// `(offset, limit)`, `default_limit` when absent: 400 when out of range.
+    fn resolve(&self, default_limit: i64, max_limit: i64) -> Result<(i64, i64), ControlError> {
+        let (offset, limit) = (
+            self.offset.unwrap_or(0),
+            self.limit.unwrap_or(default_limit),
+        );
+        if offset < 0 {
+            return Err(ControlError::bad_request("Offset must be 0 or more"));
+        }
+        if !(1..=max_limit).contains(&limit) {
+            return Err(ControlError::bad_request(format!(
+                "Limit must be between 1 and {max_limit}"
+            )));
+        }
+        Ok((offset, limit))
     }
-    if !(1..=max_limit).contains(&limit) {
-        return Err(ControlError::bad_request(format!(
-            "Limit must be between 1 and {max_limit}"
-        )));
+}
+
+/// A listing narrowed to `SessionId`: 400 for a malformed id, 404 when the caller's
+/// account has no such session.
+async fn listed_session(call: &Call<'_>, id: Option<&str>) -> Result<(), ControlError> {
+    if let Some(id) = id {
+        id_param("SessionId", id)?;
+        if call
+            .state
+            .store
+            .session(call.account_id, id)
+            .await?
+            .is_none()
+        {
+            return Err(ControlError::not_found("session", id));
+        }
     }
-    Ok((offset, limit))
+    Ok(())
 }
 
 impl From<crate::ids::IdError> for ControlError {

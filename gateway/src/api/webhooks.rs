@@ -45,13 +45,11 @@ pub async fn list(call: &Call<'_>) -> ActionResult {
         status: Option<String>,
         #[serde(default)]
         session_id: Option<String>,
-        #[serde(default)]
-        offset: Option<i64>,
-        #[serde(default)]
-        limit: Option<i64>,
+        #[serde(flatten)]
+        paging: super::Paging,
     }
     let p: Params = call.params()?;
-    let (offset, limit) = super::page(p.offset, p.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
+    let (offset, limit) = p.paging.resolve(DEFAULT_LIMIT, MAX_LIMIT)?;
     if let Some(t) = p.event_type.as_deref().filter(|t| Kind::parse(t).is_none()) {
         let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
         return Err(ControlError::bad_request(format!(

@@ -116,6 +116,19 @@ impl StartedRun {
     }
 }
 
+/// When the invocation's `in_progress` was committed, among `events`: the `created` every
+/// rendering of its run shows, live or read back (an invocation's own start time may be
+/// its claim's, taken before the commit).
+pub fn started_at(events: &[Event], invocation_id: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    events
+        .iter()
+        .find(|e| {
+            e.run_status() == Some(RunStatus::InProgress)
+                && e.invocation_id.as_deref() == Some(invocation_id)
+        })
+        .map(|e| e.created_at)
+}
+
 struct ActiveRun {
     session_key: (String, String),
     run_id: String,
@@ -634,10 +647,7 @@ impl Runs {
             ..EventQuery::session(account_id, session_id)
         };
         let events = follow.start(query, &committed);
-        let started_at = committed
-            .iter()
-            .find(|e| e.run_status() == Some(RunStatus::InProgress))
-            .map_or_else(chrono::Utc::now, |e| e.created_at);
+        let started_at = started_at(&committed, &invocation_id).unwrap_or_else(chrono::Utc::now);
         let run = StartedRun {
             account_id: account_id.to_owned(),
             session_id: session_id.to_owned(),

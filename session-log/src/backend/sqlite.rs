@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,8 +26,9 @@ use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal};
 use crate::store::{
-    Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Feedback,
-    IdempotentRun, Imported, Invocation, Lease, Renewed, SessionFilter, Store, StoreError, Usage,
+    Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Fault,
+    Feedback, IdempotentRun, Imported, Invocation, Lease, Renewed, SessionFilter, Store,
+    StoreError, Usage,
 };
 
 /// Rows of one multi-row statement. SQLite allows 32766 bind parameters per statement;
@@ -85,6 +86,9 @@ pub struct SqliteStore {
     checkpoints: Option<tokio::task::AbortHandle>,
     /// Where webhook events go (see [`Store::route_webhooks`]).
     webhooks: outbox::Routes,
+    /// A write failed because the disk was full, and no write has succeeded since: the
+    /// first that does empties the WAL (see [`SqliteStore::append_seqs`]).
+    full: AtomicBool,
 }
 
 impl Drop for SqliteStore {
@@ -160,6 +164,7 @@ impl SqliteStore {
             pending: PendingClaims::default(),
             checkpoints,
             webhooks: outbox::Routes::default(),
+            full: AtomicBool::new(false),
         }
     }
 
@@ -600,8 +605,29 @@ impl Store for SqliteStore {
             Ok(_) => {}
             // The transaction is ours, not sqlx's (see `append_on`), so is its rollback. An
             // error here means the connection is gone, and the transaction with it.
-            Err(_) => {
+            Err(error) => {
                 let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                if error.fault() == Fault::Full {
+                    self.full.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        // The first commit after the disk was full: the WAL holds every page written while
+        // checkpoints could not grow the database file, and the writes queued during the
+        // outage would grow it further until the disk is full again, with no room left for
+        // the checkpoint that would shrink it (seen: a 6 MB disk stuck full with a 4.3 MB
+        // WAL). Copying it into the database and truncating it now, while the freed space
+        // lasts, gives the queued writes that room back.
+        if appended.is_ok() && self.full.swap(false, Ordering::Relaxed) {
+            match truncate_wal(&mut conn).await {
+                Ok(true) => tracing::info!("disk no longer full: the WAL was copied and emptied"),
+                Ok(false) => tracing::info!(
+                    "disk no longer full; a reader held the WAL, the next checkpoint copies it"
+                ),
+                Err(error) => {
+                    self.full.store(true, Ordering::Relaxed);
+                    tracing::warn!(%error, "disk no longer full, but the WAL could not be emptied yet");
+                }
             }
         }
         appended
@@ -1164,17 +1190,9 @@ impl Store for SqliteStore {
             // make the checkpoint wait for it: at most CHECKPOINT_WAIT, then the frames
             // are left to the next checkpoint (the content leaves the WAL when it is next
             // restarted).
-            let wait = format!("PRAGMA busy_timeout = {}", CHECKPOINT_WAIT.as_millis());
-            sqlx::query(&wait).execute(&mut *turn).await?;
-            let checkpoint =
-                sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(TRUNCATE)")
-                    .fetch_one(&mut *turn)
-                    .await;
-            let restore = format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis());
-            sqlx::query(&restore).execute(&mut *turn).await?;
-            match checkpoint {
-                Ok((0, _, _)) => {}
-                Ok(_) => tracing::info!(
+            match truncate_wal(&mut turn).await {
+                Ok(true) => {}
+                Ok(false) => tracing::info!(
                     "WAL not emptied after a delete (a reader held it); the next checkpoint copies it"
                 ),
                 Err(error) => tracing::warn!(%error, "WAL checkpoint after a delete failed"),
@@ -1182,6 +1200,21 @@ impl Store for SqliteStore {
         }
         Ok(outcome)
     }
+}
+
+/// Copies the WAL into the database file and empties it (a TRUNCATE checkpoint), on the
+/// write connection, so appends wait meanwhile. A reader holding old frames makes it wait
+/// at most [`CHECKPOINT_WAIT`]; then `Ok(false)`: the frames are left to the next
+/// checkpoint.
+async fn truncate_wal(conn: &mut SqliteConnection) -> Result<bool, StoreError> {
+    let wait = format!("PRAGMA busy_timeout = {}", CHECKPOINT_WAIT.as_millis());
+    sqlx::query(&wait).execute(&mut *conn).await?;
+    let checkpoint = sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(TRUNCATE)")
+        .fetch_one(&mut *conn)
+        .await;
+    let restore = format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis());
+    sqlx::query(&restore).execute(&mut *conn).await?;
+    Ok(checkpoint?.0 == 0)
 }
 
 /// [`Store::remove`] in one transaction on the write connection.
