@@ -101,7 +101,12 @@ async fn measure(store: &dyn Store, events: usize) -> Result<(), session_log::St
 /// The text of message `n`: 40 words of a 5,000-word vocabulary (deterministic).
 fn words(n: usize) -> String {
     (0..40)
-        .map(|k| format!("w{}", (n.wrapping_mul(2_654_435_761) >> 7).wrapping_add(k * 7919) % 5000))
+        .map(|k| {
+            format!(
+                "w{}",
+                (n.wrapping_mul(2_654_435_761) >> 7).wrapping_add(k * 7919) % 5000
+            )
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
