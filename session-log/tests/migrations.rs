@@ -77,10 +77,6 @@ const SQLITE: &[(i64, &str)] = &[
         19,
         "e9a05f2b97040eefb2aacba63cfaad74560f1a61353b739ae27ddd6c894a6a3fa7b302f84a1d0348f35fca45a6bfb9a2",
     ),
-    (
-        22,
-        "d74f103c9ccf7682564ef78a4e3a4a24138991d41750454c386b0267d6fd5f9ef6057d6946584c42ed3e1503dfd7436a",
-    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (

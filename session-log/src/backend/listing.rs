@@ -3,17 +3,14 @@
 //! [`SessionFilter`], a page of them most recently updated first and the count of all.
 //!
 //! Every filter reads a column of `sessions` (kept by triggers on `events`, migrations
-//! `session_search`) or the message text index (PostgreSQL's `message_text`, SQLite's
-//! `message_words`), so a listing never reads a session's
+//! `session_search`) or the message text index (PostgreSQL's `message_text`; SQLite reads
+//! the message events), so a listing never reads a session's
 //! events to decide whether it matches.
-
-use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type};
 
 use super::sql::{self, select_sessions};
-use super::words::word_key;
 use crate::event::Session;
 use crate::store::{search_words, ArchivedFilter, SessionFilter, StoreError};
 
@@ -44,28 +41,27 @@ pub(crate) const SQLITE: Dialect = Dialect {
     // the edge (`metadata_key_is_valid`).
     metadata_key: |key| format!("$.\"{key}\""),
     metadata_value: "json_extract(s.metadata_json, ",
-    // The word index (migration `message_words`): each word's key names the (session,
-    // seq) of the messages holding it; a message holding them all is in every set. The
-    // account's sessions among those named are looked up by key (SQLite takes an
-    // `IN (subquery)` on the key's second column as a few lookups).
-    text_condition: |account_id, words, args| {
-        let keys: BTreeSet<i64> = words.iter().map(|w| word_key(account_id, w)).collect();
-        let sets: Vec<String> = keys
-            .into_iter()
-            .map(|key| {
-                let n = bind(args, Arg::Int(key));
-                format!("SELECT session_id, seq FROM message_words WHERE word = {n}")
-            })
-            .collect();
+    // No word index (migration `session_search` says why): the account's message events
+    // are read, each kept if its text holds every word (lowercased, as `search_words`
+    // makes them) as a whole word, between characters other than ASCII letters and
+    // digits, and its item was not deleted.
+    text_condition: |_, words, args| {
+        let q = bind(
+            args,
+            Arg::Text(serde_json::to_string(words).expect("strings serialize")),
+        );
         format!(
-            " AND s.session_id IN (SELECT session_id FROM ({}))",
-            sets.join(" INTERSECT ")
+            " AND s.session_id IN (SELECT e.session_id FROM events AS e \
+             WHERE e.account_id = $1 AND e.event_type = 'message' \
+             AND NOT EXISTS (SELECT 1 FROM json_each({q}) AS w \
+             WHERE ' ' || lower(json_extract(e.content_json, '$.text')) || ' ' \
+             NOT GLOB '*[^a-z0-9]' || w.value || '[^a-z0-9]*') \
+             AND NOT EXISTS (SELECT 1 FROM events AS d WHERE d.account_id = e.account_id \
+             AND d.session_id = e.session_id AND d.event_type = 'item_deleted' \
+             AND json_extract(d.content_json, '$.seq') = e.seq))"
         )
     },
-    // With the plain order SQLite walked `sessions_listed` newest first probing the
-    // matches with each session, every session for a rare word (65 ms at 100,000 sessions
-    // against 0.1 ms): a unary `+` keeps the order from being read off an index.
-    text_order: "+s.updated_at DESC, +s.session_id",
+    text_order: ORDER,
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {

@@ -2,8 +2,7 @@
 //! PostgreSQL behind the outage journal), what they share, and the factory that builds
 //! one from its configuration.
 //!
-//! `plan`, `sql`, `approvals`, `feedback`, `idempotency`, `outbox`, `removal`, `archive`, `listing` and `retention` are shared by both dialects and import no store; `words`
-//! is SQLite's word index (its SQL function, and the keys `listing` looks up); `sqlite` and
+//! `plan`, `sql`, `approvals`, `feedback`, `idempotency`, `outbox`, `removal`, `archive`, `listing` and `retention` are shared by both dialects and import no store; `sqlite` and
 //! `postgres` import only those (and `claims`); `journal` builds on both stores, and
 //! `factory` on all three. Nothing here imports `factory` or `journal` back.
 
@@ -22,4 +21,3 @@ mod removal;
 mod retention;
 mod sql;
 pub mod sqlite;
-mod words;
