@@ -1,6 +1,8 @@
 //! Measures `Store::append` throughput (events/s) for SQLite and, when
 //! `TEST_DATABASE_URL` is set, PostgreSQL, at several batch sizes; each row also prints
-//! its ratio to one-event batches measured in the same run.
+//! its ratio to one-event batches measured in the same run. Text deltas (what a stream
+//! writes), then whole messages of 40 words from a 5,000-word vocabulary (what a turn's
+//! end writes, and what the text search indexes).
 //!
 //! It measures what Tether's writer does: `Store::append_seqs` on a batch it owns (no
 //! copy), under the gateway's allocator.
@@ -19,6 +21,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// (batch size, sessions each batch spreads over). 20 over 20 is what the writer sees
 /// from many concurrent streams: one delta of each in a commit.
 const CASES: [(usize, usize); 6] = [(1, 1), (20, 20), (100, 1), (1000, 1), (1000, 16), (5000, 1)];
+/// Message cases, (batch size, sessions), after the deltas'.
+const MESSAGE_CASES: [(usize, usize); 2] = [(20, 20), (1000, 16)];
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -43,7 +47,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn measure(store: &dyn Store, events: usize) -> Result<(), session_log::StoreError> {
     let account = format!("bench-{}", uuid::Uuid::new_v4());
     let mut baseline = None;
-    for (batch_size, sessions) in CASES {
+    let cases = CASES
+        .iter()
+        .map(|&(b, s)| (b, s, EventType::TextDelta))
+        .chain(
+            MESSAGE_CASES
+                .iter()
+                .map(|&(b, s)| (b, s, EventType::Message)),
+        );
+    for (batch_size, sessions, kind) in cases {
         // One-event batches pay a transaction each; fewer of them keep the run short.
         let total = if batch_size == 1 { events / 20 } else { events };
         let batches = total.div_ceil(batch_size);
@@ -56,14 +68,13 @@ async fn measure(store: &dyn Store, events: usize) -> Result<(), session_log::St
             .map(|b| {
                 (0..batch_size)
                     .map(|i| {
-                        NewEvent::new(
-                            &account,
-                            &session_ids[i % sessions],
-                            EventType::TextDelta,
-                            json!({ "delta": format!("token {b}/{i} of a streamed answer") }),
-                        )
-                        .in_run("run-0001", "inv-0001")
-                        .with_metadata(json!({ "upstream": "responses", "index": i }))
+                        let content = match kind {
+                            EventType::Message => json!({ "text": words(b * batch_size + i) }),
+                            _ => json!({ "delta": format!("token {b}/{i} of a streamed answer") }),
+                        };
+                        NewEvent::new(&account, &session_ids[i % sessions], kind, content)
+                            .in_run("run-0001", "inv-0001")
+                            .with_metadata(json!({ "upstream": "responses", "index": i }))
                     })
                     .collect()
             })
@@ -76,12 +87,26 @@ async fn measure(store: &dyn Store, events: usize) -> Result<(), session_log::St
         let rate = (batches * batch_size) as f64 / elapsed;
         let ratio = rate / *baseline.get_or_insert(rate);
         println!(
-            "{:<8} batch {batch_size:>5} over {sessions:>2} session(s): {:>9.0} events/s \
+            "{:<8} {:<10} batch {batch_size:>5} over {sessions:>2} session(s): {:>9.0} events/s \
              ({:>6} events in {elapsed:.2}s, {ratio:>6.1}x one-event batches)",
             store.backend(),
+            kind.as_str(),
             rate,
             batches * batch_size,
         );
     }
     Ok(())
+}
+
+/// The text of message `n`: 40 words of a 5,000-word vocabulary (deterministic).
+fn words(n: usize) -> String {
+    (0..40)
+        .map(|k| {
+            format!(
+                "w{}",
+                (n.wrapping_mul(2_654_435_761) >> 7).wrapping_add(k * 7919) % 5000
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

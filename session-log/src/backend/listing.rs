@@ -3,7 +3,8 @@
 //! [`SessionFilter`], a page of them most recently updated first and the count of all.
 //!
 //! Every filter reads a column of `sessions` (kept by triggers on `events`, migrations
-//! `session_search`) or the message text index, so a listing never reads a session's
+//! `session_search`) or the message text index (PostgreSQL's `message_text`; SQLite reads
+//! the message events), so a listing never reads a session's
 //! events to decide whether it matches.
 
 use chrono::{DateTime, Utc};
@@ -24,13 +25,12 @@ pub(crate) struct Dialect {
     /// the session's: the store's JSON read of `s.metadata_json`.
     metadata_key: fn(&str) -> String,
     metadata_value: &'static str,
-    /// Opens the subquery of the sessions (`session_id`) one of whose messages has every
-    /// word of the search; the account is bound after it, then `text_match`'s argument.
-    text_sessions: &'static str,
-    text_match: &'static str,
-    text_end: &'static str,
-    /// The search's argument from its words.
-    text_query: fn(&[String]) -> String,
+    /// The condition (` AND ...`) that one of the session's messages has every one of the
+    /// search's words (the account is bound as `$1`), binding what it needs.
+    text_condition: fn(&str, &[String], &mut Vec<Arg>) -> String,
+    /// The page's order when it searches text, written so that the matching sessions are
+    /// found first and then sorted, not found by walking the listing's index in order.
+    text_order: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -45,15 +45,23 @@ pub(crate) const SQLITE: Dialect = Dialect {
     // are read, each kept if its text holds every word (lowercased, as `search_words`
     // makes them) as a whole word, between characters other than ASCII letters and
     // digits, and its item was not deleted.
-    text_sessions: "SELECT e.session_id FROM events AS e WHERE e.account_id = ",
-    text_match: " AND e.event_type = 'message' AND NOT EXISTS (SELECT 1 FROM json_each(",
-    text_end: ") AS w WHERE ' ' || lower(json_extract(e.content_json, '$.text')) || ' ' \
-        NOT GLOB '*[^a-z0-9]' || w.value || '[^a-z0-9]*') \
-        AND NOT EXISTS (SELECT 1 FROM events AS d WHERE d.account_id = e.account_id \
-        AND d.session_id = e.session_id AND d.event_type = 'item_deleted' \
-        AND json_extract(d.content_json, '$.seq') = e.seq)",
-    // The words as a JSON array.
-    text_query: |words| serde_json::to_string(words).expect("strings serialize"),
+    text_condition: |_, words, args| {
+        let q = bind(
+            args,
+            Arg::Text(serde_json::to_string(words).expect("strings serialize")),
+        );
+        format!(
+            " AND s.session_id IN (SELECT e.session_id FROM events AS e \
+             WHERE e.account_id = $1 AND e.event_type = 'message' \
+             AND NOT EXISTS (SELECT 1 FROM json_each({q}) AS w \
+             WHERE ' ' || lower(json_extract(e.content_json, '$.text')) || ' ' \
+             NOT GLOB '*[^a-z0-9]' || w.value || '[^a-z0-9]*') \
+             AND NOT EXISTS (SELECT 1 FROM events AS d WHERE d.account_id = e.account_id \
+             AND d.session_id = e.session_id AND d.event_type = 'item_deleted' \
+             AND json_extract(d.content_json, '$.seq') = e.seq))"
+        )
+    },
+    text_order: ORDER,
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -62,11 +70,23 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     archived: " AND s.archived_at IS NOT NULL AND NOT s.client_deleted",
     metadata_key: |key| key.to_owned(),
     metadata_value: "(s.metadata_json ->> ",
-    text_sessions: "SELECT t.session_id FROM message_text AS t WHERE t.account_id = ",
-    text_match: " AND t.terms @@ plainto_tsquery('simple', ",
-    text_end: ")",
-    text_query: |words| words.join(" "),
+    // The matching sessions are collected first (an array, computed once) and then looked
+    // up by key. As `IN (subquery)` the planner, which has one estimate for every word
+    // its statistics do not list, walked the account's sessions newest first probing the
+    // index with each: quick for a common word, every session for a rare one (306 ms
+    // against 1 ms at 100,000 sessions).
+    text_condition: |_, words, args| {
+        let q = bind(args, Arg::Text(words.join(" ")));
+        format!(
+            " AND s.session_id = ANY (ARRAY(SELECT t.session_id FROM message_text AS t \
+             WHERE t.account_id = $1 AND t.terms @@ plainto_tsquery('simple', {q})))"
+        )
+    },
+    text_order: ORDER,
 };
+
+/// The listing's order: most recently updated first, ties by id.
+const ORDER: &str = "s.updated_at DESC, s.session_id";
 
 /// A value a listing binds.
 enum Arg {
@@ -79,10 +99,6 @@ enum Arg {
 /// and what they bind, in order.
 fn conditions(dialect: &Dialect, account_id: &str, filter: &SessionFilter) -> (String, Vec<Arg>) {
     let mut args = vec![Arg::Text(account_id.to_owned())];
-    let bind = |args: &mut Vec<Arg>, arg: Arg| {
-        args.push(arg);
-        format!("${}", args.len())
-    };
     let mut sql = String::from("WHERE s.account_id = $1");
     // Written as `sessions_listed` (migrations `session_search`) writes its condition, so
     // that the default listing reads that index alone.
@@ -127,14 +143,16 @@ fn conditions(dialect: &Dialect, account_id: &str, filter: &SessionFilter) -> (S
     if let Some(text) = &filter.text {
         let words = search_words(text);
         if !words.is_empty() {
-            let q = bind(&mut args, Arg::Text((dialect.text_query)(&words)));
-            sql.push_str(&format!(
-                " AND s.session_id IN ({}$1{}{q}{})",
-                dialect.text_sessions, dialect.text_match, dialect.text_end
-            ));
+            sql.push_str(&(dialect.text_condition)(account_id, &words, &mut args));
         }
     }
     (sql, args)
+}
+
+/// Adds `arg` to `args`: its placeholder.
+fn bind(args: &mut Vec<Arg>, arg: Arg) -> String {
+    args.push(arg);
+    format!("${}", args.len())
 }
 
 /// `text` with `args` bound.
@@ -174,6 +192,11 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     let (filter_sql, mut args) = conditions(dialect, account_id, filter);
+    let searches = filter
+        .text
+        .as_deref()
+        .is_some_and(|t| !search_words(t).is_empty());
+    let order = if searches { dialect.text_order } else { ORDER };
     let count_sql = format!("SELECT COUNT(*) FROM sessions AS s {filter_sql}");
     let total: i64 = bound::<DB>(&count_sql, &args)
         .fetch_one(pool)
@@ -182,7 +205,7 @@ where
     args.push(Arg::Int(limit.max(0)));
     args.push(Arg::Int(offset.max(0)));
     let page_sql = format!(
-        "{}{filter_sql} ORDER BY s.updated_at DESC, s.session_id LIMIT ${} OFFSET ${}",
+        "{}{filter_sql} ORDER BY {order} LIMIT ${} OFFSET ${}",
         select_sessions!(),
         args.len() - 1,
         args.len()

@@ -67,8 +67,9 @@ async fn sessions_are_found_by_every_filter(b: Backend) {
         ],
         // s4: nothing but a message; archived below.
         vec![message(&account, "s4", "user", "paris archive")],
-        // Another account's session says the same words: never listed.
-        vec![adk(&other, "s1", "u1", "a1", "Paris weather")],
+        // Another account's session of the same id says the same words, and one of its
+        // own: never listed.
+        vec![adk(&other, "s1", "u1", "a1", "Paris weather in Lagos")],
     ];
     for batch in batches {
         store.append(&batch).await.unwrap();
@@ -141,6 +142,7 @@ async fn sessions_are_found_by_every_filter(b: Backend) {
         (f(|f| f.text = Some("ROME, trains".into())), vec!["s3"]),
         (f(|f| f.text = Some("sunny paris".into())), vec!["s1"]),
         (f(|f| f.text = Some("sunny rome".into())), vec![]),
+        (f(|f| f.text = Some("lagos".into())), vec![]),
         (
             f(|f| {
                 f.text = Some("paris".into());
