@@ -56,8 +56,10 @@ const CHECKPOINT_AFTER: Duration = Duration::from_secs(1);
 const OPEN_BY_SESSION: &str = "INDEXED BY invocations_open_by_session";
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the checkpoint after a delete waits for readers, holding up appends meanwhile.
-const CHECKPOINT_WAIT: Duration = Duration::from_millis(100);
+/// How long the checkpoint that empties the WAL after a removal waits for readers (and
+/// the background PASSIVE checkpoint), holding up appends meanwhile; if they are not done
+/// by then it fails, and is retried at the next look.
+const SCRUB_WAIT: Duration = Duration::from_millis(10);
 /// The longest the WAL keeps a removal's content while writes never pause (see
 /// [`keep_wal`]): one short checkpoint that holds appends back, this often at most.
 const SCRUB_WITHIN: Duration = Duration::from_secs(2);
@@ -225,7 +227,7 @@ impl SqliteStore {
     /// After a removal commits, on its write turn: empties the WAL, which still holds the
     /// removed content in the frames of earlier writes (and the pages as the delete left
     /// them). Done at once when nobody waits for the write connection: copying the WAL
-    /// into the file holds up appends, at most [`CHECKPOINT_WAIT`] for readers plus the
+    /// into the file holds up appends, at most [`SCRUB_WAIT`] for readers plus the
     /// copy. When appends are waiting it is left to [`keep_wal`], which does it once
     /// writes pause; if [`SCRUB_WITHIN`] passes first, the next removal does it on its
     /// turn whatever waits (and `keep_wal` keeps trying meanwhile). A sweep removing one
@@ -1586,9 +1588,9 @@ struct Wal {
 }
 
 /// A TRUNCATE checkpoint on the write connection: copies the WAL into the file and
-/// empties it, waiting at most [`CHECKPOINT_WAIT`] for readers; whether it did.
+/// empties it, waiting at most [`SCRUB_WAIT`] for readers; whether it did.
 async fn truncate_on(conn: &mut SqliteConnection) -> bool {
-    let wait = format!("PRAGMA busy_timeout = {}", CHECKPOINT_WAIT.as_millis());
+    let wait = format!("PRAGMA busy_timeout = {}", SCRUB_WAIT.as_millis());
     let restore = format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis());
     if sqlx::query(&wait).execute(&mut *conn).await.is_err() {
         return false;
