@@ -469,6 +469,10 @@ pub struct RetentionSettings {
     pub sweep_interval_seconds: Option<u64>,
     /// Sessions a sweep reads per page. [default: 100]
     pub sweep_batch: Option<u64>,
+    /// How long the tombstone of a removed session (its ids and time, no content) is kept
+    /// for the outage journal's backfill of another replica: longer than any replica can
+    /// run cut off from PostgreSQL. Pruned by the sweeps. [default: 2592000 (30 days)]
+    pub tombstone_keep_seconds: Option<u64>,
     /// `[retention.accounts]`: `account_id = max_idle_seconds` for accounts with a maximum
     /// of their own.
     #[serde(default)]
@@ -1081,6 +1085,11 @@ impl Settings {
                         60,
                     )?),
                     batch: batch as i64,
+                    tombstones: Duration::from_secs(positive(
+                        "retention.tombstone_keep_seconds",
+                        r.tombstone_keep_seconds,
+                        session_log::retention::TOMBSTONES.as_secs(),
+                    )?),
                     accounts: r
                         .accounts
                         .into_iter()

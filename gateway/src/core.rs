@@ -433,6 +433,13 @@ impl Store for CoreStore {
         delegate!(self, |s| s.idle_sessions(before, offset, limit))
     }
 
+    async fn prune_tombstones(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        delegate!(self, |s| s.prune_tombstones(before))
+    }
+
     fn route_webhooks(&self, routes: Vec<session_log::outbox::Route>) {
         self.inner.route_webhooks(routes)
     }

@@ -96,7 +96,13 @@ pub async fn run_turn(
                 .map(|s| ("x-session-id", s))
                 .into_iter()
                 .collect();
-            if let Some((status, body)) = surface.refusal(&client, e.code, &e.message) {
+            let refused = runtime_adapter::Refused {
+                status: e.status,
+                code: e.code,
+                message: &e.message,
+                param: e.param.as_deref(),
+            };
+            if let Some((status, body)) = surface.refusal(&client, &refused) {
                 return reply.json(session, status, &body, &headers).await;
             }
             return reply.error(session, &e, surface, &headers).await;

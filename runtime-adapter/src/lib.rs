@@ -30,7 +30,7 @@ pub use a2a::AdvertiseGrpc;
 pub use item::{Block, Item};
 pub use projection::project;
 pub use protocol::Protocol;
-pub use surface::{ClientRequest, Route, RunInfo, StreamRenderer, Surface};
+pub use surface::{ClientRequest, Refused, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, ItemReference, SessionRef, Tool, TurnRequest, REQUEST_PARAMS};
 pub use upstream::{
     AgentRequest, AgentTransport, Answer, Cancel, CardReader, Output, Probe, Restore, StreamParser,

@@ -234,6 +234,18 @@ impl<R: StreamRenderer> StreamRenderer for Numbered<R> {
     }
 }
 
+/// Tether's refusal of a turn before it started, as [`Surface::refusal`] is told it.
+#[derive(Clone, Copy, Debug)]
+pub struct Refused<'a> {
+    /// The HTTP status Tether's own error has (429, 413, 400, ...).
+    pub status: u16,
+    /// Its code (`quota_exceeded`, `unsupported_attachment_type`, ...).
+    pub code: &'a str,
+    pub message: &'a str,
+    /// What it names: the quota, the field.
+    pub param: Option<&'a str>,
+}
+
 pub trait Surface: Send + Sync {
     /// Whether the surface answers this method and path (decided before the body is
     /// read). The OpenAI surfaces are routed by the gateway itself and claim nothing.
@@ -335,10 +347,11 @@ pub trait Surface: Send + Sync {
         None
     }
 
-    /// A turn Tether refused before it started (`code`: an input check's, e.g.
-    /// `unsupported_attachment_type`), as the client that sent it (`RunInfo::client`) is
-    /// answered in its protocol's terms; `None`: Tether's error as `error_body` gives it.
-    fn refusal(&self, _client: &Value, _code: &str, _message: &str) -> Option<(u16, Value)> {
+    /// A turn Tether refused before it started (`refused.code`: an input check's, e.g.
+    /// `unsupported_attachment_type`, or `quota_exceeded`), as the client that sent it
+    /// (`RunInfo::client`) is answered in its protocol's terms; `None`: Tether's error as
+    /// `error_body` gives it.
+    fn refusal(&self, _client: &Value, _refused: &Refused<'_>) -> Option<(u16, Value)> {
         None
     }
 

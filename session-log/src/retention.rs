@@ -3,6 +3,17 @@
 //! replica holding the sweeper's lease, each with its audit row (`deleted_by` =
 //! `retention`). A session with a run in progress is never swept (its delete is refused),
 //! nor one whose forks still read it (it goes once they do).
+//!
+//! Each sweep also prunes the tombstones (`removed_sessions`) older than
+//! [`RetentionConfig::tombstones`]. A tombstone exists for one reader: another replica's
+//! PostgreSQL outage journal, whose backfill discards what it journaled for a session
+//! removed after that. The journal has no age limit of its own (it is a file that outlives
+//! a restart; a replica backfills it once PostgreSQL answers, every `probe_every`), so how
+//! long a backfill can still arrive is how long a replica can run cut off from PostgreSQL,
+//! or stay down with an unbackfilled journal: the default, [`TOMBSTONES`], is far past
+//! any outage a deployment runs through unnoticed. A backfill arriving later than that
+//! for a session removed meanwhile would write its journaled rows back (the session's
+//! next sweep removes them again if it is idle past the maximum).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +27,9 @@ use crate::store::Store;
 /// Who the audit trail names for a sweep's deletes.
 pub const BY: &str = "retention";
 
+/// How long a tombstone is kept unless configured: 30 days.
+pub const TOMBSTONES: Duration = Duration::from_secs(30 * 86_400);
+
 #[derive(Clone, Debug)]
 pub struct RetentionConfig {
     /// Sessions whose last activity is older than this are removed.
@@ -26,6 +40,9 @@ pub struct RetentionConfig {
     pub interval: Duration,
     /// Sessions read per page of a sweep.
     pub batch: i64,
+    /// Tombstones of removed sessions older than this are pruned (see the module's
+    /// documentation).
+    pub tombstones: Duration,
 }
 
 /// Sweeps every `config.interval` while the process lives. `new_id` makes the audit rows'
@@ -70,6 +87,10 @@ pub async fn sweep(
         .values()
         .fold(config.max_idle, |a, b| a.min(*b));
     let before = cutoff(shortest);
+    let pruned = store.prune_tombstones(cutoff(config.tombstones)).await?;
+    if pruned > 0 {
+        tracing::info!(tombstones = pruned, "retention sweep pruned old tombstones");
+    }
     let (mut count, mut skipped) = (0, 0);
     loop {
         let page = store.idle_sessions(before, skipped, config.batch).await?;

@@ -784,6 +784,10 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError>;
 
+    /// Deletes the tombstones of sessions removed before `before` (see
+    /// [`crate::retention`] for how long they must be kept): how many.
+    async fn prune_tombstones(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+
     /// Records a request a run ended waiting on; recording the same (account, session,
     /// request) again is a no-op.
     async fn put_approval(&self, approval: &Approval) -> Result<(), StoreError>;

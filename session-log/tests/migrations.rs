@@ -77,6 +77,10 @@ const SQLITE: &[(i64, &str)] = &[
         19,
         "e9a05f2b97040eefb2aacba63cfaad74560f1a61353b739ae27ddd6c894a6a3fa7b302f84a1d0348f35fca45a6bfb9a2",
     ),
+    (
+        20,
+        "8c42ad186c38c60447bfab84b48fb275e11ec2cbc39aad5dae750b8009e4e9b5ede82fdbe98c21c07f0607ef57b46d8e",
+    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -158,6 +162,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         21,
         "d821239875f2c424387bbee734898f20ced778674587198887aa1b2448a12c70cad082fa3fd0c7f4fd7b0e9bb21ea736",
+    ),
+    (
+        22,
+        "e1de79c3aa7651945b28ed0da4f7722bc85991bac1b6287815b75be7418a65278e039e44c3639ce38ad8bd6d40fd03bf",
     ),
 ];
 

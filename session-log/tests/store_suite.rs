@@ -2603,6 +2603,8 @@ async fn an_imported_session_keeps_its_seqs_and_nothing_existing_is_overwritten(
 
 #[path = "store_suite/history.rs"]
 mod history;
+#[path = "store_suite/removal.rs"]
+mod removal;
 #[path = "store_suite/search.rs"]
 mod search;
 #[path = "store_suite/updates.rs"]

@@ -170,6 +170,7 @@ async fn measure(
         accounts: [(idle.clone(), Duration::from_secs(1))].into(),
         interval: Duration::from_secs(3600),
         batch: 100,
+        tombstones: retention::TOMBSTONES,
     };
     let sweeper = {
         let store = store.clone();

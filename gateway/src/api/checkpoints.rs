@@ -16,6 +16,7 @@ use crate::client::{respond, stream};
 use crate::core::on_core;
 use crate::error::ApiError;
 use crate::ids::new_id;
+use crate::quota;
 use crate::runs::{ResumeFrom, StartError, StartedRun};
 
 const DEFAULT_LIMIT: i64 = 50;
@@ -262,6 +263,15 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
         }
         _ => {}
     }
+    // A resume starts a new invocation (the one it resumes has ended; one still in
+    // progress is refused as busy above): a run start, checked as a turn in an existing
+    // session is, so nothing in progress is ever cut by a quota.
+    let adding = quota::Adding {
+        session: quota::Target::Existing,
+        events: true,
+        ..quota::Adding::default()
+    };
+    quota::refuse_over_quota(call.state, call.account_id, adding).await?;
 
     let (history, replayed) = resume_history(call, &lineage, &events, &checkpoint).await?;
     let model = events

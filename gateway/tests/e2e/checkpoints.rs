@@ -549,3 +549,56 @@ fn a_resume_can_be_streamed() {
         .count();
     assert_eq!(resumed, 3, "two turns and the resume each completed once");
 }
+
+/// Quotas: a ResumeRun starts a new invocation (the one it resumes has ended), so it is
+/// checked at its start as a turn is: past `event_bytes` it is refused 413
+/// `quota_exceeded`, naming the quota, before anything is stored or reaches the agent;
+/// under the quota the same resume goes ahead.
+#[test]
+fn a_resume_is_a_run_start_checked_against_the_quotas() {
+    let (store, agent, tether) = chat_gateway(&[]);
+    let session = "ckpt-quota";
+    lookup_and_answer(&tether, &store, session);
+    let first = Api::of(&tether).checkpoints(session)[0].clone();
+    drop(tether);
+    let body = json!({ "SessionId": session, "RunId": first["RunId"], "CheckpointId": first["CheckpointId"] });
+    let gateway = |quota: &str| {
+        let conf = Conf::write(&format!("[quotas]\nevent_bytes = {quota}\n"));
+        let tether = Tether::start(
+            &agent.url(),
+            "openai-chat",
+            &store.url,
+            &["--conf", &conf.arg()],
+        );
+        (conf, tether)
+    };
+
+    // The session's events have passed a quota of 1 byte.
+    let (_conf, limited) = gateway("1");
+    let (events, requests) = (store.events("local", session).len(), agent.requests().len());
+    let (status, refused) = Api::of(&limited).call("ResumeRun", body.clone());
+    assert_eq!(status, 413, "{refused}");
+    assert_eq!(refused["Data"]["code"], "quota_exceeded");
+    assert!(
+        refused["Message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("'event_bytes'"),
+        "{refused}"
+    );
+    assert_eq!(
+        store.events("local", session).len(),
+        events,
+        "nothing stored"
+    );
+    assert_eq!(
+        agent.requests().len(),
+        requests,
+        "nothing sent to the agent"
+    );
+    drop(limited);
+
+    let (_conf, roomy) = gateway("100000000");
+    let resumed = Api::of(&roomy).ok("ResumeRun", body);
+    assert_eq!(resumed["object"], "response");
+}

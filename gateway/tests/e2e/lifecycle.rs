@@ -365,14 +365,25 @@ fn hard_delete_of_a_crafted_session(kind: StoreKind) {
             "Feedback": 1, "IdempotencyKeys": 1, "Attachments": 1, "Subject": s })
     );
     // SQLite: the file and its WAL hold no byte of it (secure_delete zeroes what the
-    // delete freed; the WAL was checkpointed and emptied).
+    // delete freed; the WAL is checkpointed and emptied: at once when no append waits for
+    // the writer, else within 2 s, so this looks for up to 10 s).
     if kind == StoreKind::Sqlite {
-        for path in [store.url.clone(), format!("{}-wal", store.url)] {
-            let bytes = std::fs::read(&path).unwrap_or_default();
-            for needle in [&marker, &file_marker] {
-                let found = bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
-                assert!(!found, "{path} still holds {needle}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let mut held = None;
+            for path in [store.url.clone(), format!("{}-wal", store.url)] {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                for needle in [&marker, &file_marker] {
+                    if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                        held = Some(format!("{path} still holds {needle}"));
+                    }
+                }
             }
+            match held {
+                None => break,
+                Some(held) => assert!(std::time::Instant::now() < deadline, "{held}"),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
     let metrics = get(&format!("{}/metrics", tether.url()), &[]).body;
@@ -1006,6 +1017,96 @@ fn quotas_refuse_before_anything_is_written(kind: StoreKind) {
     // A delete frees the quota at once.
     api.ok("DeleteSession", json!({ "SessionId": s2 }));
     chat(&tether, &s3, "third, now", &auth);
+}
+
+/// Quotas on the A2A surface: a send that would pass one is refused in each binding's
+/// own error shape, naming the quota, before anything is stored or reaches the agent:
+/// JSON-RPC (v0.3 and v1.0) an error in a 200 whose `data` names it, HTTP+JSON a
+/// `google.rpc.Status` `RESOURCE_EXHAUSTED` with Tether's status (429 for `sessions`).
+#[test]
+fn quota_refusals_in_each_a2a_binding() {
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let agent = FakeAgent::start();
+    // One session stored (through another surface), the whole quota.
+    let chat_gateway = Tether::start(&agent.url(), "openai-chat", &store.url, &[]);
+    chat(&chat_gateway, &unique("q"), "hello", &[]);
+    drop(chat_gateway);
+    let conf = Conf::write("[quotas]\nsessions = 1\n");
+    let tether = Tether::start(&agent.url(), "a2a", &store.url, &["--conf", &conf.arg()]);
+    let count = || {
+        (
+            raw_count(
+                &store.url,
+                StoreKind::Sqlite,
+                "SELECT COUNT(*) FROM sessions WHERE account_id = $1",
+                "local",
+            ),
+            raw_count(
+                &store.url,
+                StoreKind::Sqlite,
+                "SELECT COUNT(*) FROM events WHERE account_id = $1",
+                "local",
+            ),
+            agent.requests().len(),
+        )
+    };
+    let before = count();
+    let message_id = || uuid::Uuid::new_v4().to_string();
+
+    // JSON-RPC v0.3: Tether's type, code and quota in `data`.
+    let body = json!({ "jsonrpc": "2.0", "id": "1", "method": "message/send", "params": { "message": {
+        "kind": "message", "role": "user", "messageId": message_id(),
+        "parts": [{ "kind": "text", "text": "hi" }], "contextId": unique("ctx") } } });
+    let r = post(&format!("{}/", tether.url()), &body.to_string(), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], -32603, "{error}");
+    assert_eq!(error["data"]["code"], "quota_exceeded", "{error}");
+    assert_eq!(error["data"]["param"], "sessions", "{error}");
+    assert!(error["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("'sessions'"));
+    assert_eq!(r.json()["id"], "1");
+
+    // JSON-RPC v1.0: an ErrorInfo naming the quota.
+    let v10 = json!({ "role": "ROLE_USER", "parts": [{ "text": "hi" }], "messageId": message_id(),
+        "contextId": unique("ctx") });
+    let body =
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": { "message": v10 } });
+    let r = post(
+        &format!("{}/", tether.url()),
+        &body.to_string(),
+        &[("A2A-Version", "1.0")],
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], -32603, "{error}");
+    assert_eq!(error["data"][0]["reason"], "QUOTA_EXCEEDED", "{error}");
+    assert_eq!(error["data"][0]["metadata"]["quota"], "sessions", "{error}");
+
+    // HTTP+JSON: google.rpc.Status, RESOURCE_EXHAUSTED, with Tether's 429.
+    let body = json!({ "message": v10 });
+    let r = post(
+        &format!("{}/message:send", tether.url()),
+        &body.to_string(),
+        &[("A2A-Version", "1.0")],
+    );
+    assert_eq!(r.status, 429, "{}", r.body);
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], 429, "{error}");
+    assert_eq!(error["status"], "RESOURCE_EXHAUSTED", "{error}");
+    assert_eq!(error["details"][0]["reason"], "QUOTA_EXCEEDED", "{error}");
+    assert_eq!(
+        error["details"][0]["metadata"]["quota"], "sessions",
+        "{error}"
+    );
+    assert!(error["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("'sessions'"));
+
+    assert_eq!(count(), before, "nothing stored, nothing sent to the agent");
 }
 
 #[test]

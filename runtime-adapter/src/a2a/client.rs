@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use super::wire::Dialect;
+use crate::surface::Refused;
 
 // JSON-RPC 2.0 and A2A error codes.
 pub(super) const PARSE_ERROR: i64 = -32700;
@@ -214,11 +215,35 @@ const AGENT_UNAVAILABLE: &[&str] = &[
     "run_lease_lost",
 ];
 
-/// A turn Tether's input checks refused, as the A2A error that names the reason: an
+/// A turn Tether refused before it started, as the A2A error that names the reason: an
 /// attachment type it does not take is `ContentTypeNotSupportedError`, any other
-/// attachment refusal (too large, malformed) invalid params.
-pub(super) fn refusal(client: &Client, code: &str, message: &str) -> Option<(u16, Value)> {
-    let (rpc, reason) = match code {
+/// attachment refusal (too large, malformed) invalid params. A quota has no A2A error:
+/// over HTTP+JSON and gRPC it is `RESOURCE_EXHAUSTED` with Tether's status (429 for
+/// `sessions`, 413 for bytes); over JSON-RPC, an internal error (-32603) in a 200, as
+/// every JSON-RPC error travels, whose `data` names it (v1.0: an `ErrorInfo` with reason
+/// `QUOTA_EXCEEDED`; v0.3: Tether's `type`, `code` and `param`). Each names the quota.
+pub(super) fn refusal(client: &Client, refused: &Refused<'_>) -> Option<(u16, Value)> {
+    let message = refused.message;
+    if refused.code == "quota_exceeded" {
+        let info = error_info("QUOTA_EXCEEDED", json!({ "quota": refused.param }));
+        return Some(match (client.transport, client.version) {
+            (Transport::JsonRpc, Version::V10) => {
+                client.error(INTERNAL_ERROR, message, Some(json!([info])))
+            }
+            (Transport::JsonRpc, Version::V03) => {
+                let data = json!({ "type": "insufficient_quota", "code": refused.code,
+                                   "param": refused.param });
+                client.error(INTERNAL_ERROR, message, Some(data))
+            }
+            (Transport::Rest | Transport::Grpc, _) => status_error(
+                refused.status,
+                "RESOURCE_EXHAUSTED",
+                message,
+                Some(json!([info])),
+            ),
+        });
+    }
+    let (rpc, reason) = match refused.code {
         "unsupported_attachment_type" => (CONTENT_TYPE_NOT_SUPPORTED, "CONTENT_TYPE_NOT_SUPPORTED"),
         "attachment_too_large" | "invalid_attachment" => (INVALID_PARAMS, "INVALID_PARAMS"),
         _ => return None,

@@ -45,7 +45,7 @@ use session_log::Event;
 
 use crate::grpc::GrpcService;
 use crate::sse::SseFrame;
-use crate::surface::{ClientRequest, Numbered, Route, RunInfo, StreamRenderer, Surface};
+use crate::surface::{ClientRequest, Numbered, Refused, Route, RunInfo, StreamRenderer, Surface};
 use crate::turn::{InputError, TurnRequest};
 
 use self::client::{rpc_error, INTERNAL_ERROR, INVALID_REQUEST};
@@ -227,8 +227,8 @@ impl Surface for A2aSurface {
 
     /// Tether's attachment checks refuse a type as the SDK does
     /// (`ContentTypeNotSupportedError`), in the client's binding.
-    fn refusal(&self, client: &Value, code: &str, message: &str) -> Option<(u16, Value)> {
-        client::refusal(&client::Client::from_value(client), code, message)
+    fn refusal(&self, client: &Value, refused: &Refused<'_>) -> Option<(u16, Value)> {
+        client::refusal(&client::Client::from_value(client), refused)
     }
 
     /// Agent cards name the agent's own address; clients must come back through Tether.

@@ -1164,6 +1164,10 @@ impl Store for PgStore {
         retention::idle(&self.pool, before, offset, limit).await
     }
 
+    async fn prune_tombstones(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        retention::prune::<Postgres, _>(&self.pool, before).await
+    }
+
     fn route_webhooks(&self, routes: Vec<crate::outbox::Route>) {
         self.webhooks.set(routes);
     }
@@ -1220,15 +1224,46 @@ impl Store for PgStore {
 
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {
         let now = plan::commit_time();
-        // A pooled connection: removals are rare, and the write connection's turns
-        // belong to the stream of commits.
+        // Pooled connections: removals are rare, and the write connection's turns
+        // belong to the stream of commits. The steps are `removal`'s (see there).
+        let dialect = &removal::POSTGRES;
+        let account = removal.account_id.as_str();
         let mut tx = self.pool.begin().await?;
-        let outcome =
-            removal::remove::<Postgres>(&mut tx, &removal::POSTGRES, removal, now).await?;
-        if matches!(outcome, Deletion::Removed(_)) {
+        let plan = match removal::plan::<Postgres>(&mut tx, dialect, removal).await? {
+            Ok(plan) => plan,
+            Err(refused) => return Ok(refused),
+        };
+        let mut removed = plan.removed(removal, now);
+        if plan.is_small() {
+            let purge = removal::purge::<Postgres>(
+                &mut tx,
+                dialect,
+                account,
+                &plan.sessions,
+                now,
+                &mut removed,
+            );
+            if let Some(refused) = purge.await? {
+                return Ok(refused);
+            }
+            removal::drop_files::<Postgres>(&mut tx, account, &plan.files, &mut removed).await?;
+        } else {
+            removal::mark::<Postgres>(&mut tx, removal, &plan, now, &mut removed).await?;
             tx.commit().await?;
+            for chunk in plan.sessions.chunks(removal::CHUNK) {
+                let mut tx = self.pool.begin().await?;
+                let purge =
+                    removal::purge::<Postgres>(&mut tx, dialect, account, chunk, now, &mut removed);
+                if let Some(refused) = purge.await? {
+                    return Ok(refused);
+                }
+                tx.commit().await?;
+            }
+            tx = self.pool.begin().await?;
         }
-        Ok(outcome)
+        removal::audit::<Postgres>(&mut tx, removal, &removed).await?;
+        tx.commit().await?;
+        Ok(Deletion::Removed(removed))
     }
 }
 

@@ -1,7 +1,17 @@
-//! The SQL of hard deletion (see [`crate::removal`]), written once for both stores: run
-//! inside the caller's transaction, it finds the sessions a removal takes, refuses live
-//! runs and forks left behind, deletes every row of those sessions and the attachments
-//! only they refer to, and writes the audit row, so all of it commits or none does.
+//! The SQL of hard deletion (see [`crate::removal`]), written once for both stores, in
+//! steps each store runs in its own transactions:
+//!
+//! - [`plan`] finds the sessions a removal takes, refuses forks left behind (and, for
+//!   more than one session, runs in progress) and finds the attachments only they refer
+//!   to; it changes nothing.
+//! - A removal of at most [`CHUNK`] sessions then runs [`drop_files`], [`purge`] and
+//!   [`audit`] in the same transaction as its plan: all of it commits or none does.
+//! - A larger one (a user's or an account's erasure) first runs [`mark`] in the plan's
+//!   transaction: the attachments go and every session it takes is archived, so from that
+//!   commit on none of them is in the default listing and none takes a new run; then
+//!   [`purge`] removes [`CHUNK`] sessions per transaction, each whole; then [`audit`]
+//!   writes the audit row, last. Interrupted (a crash, a run started meanwhile), what is
+//!   left is archived sessions, each whole or gone; the same request again finishes it.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -21,12 +31,24 @@ pub(crate) struct Dialect {
     /// run starts in it between the check for live runs and the commit. SQLite has none:
     /// its one write connection runs the removal, so nothing else writes meanwhile.
     pub lock_session: Option<&'static str>,
+    /// The forks of an account (`$1`): (fork, its first event's content as text).
+    pub forks: &'static str,
+    /// The runs in progress of a session (`$1` account, `$2` session): (run, invocation).
+    pub open_runs: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
     user_id: "json_extract(metadata_json, '$.adk.user_id')",
     event_bytes: "LENGTH(CAST(content_json AS BLOB)) + LENGTH(CAST(metadata_json AS BLOB))",
     lock_session: None,
+    // Named: without statistics SQLite would read the account's every event, or every
+    // invocation, through the primary key's account prefix.
+    forks: "SELECT session_id, CAST(content_json AS TEXT) FROM events INDEXED BY events_forks \
+            WHERE account_id = $1 AND seq = 1 AND event_type = 'session_fork'",
+    open_runs: "SELECT run_id, invocation_id FROM invocations \
+                INDEXED BY invocations_open_by_session \
+                WHERE account_id = $1 AND session_id = $2 AND status = 'in_progress' \
+                ORDER BY invocation_id",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -34,38 +56,67 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     event_bytes: "octet_length(content_json::text) + octet_length(metadata_json::text)",
     // The claim function's own lock (migration 0005).
     lock_session: Some("SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\\n' || $2, 0))"),
+    forks: "SELECT session_id, CAST(content_json AS TEXT) FROM events \
+            WHERE account_id = $1 AND seq = 1 AND event_type = 'session_fork'",
+    open_runs: "SELECT run_id, invocation_id FROM invocations \
+                WHERE account_id = $1 AND session_id = $2 AND status = 'in_progress' \
+                ORDER BY invocation_id",
 };
 
 /// The tables keyed by (account, session) whose rows go with a session, besides
 /// `events` and `sessions`, with the count each contributes to the audit row.
 const SESSION_TABLES: [&str; 4] = ["invocations", "feedback", "idempotency_keys", "approvals"];
 
-/// Removes what `removal` names, on `conn` inside the caller's transaction (which the
-/// caller commits only on `Deletion::Removed`).
-pub(crate) async fn remove<DB>(
+/// Sessions purged per transaction: what bounds how long a removal holds SQLite's write
+/// connection at a time, and how many locks a PostgreSQL transaction of it takes (one per
+/// session: an account's erasure in one transaction ran out of `max_locks_per_transaction`
+/// at 100,000 sessions).
+pub(crate) const CHUNK: usize = 100;
+
+/// What a removal takes, found before anything is removed.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// The sessions, forks before the sessions they fork (so an interrupted removal never
+    /// leaves a fork whose parent is gone), then in key order.
+    pub sessions: Vec<String>,
+    /// The attachments that go with them.
+    pub files: Vec<String>,
+}
+
+impl Plan {
+    /// The audit row's start: the sessions, no counts yet.
+    pub fn removed(&self, removal: &Removal, now: DateTime<Utc>) -> Removed {
+        let mut session_ids = self.sessions.clone();
+        session_ids.sort();
+        Removed {
+            deletion_id: removal.deletion_id.clone(),
+            session_ids,
+            at: now,
+            ..Removed::default()
+        }
+    }
+
+    /// Whether the removal runs in one transaction.
+    pub fn is_small(&self) -> bool {
+        self.sessions.len() <= CHUNK
+    }
+}
+
+/// Finds what `removal` takes, or why it is refused; writes nothing.
+pub(crate) async fn plan<DB>(
     conn: &mut DB::Connection,
     dialect: &Dialect,
     removal: &Removal,
-    now: DateTime<Utc>,
-) -> Result<Deletion, StoreError>
+) -> Result<Result<Plan, Deletion>, StoreError>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'q> Option<String>: Encode<'q, DB> + Decode<'q, DB>,
-    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'q> Option<i64>: Decode<'q, DB>,
-    for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
     let account = removal.account_id.as_str();
-    let strings = |rows: Vec<DB::Row>| -> Result<Vec<String>, StoreError> {
-        rows.iter()
-            .map(|r| r.try_get::<String, _>(0).map_err(StoreError::from))
-            .collect()
-    };
     // The sessions asked for.
     let mut targets: BTreeSet<String> = match &removal.scope {
         Scope::Session(id) => {
@@ -77,9 +128,9 @@ where
             .fetch_all(&mut *conn)
             .await?;
             if rows.is_empty() {
-                return Ok(Deletion::NotFound);
+                return Ok(Err(Deletion::NotFound));
             }
-            strings(rows)?.into_iter().collect()
+            strings::<DB>(rows)?.into_iter().collect()
         }
         Scope::User(user) => {
             let select = format!(
@@ -91,26 +142,24 @@ where
                 .bind(user.as_str())
                 .fetch_all(&mut *conn)
                 .await?;
-            strings(rows)?.into_iter().collect()
+            strings::<DB>(rows)?.into_iter().collect()
         }
         Scope::Account => {
             let rows = sqlx::query("SELECT session_id FROM sessions WHERE account_id = $1")
                 .bind(account)
                 .fetch_all(&mut *conn)
                 .await?;
-            strings(rows)?.into_iter().collect()
+            strings::<DB>(rows)?.into_iter().collect()
         }
     };
 
     // Forks: a fork's seq 1 is its `session_fork`, naming its parent.
-    let forks = sqlx::query(
-        "SELECT session_id, CAST(content_json AS TEXT) FROM events \
-         WHERE account_id = $1 AND seq = 1 AND event_type = 'session_fork'",
-    )
-    .bind(account)
-    .fetch_all(&mut *conn)
-    .await?;
+    let forks = sqlx::query(dialect.forks)
+        .bind(account)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut children: HashMap<String, Vec<String>> = HashMap::new();
+    let mut parent_of: HashMap<String, String> = HashMap::new();
     for row in &forks {
         let child: String = row.try_get(0)?;
         let content: String = row.try_get(1)?;
@@ -118,7 +167,11 @@ where
             .ok()
             .and_then(|c| c["parent_session_id"].as_str().map(str::to_owned));
         if let Some(parent) = parent {
-            children.entry(parent).or_default().push(child);
+            children
+                .entry(parent.clone())
+                .or_default()
+                .push(child.clone());
+            parent_of.insert(child, parent);
         }
     }
     match &removal.scope {
@@ -126,10 +179,10 @@ where
             if let Some(forks) = children.get(id.as_str()) {
                 let mut forks = forks.clone();
                 forks.sort();
-                return Ok(Deletion::Forked {
+                return Ok(Err(Deletion::Forked {
                     session_id: id.clone(),
                     forks,
-                });
+                }));
             }
         }
         // A fork of a user's session holds that user's words: it goes with them.
@@ -146,41 +199,27 @@ where
         Scope::Account => {}
     }
 
-    // A run in progress in any of them refuses the whole removal. Locked in key order
-    // (the set's), as claims lock one session each: no deadlock.
-    if let Some(lock) = dialect.lock_session {
-        for session in &targets {
-            sqlx::query(lock)
-                .bind(account)
-                .bind(session.as_str())
-                .execute(&mut *conn)
-                .await?;
+    // A run in progress in any of them refuses the whole removal before it changes
+    // anything. (Each purge checks its own sessions again, under the claims' lock.)
+    if !matches!(removal.scope, Scope::Session(_)) {
+        let open = sqlx::query(
+            "SELECT session_id, run_id, invocation_id FROM invocations \
+             WHERE account_id = $1 AND status = 'in_progress' ORDER BY session_id, invocation_id",
+        )
+        .bind(account)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in &open {
+            let session_id: String = row.try_get(0)?;
+            if targets.contains(&session_id) {
+                return Ok(Err(Deletion::LiveRun {
+                    session_id,
+                    run_id: row.try_get(1)?,
+                    invocation_id: row.try_get(2)?,
+                }));
+            }
         }
     }
-    let open = sqlx::query(
-        "SELECT session_id, run_id, invocation_id FROM invocations \
-         WHERE account_id = $1 AND status = 'in_progress' ORDER BY session_id, invocation_id",
-    )
-    .bind(account)
-    .fetch_all(&mut *conn)
-    .await?;
-    for row in &open {
-        let session_id: String = row.try_get(0)?;
-        if targets.contains(&session_id) {
-            return Ok(Deletion::LiveRun {
-                session_id,
-                run_id: row.try_get(1)?,
-                invocation_id: row.try_get(2)?,
-            });
-        }
-    }
-
-    let mut removed = Removed {
-        deletion_id: removal.deletion_id.clone(),
-        session_ids: targets.iter().cloned().collect(),
-        at: now,
-        ..Removed::default()
-    };
 
     // Attachments: all of the account's, or those the sessions refer to and no other
     // session does.
@@ -190,7 +229,7 @@ where
                 .bind(account)
                 .fetch_all(&mut *conn)
                 .await?;
-            strings(rows)?
+            strings::<DB>(rows)?
         }
         _ => {
             let mut referred = BTreeSet::new();
@@ -206,7 +245,7 @@ where
                 .bind(like.as_str())
                 .fetch_all(&mut *conn)
                 .await?;
-                for text in strings(rows)? {
+                for text in strings::<DB>(rows)? {
                     referred.extend(upload_ids(&text).map(str::to_owned));
                 }
             }
@@ -222,14 +261,101 @@ where
                 .bind(format!("%{UPLOAD_SCHEME}{file}%"))
                 .fetch_all(&mut *conn)
                 .await?;
-                if strings(rows)?.iter().all(|s| targets.contains(s)) {
+                if strings::<DB>(rows)?.iter().all(|s| targets.contains(s)) {
                     only_ours.push(file);
                 }
             }
             only_ours
         }
     };
-    for file in &files {
+
+    // Forks first: deepest first, then in key order.
+    let depth = |session: &str| {
+        let (mut d, mut at) = (0usize, session);
+        while let Some(parent) = parent_of.get(at) {
+            d += 1;
+            at = parent.as_str();
+            if d > parent_of.len() {
+                break; // a cycle cannot happen; bounded all the same
+            }
+        }
+        d
+    };
+    let mut sessions: Vec<(usize, String)> = targets.into_iter().map(|s| (depth(&s), s)).collect();
+    sessions.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    Ok(Ok(Plan {
+        sessions: sessions.into_iter().map(|(_, s)| s).collect(),
+        files,
+    }))
+}
+
+/// The first transaction of a removal larger than [`CHUNK`], after its plan: the
+/// attachments go and every session it takes is archived (hidden from the default
+/// listing, runs refused), so a half-done removal shows nothing half-removed.
+pub(crate) async fn mark<DB>(
+    conn: &mut DB::Connection,
+    removal: &Removal,
+    plan: &Plan,
+    now: DateTime<Utc>,
+    removed: &mut Removed,
+) -> Result<(), StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Decode<'q, DB> + Type<DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let account = removal.account_id.as_str();
+    match removal.scope {
+        Scope::Account => {
+            sqlx::query(
+                "UPDATE sessions SET archived_at = $2 WHERE account_id = $1 AND archived_at IS NULL",
+            )
+            .bind(account)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+        }
+        _ => {
+            for chunk in plan.sessions.chunks(CHUNK) {
+                let list = (0..chunk.len())
+                    .map(|i| format!("${}", i + 3))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let update = format!(
+                    "UPDATE sessions SET archived_at = $2 WHERE account_id = $1 \
+                     AND archived_at IS NULL AND session_id IN ({list})"
+                );
+                let mut query = sqlx::query(&update).bind(account).bind(now);
+                for session in chunk {
+                    query = query.bind(session.as_str());
+                }
+                query.execute(&mut *conn).await?;
+            }
+        }
+    }
+    drop_files::<DB>(conn, account, &plan.files, removed).await
+}
+
+/// Deletes the plan's attachments, counting them into `removed`.
+pub(crate) async fn drop_files<DB>(
+    conn: &mut DB::Connection,
+    account: &str,
+    files: &[String],
+    removed: &mut Removed,
+) -> Result<(), StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Decode<'q, DB> + Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    for file in files {
         let size: Option<i64> = sqlx::query(
             "SELECT size_bytes FROM attachments WHERE account_id = $1 AND file_id = $2",
         )
@@ -249,12 +375,64 @@ where
             removed.attachment_bytes += size;
         }
     }
+    Ok(())
+}
+
+/// Removes `sessions` (at most [`CHUNK`]) whole, each with its tombstone, counting what
+/// went into `removed`; or, with nothing removed, the run in progress that refuses it
+/// (the caller rolls back).
+pub(crate) async fn purge<DB>(
+    conn: &mut DB::Connection,
+    dialect: &Dialect,
+    account: &str,
+    sessions: &[String],
+    now: DateTime<Utc>,
+    removed: &mut Removed,
+) -> Result<Option<Deletion>, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Decode<'q, DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    // Locked in key order, as claims lock one session each: no deadlock. Held to the
+    // commit, so no run starts in them between the check below and the deletes.
+    let mut locked: Vec<&String> = sessions.iter().collect();
+    locked.sort();
+    if let Some(lock) = dialect.lock_session {
+        for session in &locked {
+            sqlx::query(lock)
+                .bind(account)
+                .bind(session.as_str())
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    for session in &locked {
+        let open = sqlx::query(dialect.open_runs)
+            .bind(account)
+            .bind(session.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+        if let Some(row) = open {
+            return Ok(Some(Deletion::LiveRun {
+                session_id: (*session).clone(),
+                run_id: row.try_get(0)?,
+                invocation_id: row.try_get(1)?,
+            }));
+        }
+    }
 
     let bytes = format!(
         "SELECT COUNT(*), SUM({}) FROM events WHERE account_id = $1 AND session_id = $2",
         dialect.event_bytes
     );
-    for session in &targets {
+    for session in sessions {
         let row = sqlx::query(&bytes)
             .bind(account)
             .bind(session.as_str())
@@ -315,7 +493,25 @@ where
         .execute(&mut *conn)
         .await?;
     }
+    Ok(None)
+}
 
+/// Writes the audit row of a removal whose sessions and attachments are all gone.
+pub(crate) async fn audit<DB>(
+    conn: &mut DB::Connection,
+    removal: &Removal,
+    removed: &Removed,
+) -> Result<(), StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+{
     let session_ids = serde_json::to_string(&removed.session_ids)
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     sqlx::query(
@@ -324,7 +520,7 @@ where
          attachments, attachment_bytes, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
-    .bind(account)
+    .bind(removal.account_id.as_str())
     .bind(removal.deletion_id.as_str())
     .bind(removal.scope.as_str())
     .bind(removal.scope.subject().map(str::to_owned))
@@ -338,8 +534,19 @@ where
     .bind(removed.idempotency_keys)
     .bind(removed.attachments)
     .bind(removed.attachment_bytes)
-    .bind(now)
+    .bind(removed.at)
     .execute(&mut *conn)
     .await?;
-    Ok(Deletion::Removed(removed))
+    Ok(())
+}
+
+fn strings<DB>(rows: Vec<DB::Row>) -> Result<Vec<String>, StoreError>
+where
+    DB: Database,
+    for<'q> String: Decode<'q, DB> + Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    rows.iter()
+        .map(|r| r.try_get::<String, _>(0).map_err(StoreError::from))
+        .collect()
 }

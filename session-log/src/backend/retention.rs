@@ -1,5 +1,6 @@
 //! The SQL of retention sweeps, written once for both stores: the sweeper's lease (one
-//! row, so one replica sweeps at a time) and the page of sessions idle since a time.
+//! row, so one replica sweeps at a time), the page of sessions idle since a time, and the
+//! pruning of old tombstones.
 
 use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type};
@@ -31,6 +32,24 @@ where
     .fetch_optional(conn)
     .await?;
     Ok(row.is_some())
+}
+
+/// Deletes the tombstones (`removed_sessions`) of sessions removed before `before`, on
+/// `conn`: how many.
+pub(crate) async fn prune<'c, DB, E>(conn: E, before: DateTime<Utc>) -> Result<u64, StoreError>
+where
+    DB: Database,
+    E: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let rows = sqlx::query("DELETE FROM removed_sessions WHERE removed_at < $1 RETURNING 1")
+        .bind(before)
+        .fetch_all(conn)
+        .await?;
+    Ok(rows.len() as u64)
 }
 
 /// (account, session, last activity) of sessions last active before `before`, oldest

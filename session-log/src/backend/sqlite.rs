@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use super::plan::{self, InvocationOp};
 use super::{approvals, archive, feedback, idempotency, listing, outbox, removal, retention, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
-use crate::removal::{Deletion, Removal};
+use crate::removal::{Deletion, Removal, Removed};
 use crate::store::{
     Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Fault,
     Feedback, IdempotentRun, Imported, Invocation, Lease, Renewed, SessionFilter, Store,
@@ -57,8 +57,16 @@ const CHECKPOINT_AFTER: Duration = Duration::from_secs(1);
 const OPEN_BY_SESSION: &str = "INDEXED BY invocations_open_by_session";
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the checkpoint after a delete waits for readers, holding up appends meanwhile.
-const CHECKPOINT_WAIT: Duration = Duration::from_millis(100);
+/// How long the checkpoint that empties the WAL after a removal waits for readers (and
+/// the background PASSIVE checkpoint), holding up appends meanwhile; if they are not done
+/// by then it fails, and is retried at the next look.
+const SCRUB_WAIT: Duration = Duration::from_millis(10);
+/// The longest the WAL keeps a removal's content while writes never pause (see
+/// [`keep_wal`]): one short checkpoint that holds appends back, this often at most.
+const SCRUB_WITHIN: Duration = Duration::from_secs(2);
+
+/// The write connection, `None` once closed.
+type Writer = Arc<tokio::sync::Mutex<Option<SqliteConnection>>>;
 
 /// A session log in one SQLite database file.
 pub struct SqliteStore {
@@ -71,10 +79,17 @@ pub struct SqliteStore {
     /// commits, so a writer that is alone keeps the pages its appends walk warm. SQLite
     /// has one writer at a time: queueing writes on this lock, first come first served,
     /// is cheaper and fairer than letting them spin in SQLite's busy handler.
-    writer: tokio::sync::Mutex<Option<SqliteConnection>>,
+    /// Shared with [`keep_wal`], which empties the WAL after removals on it (a TRUNCATE
+    /// checkpoint from another connection would invalidate this one's snapshot mid-turn).
+    writer: Writer,
     /// Turns taken at the write connection (see [`SqliteStore::write_turn`]), for the
     /// background task that syncs and checkpoints the WAL.
     writes: Arc<AtomicU64>,
+    /// Write turns asked for and not yet given: none means the writer is idle.
+    waiting: AtomicUsize,
+    /// Removals committed whose content the WAL may still hold (see
+    /// [`SqliteStore::scrub_wal`]), shared with [`keep_wal`].
+    scrubs: Arc<Scrubs>,
     /// Claims granted but not yet written, by (account, invocation): each is checked and
     /// written by the append that opens its invocation (see [`Store::claim`]), so a run
     /// start costs no transaction of its own. Changed only during a write turn, except that
@@ -113,7 +128,13 @@ impl SqliteStore {
                 .run(&mut writer)
                 .await?;
             let pool = read_pool(options).await?;
-            return Ok(Self::with_connections(pool, writer, Arc::default(), None));
+            return Ok(Self::with_connections(
+                pool,
+                Arc::new(tokio::sync::Mutex::new(Some(writer))),
+                Arc::default(),
+                Arc::default(),
+                None,
+            ));
         }
         let options = file_options(path)
             .await?
@@ -139,28 +160,41 @@ impl SqliteStore {
             .run(&mut writer)
             .await?;
         let pool = read_pool(options).await?;
-        let writes = Arc::default();
+        let (writes, scrubs) = (Arc::default(), Arc::default());
+        let writer = Arc::new(tokio::sync::Mutex::new(Some(writer)));
         let wal = PathBuf::from(format!("{path}-wal"));
-        let checkpoints =
-            tokio::spawn(keep_wal(pool.clone(), wal, Arc::clone(&writes))).abort_handle();
+        let checkpoints = tokio::spawn(keep_wal(
+            pool.clone(),
+            wal,
+            Arc::clone(&writes),
+            Wal {
+                writer: Arc::clone(&writer),
+                scrubs: Arc::clone(&scrubs),
+            },
+        ))
+        .abort_handle();
         Ok(Self::with_connections(
             pool,
             writer,
             writes,
+            scrubs,
             Some(checkpoints),
         ))
     }
 
     fn with_connections(
         pool: SqlitePool,
-        writer: SqliteConnection,
+        writer: Writer,
         writes: Arc<AtomicU64>,
+        scrubs: Arc<Scrubs>,
         checkpoints: Option<tokio::task::AbortHandle>,
     ) -> Self {
         SqliteStore {
             pool,
-            writer: tokio::sync::Mutex::new(Some(writer)),
+            writer,
             writes,
+            waiting: AtomicUsize::new(0),
+            scrubs,
             pending: PendingClaims::default(),
             checkpoints,
             webhooks: outbox::Routes::default(),
@@ -171,7 +205,11 @@ impl SqliteStore {
     /// Waits for the write connection; the turn is counted when it ends. Fails once the
     /// store is closed.
     async fn write_turn(&self) -> Result<WriteTurn<'_>, StoreError> {
-        let conn = tokio::sync::MutexGuard::try_map(self.writer.lock().await, Option::as_mut)
+        let guard = {
+            let _waiting = Waiting::new(&self.waiting);
+            self.writer.lock().await
+        };
+        let conn = tokio::sync::MutexGuard::try_map(guard, Option::as_mut)
             .map_err(|_| sqlx::Error::PoolClosed)?;
         Ok(WriteTurn {
             conn,
@@ -189,6 +227,34 @@ impl SqliteStore {
             let _ = writer.close().await;
         }
         self.pool.close().await;
+    }
+
+    /// After a removal commits, on its write turn: empties the WAL, which still holds the
+    /// removed content in the frames of earlier writes (and the pages as the delete left
+    /// them). Done at once when nobody waits for the write connection: copying the WAL
+    /// into the file holds up appends, at most [`SCRUB_WAIT`] for readers plus the
+    /// copy. When appends are waiting it is left to [`keep_wal`], which does it once
+    /// writes pause; if [`SCRUB_WITHIN`] passes first, the next removal does it on its
+    /// turn whatever waits (and `keep_wal` keeps trying meanwhile). A sweep removing one
+    /// session after another thus costs the writer one such checkpoint per
+    /// [`SCRUB_WITHIN`], not one per session. A reader holding old frames makes it fail;
+    /// it is owed still, and retried.
+    async fn scrub_wal(&self, mut turn: WriteTurn<'_>) -> Result<(), StoreError> {
+        if self.checkpoints.is_none() {
+            return Ok(()); // in memory: no file, no WAL
+        }
+        let owed = self.scrubs.owe();
+        let overdue = self
+            .scrubs
+            .owed()
+            .is_some_and(|(_, since)| since.elapsed() >= SCRUB_WITHIN);
+        if self.waiting.load(Ordering::Relaxed) > 0 && !overdue {
+            return Ok(());
+        }
+        if truncate_on(&mut turn).await {
+            self.scrubs.paid(owed);
+        }
+        Ok(())
     }
 
     fn stop_checkpoints(&self) {
@@ -619,15 +685,10 @@ impl Store for SqliteStore {
         // WAL). Copying it into the database and truncating it now, while the freed space
         // lasts, gives the queued writes that room back.
         if appended.is_ok() && self.full.swap(false, Ordering::Relaxed) {
-            match truncate_wal(&mut conn).await {
-                Ok(true) => tracing::info!("disk no longer full: the WAL was copied and emptied"),
-                Ok(false) => tracing::info!(
-                    "disk no longer full; a reader held the WAL, the next checkpoint copies it"
-                ),
-                Err(error) => {
-                    self.full.store(true, Ordering::Relaxed);
-                    tracing::warn!(%error, "disk no longer full, but the WAL could not be emptied yet");
-                }
+            if truncate_on(&mut conn).await {
+                tracing::info!("disk no longer full: the WAL was copied and emptied");
+            } else {
+                self.full.store(true, Ordering::Relaxed); // the next commit tries again
             }
         }
         appended
@@ -1116,6 +1177,11 @@ impl Store for SqliteStore {
         retention::idle(&self.pool, before, offset, limit).await
     }
 
+    async fn prune_tombstones(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut turn = self.write_turn().await?;
+        retention::prune::<Sqlite, _>(&mut *turn, before).await
+    }
+
     fn route_webhooks(&self, routes: Vec<crate::outbox::Route>) {
         self.webhooks.set(routes);
     }
@@ -1171,66 +1237,132 @@ impl Store for SqliteStore {
 
     async fn remove(&self, removal: &Removal) -> Result<Deletion, StoreError> {
         let now = plan::commit_time();
-        let mut turn = self.write_turn().await?;
-        // Overwrite what the delete frees with zeros, so the file keeps none of the
-        // content; only for this transaction (appends free nothing worth the writes).
-        sqlx::query("PRAGMA secure_delete = ON")
-            .execute(&mut *turn)
-            .await?;
-        let outcome = remove_on(&mut turn, removal, now).await;
-        let reset = sqlx::query("PRAGMA secure_delete = OFF")
-            .execute(&mut *turn)
-            .await;
-        let outcome = outcome?;
-        reset?;
-        if matches!(outcome, Deletion::Removed(_)) {
-            // The WAL still holds the pages as they were before (and the zeroed ones):
-            // copy it into the file and empty it now rather than at the background
-            // checkpoint. Appends wait meanwhile, and a reader holding old frames would
-            // make the checkpoint wait for it: at most CHECKPOINT_WAIT, then the frames
-            // are left to the next checkpoint (the content leaves the WAL when it is next
-            // restarted).
-            match truncate_wal(&mut turn).await {
-                Ok(true) => {}
-                Ok(false) => tracing::info!(
-                    "WAL not emptied after a delete (a reader held it); the next checkpoint copies it"
-                ),
-                Err(error) => tracing::warn!(%error, "WAL checkpoint after a delete failed"),
+        // The steps are `removal`'s (see there), each a write turn of its own, so the
+        // appends queued meanwhile commit between them (the turns are first come, first
+        // served). Every turn overwrites what its deletes free with zeros (`secure_delete`).
+        let first = {
+            let mut turn = self.write_turn().await?;
+            secure_delete(&mut turn, true).await?;
+            let outcome = first_removal_step(&mut turn, removal, now).await;
+            let reset = secure_delete(&mut turn, false).await;
+            let outcome = outcome?;
+            reset?;
+            if let RemovalStep::Done(Deletion::Removed(_)) = &outcome {
+                self.scrub_wal(turn).await?;
+            }
+            outcome
+        };
+        let (plan, mut removed) = match first {
+            RemovalStep::Done(outcome) => return Ok(outcome),
+            RemovalStep::Marked(plan, removed) => (plan, removed),
+        };
+        let account = removal.account_id.as_str();
+        for chunk in plan.sessions.chunks(removal::CHUNK) {
+            let mut turn = self.write_turn().await?;
+            secure_delete(&mut turn, true).await?;
+            let refused = purge_on(&mut turn, account, chunk, now, &mut removed).await;
+            let reset = secure_delete(&mut turn, false).await;
+            let refused = refused?;
+            reset?;
+            if let Some(refused) = refused {
+                return Ok(refused);
             }
         }
-        Ok(outcome)
+        let mut turn = self.write_turn().await?;
+        let mut tx = Connection::begin(&mut *turn).await?;
+        removal::audit::<Sqlite>(&mut tx, removal, &removed).await?;
+        tx.commit().await?;
+        self.scrub_wal(turn).await?;
+        Ok(Deletion::Removed(removed))
     }
 }
 
-/// Copies the WAL into the database file and empties it (a TRUNCATE checkpoint), on the
-/// write connection, so appends wait meanwhile. A reader holding old frames makes it wait
-/// at most [`CHECKPOINT_WAIT`]; then `Ok(false)`: the frames are left to the next
-/// checkpoint.
-async fn truncate_wal(conn: &mut SqliteConnection) -> Result<bool, StoreError> {
-    let wait = format!("PRAGMA busy_timeout = {}", CHECKPOINT_WAIT.as_millis());
-    sqlx::query(&wait).execute(&mut *conn).await?;
-    let checkpoint = sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(TRUNCATE)")
-        .fetch_one(&mut *conn)
-        .await;
-    let restore = format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis());
-    sqlx::query(&restore).execute(&mut *conn).await?;
-    Ok(checkpoint?.0 == 0)
+/// Where a removal stands after its first transaction.
+enum RemovalStep {
+    /// Refused, or (at most [`removal::CHUNK`] sessions) done in that transaction.
+    Done(Deletion),
+    /// Its attachments are gone and its sessions archived: they are purged next.
+    Marked(removal::Plan, Removed),
 }
 
-/// [`Store::remove`] in one transaction on the write connection.
-async fn remove_on(
+/// The first transaction of [`Store::remove`] on the write connection.
+async fn first_removal_step(
     conn: &mut SqliteConnection,
     removal: &Removal,
     now: DateTime<Utc>,
-) -> Result<Deletion, StoreError> {
+) -> Result<RemovalStep, StoreError> {
+    let dialect = &removal::SQLITE;
+    let account = removal.account_id.as_str();
     // Deferred is enough: every write of this file goes through this connection, so
     // nothing writes between the removal's reads and its deletes.
     let mut tx = Connection::begin(conn).await?;
-    let outcome = removal::remove::<Sqlite>(&mut tx, &removal::SQLITE, removal, now).await?;
-    if matches!(outcome, Deletion::Removed(_)) {
+    let plan = match removal::plan::<Sqlite>(&mut tx, dialect, removal).await? {
+        Ok(plan) => plan,
+        Err(refused) => return Ok(RemovalStep::Done(refused)),
+    };
+    let mut removed = plan.removed(removal, now);
+    if !plan.is_small() {
+        removal::mark::<Sqlite>(&mut tx, removal, &plan, now, &mut removed).await?;
+        tx.commit().await?;
+        return Ok(RemovalStep::Marked(plan, removed));
+    }
+    let purge =
+        removal::purge::<Sqlite>(&mut tx, dialect, account, &plan.sessions, now, &mut removed);
+    if let Some(refused) = purge.await? {
+        return Ok(RemovalStep::Done(refused));
+    }
+    removal::drop_files::<Sqlite>(&mut tx, account, &plan.files, &mut removed).await?;
+    removal::audit::<Sqlite>(&mut tx, removal, &removed).await?;
+    tx.commit().await?;
+    Ok(RemovalStep::Done(Deletion::Removed(removed)))
+}
+
+/// One purge of [`Store::remove`] in a transaction of its own on the write connection.
+async fn purge_on(
+    conn: &mut SqliteConnection,
+    account: &str,
+    sessions: &[String],
+    now: DateTime<Utc>,
+    removed: &mut Removed,
+) -> Result<Option<Deletion>, StoreError> {
+    let mut tx = Connection::begin(conn).await?;
+    let refused =
+        removal::purge::<Sqlite>(&mut tx, &removal::SQLITE, account, sessions, now, removed)
+            .await?;
+    if refused.is_none() {
         tx.commit().await?;
     }
-    Ok(outcome)
+    Ok(refused)
+}
+
+/// Turns `secure_delete` on or off on the write connection: on, what a removal's deletes
+/// free is overwritten with zeros, so the file keeps none of the content. Only for
+/// removals (appends free nothing worth the writes).
+async fn secure_delete(conn: &mut SqliteConnection, on: bool) -> Result<(), StoreError> {
+    let pragma = if on {
+        "PRAGMA secure_delete = ON"
+    } else {
+        "PRAGMA secure_delete = OFF"
+    };
+    sqlx::query(pragma).execute(conn).await?;
+    Ok(())
+}
+
+/// Counts a wait for the write connection while it lasts (see
+/// [`SqliteStore::write_turn`]), even if the waiter gives up.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The pool reads go through. A connection to a file in this process does not go stale
@@ -1389,13 +1521,32 @@ fn wal_chore(writes: u64, synced: u64, checkpointed: u64, since_checkpoint: Dura
 /// run by the committing connection (SQLite's default, every 1,000 pages) would hold that
 /// commit, and every event waiting on it, through two fsyncs and a copy of every page the
 /// WAL touched.
-async fn keep_wal(pool: SqlitePool, wal: PathBuf, writes: Arc<AtomicU64>) {
+///
+/// It also empties the WAL after removals that left it to this task (`scrubs` counts
+/// them, see [`SqliteStore::scrub_wal`]): a TRUNCATE checkpoint once a look finds no
+/// write since the last, or [`SCRUB_WITHIN`] after the first removal still owed.
+async fn keep_wal(pool: SqlitePool, wal: PathBuf, writes: Arc<AtomicU64>, scrubbing: Wal) {
     let mut tick = tokio::time::interval(WAL_SYNC_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut synced, mut checkpointed, mut last_checkpoint) = (0, 0, Instant::now());
+    let mut seen = 0;
     loop {
         tick.tick().await;
         let now = writes.load(Ordering::Relaxed);
+        if let Some((owed, since)) = scrubbing.scrubs.owed() {
+            if now == seen || since.elapsed() >= SCRUB_WITHIN {
+                // A turn on the write connection, in line with the appends.
+                let mut writer = scrubbing.writer.lock().await;
+                let Some(conn) = writer.as_mut() else {
+                    return; // closed
+                };
+                if truncate_on(conn).await {
+                    scrubbing.scrubs.paid(owed);
+                    (synced, checkpointed, last_checkpoint) = (now, now, Instant::now());
+                }
+            }
+        }
+        seen = now;
         let chore = wal_chore(now, synced, checkpointed, last_checkpoint.elapsed());
         if chore == WalChore::Checkpoint {
             match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
@@ -1419,6 +1570,69 @@ async fn keep_wal(pool: SqlitePool, wal: PathBuf, writes: Arc<AtomicU64>) {
                 Ok(Err(error)) => tracing::debug!(%error, "WAL sync failed; retrying"),
                 Err(_) => {} // the runtime is shutting down
             }
+        }
+    }
+}
+
+/// Removals whose content the WAL may still hold: how many were owed a TRUNCATE
+/// checkpoint, and since when the oldest still owed waits.
+#[derive(Default)]
+struct Scrubs(std::sync::Mutex<(u64, Option<Instant>)>);
+
+impl Scrubs {
+    /// One more removal owed; the count owed now.
+    fn owe(&self) -> u64 {
+        let mut owed = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        owed.0 += 1;
+        owed.1.get_or_insert_with(Instant::now);
+        owed.0
+    }
+
+    /// The count owed and since when, if any is.
+    fn owed(&self) -> Option<(u64, Instant)> {
+        let owed = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        owed.1.map(|since| (owed.0, since))
+    }
+
+    /// A checkpoint begun when `count` were owed emptied the WAL: those are paid; any owed
+    /// since wait from now.
+    fn paid(&self, count: u64) {
+        let mut owed = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        owed.1 = (owed.0 != count).then(Instant::now);
+    }
+}
+
+/// What [`keep_wal`] needs to empty the WAL after removals.
+struct Wal {
+    writer: Writer,
+    scrubs: Arc<Scrubs>,
+}
+
+/// A TRUNCATE checkpoint on the write connection: copies the WAL into the file and
+/// empties it, waiting at most [`SCRUB_WAIT`] for readers; whether it did. After a
+/// removal (see [`SqliteStore::scrub_wal`]) and after a full disk (see
+/// [`SqliteStore::append_seqs`]).
+async fn truncate_on(conn: &mut SqliteConnection) -> bool {
+    let wait = format!("PRAGMA busy_timeout = {}", SCRUB_WAIT.as_millis());
+    let restore = format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis());
+    if sqlx::query(&wait).execute(&mut *conn).await.is_err() {
+        return false;
+    }
+    let checkpoint = sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(TRUNCATE)")
+        .fetch_one(&mut *conn)
+        .await;
+    if let Err(error) = sqlx::query(&restore).execute(&mut *conn).await {
+        tracing::warn!(%error, "restoring the write connection's busy timeout failed");
+    }
+    match checkpoint {
+        Ok((0, _, _)) => true,
+        Ok(_) => {
+            tracing::debug!("WAL not emptied (a reader held it); retrying");
+            false
+        }
+        Err(error) => {
+            tracing::debug!(%error, "WAL checkpoint failed; retrying");
+            false
         }
     }
 }

@@ -10,6 +10,8 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     pub port: u16,
     as_postgres: bool,
+    /// Server settings given at every start (`-c name=value` each).
+    settings: String,
 }
 
 /// The newest installed PostgreSQL's bin directory.
@@ -39,7 +41,14 @@ fn free_port() -> u16 {
 impl Cluster {
     /// A new running cluster, or `None` (with a message) when PostgreSQL is not
     /// installed. In CI (`CI` set) a missing installation fails the test instead.
+    #[allow(dead_code)]
     pub fn start() -> Option<Cluster> {
+        Self::start_with(&[])
+    }
+
+    /// As [`Cluster::start`], with these server settings (name, value).
+    #[allow(dead_code)]
+    pub fn start_with(settings: &[(&str, &str)]) -> Option<Cluster> {
         let Some(bin) = bin_dir() else {
             if std::env::var_os("CI").is_some() {
                 panic!("PostgreSQL binaries (initdb, pg_ctl) are required in CI: none under /usr/lib/postgresql/*/bin");
@@ -63,6 +72,10 @@ impl Cluster {
             dir,
             port: free_port(),
             as_postgres,
+            settings: settings
+                .iter()
+                .map(|(name, value)| format!(" -c {name}={value}"))
+                .collect(),
         };
         let data = cluster.data();
         cluster.run(
@@ -115,9 +128,10 @@ impl Cluster {
     pub fn up(&self) {
         let data = self.data();
         let options = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off{}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.settings
         );
         let log = self.dir.path().join("server.log").display().to_string();
         self.run(
@@ -127,6 +141,7 @@ impl Cluster {
     }
 
     /// Stops the server (fast: open connections are terminated) and waits.
+    #[allow(dead_code)]
     pub fn down(&self) {
         self.run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
     }

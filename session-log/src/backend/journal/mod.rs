@@ -2093,6 +2093,12 @@ impl Store for JournaledStore {
         self.inner.pg.idle_sessions(before, offset, limit).await
     }
 
+    // Only the retention sweep prunes, which runs only with nothing journalled (see
+    // `claim_sweep`); a prune is PostgreSQL's alone.
+    async fn prune_tombstones(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.inner.pg.prune_tombstones(before).await
+    }
+
     // Removals are not journalled: a delete accepted while the journal holds events of a
     // session it takes would be undone when the backfill writes them. So it is refused
     // (the caller answers 503, to be retried) while PostgreSQL is down or the journal
