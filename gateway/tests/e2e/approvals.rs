@@ -320,14 +320,35 @@ fn a_client_that_answers_in_its_own_protocol_leaves_nothing_pending() {
 
 #[test]
 fn an_a2a_task_waiting_for_input_is_answered_after_the_agent_is_killed() {
+    a2a_input_answered_after_a_kill(None);
+}
+
+/// The same with Tether calling the agent over gRPC (`--a2a-upstream-transport grpc`): the
+/// waiting task, the probe that finds it forgotten, the restore and the answer all go
+/// over gRPC, as the agent's record of its calls shows.
+#[test]
+fn an_a2a_task_waiting_for_input_is_answered_over_grpc_after_the_agent_is_killed() {
+    a2a_input_answered_after_a_kill(Some("grpc"));
+}
+
+/// A2A `input-required` answered through Tether after a kill -9 of the a2a-sdk agent,
+/// Tether calling it over `transport` (JSON-RPC by default).
+fn a2a_input_answered_after_a_kill(transport: Option<&str>) {
     let Some(python) = interop_python() else {
         return;
     };
     let llm = FakeAgent::start();
     let port = free_port();
-    let agent = A2aAgent::start(&python, port, &llm.url());
+    let grpc_port = transport.map(|_| free_port());
+    let agent = A2aAgent::start_with(&python, port, grpc_port, &llm.url());
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let tether = Tether::start(&format!("http://127.0.0.1:{port}"), "a2a", &store.url, &[]);
+    let args: Vec<&str> = transport.map_or(vec![], |t| vec!["--a2a-upstream-transport", t]);
+    let tether = Tether::start(
+        &format!("http://127.0.0.1:{port}"),
+        "a2a",
+        &store.url,
+        &args,
+    );
     let api = Api::of(&tether);
     let send = json!({ "jsonrpc": "2.0", "id": "1", "method": "message/send", "params": {
         "message": { "kind": "message", "role": "user", "messageId": "m-1",
@@ -354,7 +375,7 @@ fn an_a2a_task_waiting_for_input_is_answered_after_the_agent_is_killed() {
     assert_eq!(pending["Approvals"][0]["Kind"], "input");
 
     agent.kill();
-    let _agent = A2aAgent::start(&python, port, &llm.url());
+    let _agent = A2aAgent::start_with(&python, port, grpc_port, &llm.url());
 
     let d = api.ok(
         "ResolveApproval",
@@ -383,16 +404,25 @@ fn an_a2a_task_waiting_for_input_is_answered_after_the_agent_is_killed() {
     });
     assert!(waiting.seq < decided && answered < last.seq);
     let (_, received) = get_json(&format!("http://127.0.0.1:{port}/_received"));
-    let texts: Vec<&str> = received
+    let answers: Vec<&Value> = received
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|r| r["text"].as_str())
+        .filter(|r| r["text"] == "Reply with OK")
         .collect();
-    assert_eq!(
-        texts.iter().filter(|t| **t == "Reply with OK").count(),
-        1,
-        "{texts:?}"
+    assert_eq!(answers.len(), 1, "{received}");
+    let over = if transport == Some("grpc") {
+        "grpc"
+    } else {
+        "http"
+    };
+    assert!(
+        received
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["transport"] == over),
+        "{received}"
     );
     let (status, again) = api.call(
         "ResolveApproval",
