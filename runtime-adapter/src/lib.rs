@@ -25,6 +25,7 @@ pub mod surface;
 pub mod turn;
 pub mod upstream;
 pub mod usage;
+mod waited;
 
 pub use a2a::AdvertiseGrpc;
 pub use item::{Block, Item};

@@ -7,7 +7,6 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::approval;
 use crate::grpc::{Code, Deframer, Frame, Status};
 use crate::item::{Block, Item};
 use crate::percent::encode_segment;
@@ -17,6 +16,7 @@ use crate::upstream::{
     AgentRequest, Answer, Cancel, CardReader, Older, Probe, Reask, Restore, StreamParser, TurnCall,
     Upstream,
 };
+use crate::waited::waited;
 
 use super::card::{grpc_address, relocated, speaks_only_v03};
 use super::client::{
@@ -97,7 +97,7 @@ impl Upstream for A2aUpstream {
     /// conversation.
     fn restore(&self, call: &TurnCall) -> Option<Restore> {
         let sent = self.sent(call.turn, call.run_id);
-        let waited = approval::waited(call).filter(|w| {
+        let waited = waited(call).filter(|w| {
             w.action["kind"] == "approval"
                 && w.action["task_id"].as_str().is_some()
                 && w.action["task_id"].as_str() == sent.task_id()

@@ -18,10 +18,10 @@ use session_log::{Event, EventType, RunStatus};
 use super::content::item_parts;
 use super::request::AdkTurn;
 use super::{alias, RUN};
-use crate::approval::{self, ADK_RESERVED_FUNCTIONS};
 use crate::item::Item;
 use crate::percent::encode_segment;
 use crate::upstream::{AgentRequest, Reask, Restore, TurnCall};
+use crate::waited::{waited, ADK_RESERVED_FUNCTIONS};
 
 /// The function ADK asks a confirmation with.
 const CONFIRMATION: &str = "adk_request_confirmation";
@@ -81,7 +81,7 @@ pub(super) fn restore(call: &TurnCall) -> Option<Restore> {
         .unwrap_or(&app);
     // A confirmation the turn answers: the session up to the run that asked for it, and
     // that run's message again.
-    let waited = approval::waited(call).filter(|w| {
+    let waited = waited(call).filter(|w| {
         let ids = confirmation_ids(t.body.clone());
         w.action["request_id"]
             .as_str()
