@@ -36,6 +36,23 @@ pub fn waiting(protocol: Protocol, output: &Output) -> Option<Waiting> {
     }
 }
 
+/// What an answer ends waiting on after `output`: `waiting` is what it waited on before.
+pub fn track(protocol: Protocol, waiting: &mut Option<Value>, output: &Output) {
+    match self::waiting(protocol, output) {
+        Some(Waiting::Asks(action)) => *waiting = Some(action),
+        Some(Waiting::Goes) => *waiting = None,
+        None => {}
+    }
+}
+
+/// Whether `asked` (what an agent asked again) is the request `pending` was: the same
+/// kind of request, about the same tool with the same arguments.
+pub fn same_request(pending: &Value, asked: &Value) -> bool {
+    ["kind", "tool", "arguments"]
+        .iter()
+        .all(|k| pending.get(*k).unwrap_or(&Value::Null) == asked.get(*k).unwrap_or(&Value::Null))
+}
+
 /// The action `{kind, request_id, tool, arguments, protocol, question}` with `extra`'s
 /// fields added.
 pub fn action(

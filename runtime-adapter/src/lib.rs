@@ -25,6 +25,7 @@ pub mod surface;
 pub mod turn;
 pub mod upstream;
 pub mod usage;
+mod waited;
 
 pub use a2a::AdvertiseGrpc;
 pub use item::{Block, Item};
@@ -33,8 +34,8 @@ pub use protocol::Protocol;
 pub use surface::{ClientRequest, Refused, Route, RunInfo, StreamRenderer, Surface};
 pub use turn::{InputError, ItemReference, SessionRef, Tool, TurnRequest, REQUEST_PARAMS};
 pub use upstream::{
-    AgentRequest, AgentTransport, Answer, Cancel, CardReader, Output, Probe, Restore, StreamParser,
-    TurnCall, Upstream, AGENT_PARAMS,
+    AgentRequest, AgentTransport, Answer, Cancel, CardReader, Output, Probe, Reask, Restore,
+    StreamParser, TurnCall, Upstream, AGENT_PARAMS,
 };
 
 /// The surface a client speaks (its request and response wire format).

@@ -162,6 +162,20 @@ pub struct Restore {
     pub before: Vec<AgentRequest>,
     /// The turn's request to send after them.
     pub request: AgentRequest,
+    /// The turn answers a request the session's last run ended waiting on, which lived
+    /// only in the agent's memory (an ADK confirmation, a kagent tool approval): the agent
+    /// is asked again, and the turn goes to what it asks anew (`Upstream::readdress`).
+    pub reask: Option<Reask>,
+}
+
+/// Asking the agent again what a restored session was waiting on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reask {
+    /// The waiting run's input, sent again after `Restore::before`; its answer is read
+    /// whole and must end waiting on the same request as before.
+    pub request: AgentRequest,
+    /// The action the waiting run ended on (`crate::approval`).
+    pub pending: Value,
 }
 
 /// What Tether reads from the agent's own description of itself (an A2A agent card): a
@@ -226,6 +240,12 @@ pub trait Upstream: Send + Sync {
 
     /// How to restore the session from its history; `None` when the protocol cannot.
     fn restore(&self, _call: &TurnCall) -> Option<Restore> {
+        None
+    }
+
+    /// The turn's request addressed to `asked`, the action the agent ended waiting on when
+    /// asked again (`Restore::reask`) in place of the one the turn answers.
+    fn readdress(&self, _call: &TurnCall, _asked: &Value) -> Option<AgentRequest> {
         None
     }
 

@@ -137,6 +137,9 @@ pub struct Outgoing {
     /// Written only if the session has no run in progress once the cause is applied
     /// (`session.idle`).
     pub if_idle: bool,
+    /// Runs that check passes over: opened after the cause in the same write (a journal
+    /// backfill that ends one run and opens the next), so not in progress when it ended.
+    pub idle_except: Vec<String>,
     pub created_ms: i64,
 }
 
@@ -221,6 +224,7 @@ pub fn outgoing(routes: &[Route], cause: Cause<'_>, at: DateTime<Utc>) -> Vec<Ou
                 run_id: run_id.map(str::to_owned),
                 payload: payload.clone(),
                 if_idle,
+                idle_except: Vec::new(),
                 created_ms: at.timestamp_millis(),
             });
         }

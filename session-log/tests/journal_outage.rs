@@ -985,3 +985,75 @@ async fn a_session_removed_by_another_replica_is_not_brought_back_by_the_backfil
     // Another session journaled in the same outage is backfilled as usual.
     assert_dense_in_postgres(&cluster.url(), kept, 2).await;
 }
+
+/// A backfill chunk that ends one run and opens the next in the same session writes the
+/// first run's `session.idle`: the session was idle when that run ended, as an append
+/// during no outage would have found. A run still in progress when another ended keeps
+/// that end from being idle, even if it ends later in the same chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_that_ends_one_run_and_opens_the_next_writes_session_idle() {
+    use session_log::outbox::{DeliveryQuery, Kind, Route};
+    let Some(cluster) = pg_cluster::Cluster::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = journal_recovering_on_demand(&cluster, &dir).await;
+    store.route_webhooks(vec![Route {
+        endpoint: "ep".into(),
+        kinds: Kind::ALL.to_vec(),
+        accounts: None,
+    }]);
+    let session = "s_idle";
+    let run = |r: &str, s: RunStatus| {
+        NewEvent::new(
+            "acct",
+            session,
+            EventType::RunStatus,
+            run_status_content(s, None),
+        )
+        .in_run(r, r)
+    };
+    let deliveries = || async {
+        let query = DeliveryQuery {
+            account_id: "acct".into(),
+            limit: 100,
+            ..Default::default()
+        };
+        let (rows, _) = store.list_webhook_deliveries(&query).await.unwrap();
+        let mut kinds: Vec<(String, String)> = rows
+            .into_iter()
+            .map(|d| (d.kind, d.run_id.unwrap_or_default()))
+            .collect();
+        kinds.sort();
+        kinds
+    };
+    let pair = |k: &str, r: &str| (k.to_owned(), r.to_owned());
+    cluster.down();
+    // r1 ends with nothing else in progress; r2 opens; r3 opens, r2 ends while r3 is in
+    // progress, and r3 ends: r1 and r3 left the session idle, r2 did not.
+    for (r, s) in [
+        ("r1", RunStatus::InProgress),
+        ("r1", RunStatus::Completed),
+        ("r2", RunStatus::InProgress),
+        ("r3", RunStatus::InProgress),
+        ("r2", RunStatus::Completed),
+        ("r3", RunStatus::Completed),
+        ("r4", RunStatus::InProgress),
+    ] {
+        store.append(&[run(r, s)]).await.unwrap();
+    }
+    assert_eq!(store.state(), BackendState::Degraded);
+    cluster.up();
+    store.recover_now().await;
+    wait_recovered(&store).await;
+    assert_eq!(
+        deliveries().await,
+        vec![
+            pair("run.completed", "r1"),
+            pair("run.completed", "r2"),
+            pair("run.completed", "r3"),
+            pair("session.idle", "r1"),
+            pair("session.idle", "r3"),
+        ]
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use runtime_adapter::approval::{self, Waiting};
+use runtime_adapter::approval;
 use runtime_adapter::{AgentRequest, Item, Output, Probe, StreamParser, TurnCall, TurnRequest};
 use serde_json::{json, Value};
 use session_log::checkpoints::{checkpoint_content, CheckpointPolicy, Phase};
@@ -214,26 +214,88 @@ async fn restore(
             Err(e) => return Err(Outcome::failed("agent_unreachable", e.to_string())),
         }
     }
+    let mut content = json!({
+        "reason": reason,
+        "protocol": runs.upstream().protocol().as_str(),
+        "items": call.history.len(),
+        "requests": plan.before.len(),
+    });
+    let mut request = plan.request;
+    if let Some(reask) = &plan.reask {
+        let asked = Box::pin(ask_again(runs, run, call, reask)).await?;
+        request = runs.upstream().readdress(call, &asked).ok_or_else(|| {
+            Outcome::failed(
+                "restore_failed",
+                "the turn could not be addressed to the request the agent asked again",
+            )
+        })?;
+        content["asked_again"] = json!({
+            "request_id": reask.pending["request_id"],
+            "as": asked["request_id"],
+        });
+    }
     tracing::info!(
         account_id = %run.account_id, session_id = %run.session_id, run_id = %run.run_id,
-        reason, items = call.history.len(), "restored a session the agent had forgotten"
+        reason, items = call.history.len(), asked_again = plan.reask.is_some(),
+        "restored a session the agent had forgotten"
     );
     let note = NewEvent::new(
         &run.account_id,
         &run.session_id,
         EventType::SessionRestore,
-        json!({
-            "reason": reason,
-            "protocol": runs.upstream().protocol().as_str(),
-            "items": call.history.len(),
-            "requests": plan.before.len(),
-        }),
+        content,
     )
     .in_run(&run.run_id, &run.invocation_id);
     if let Err(e) = runs.writer.submit(vec![note]).await {
         return Err(Outcome::failed("internal_error", e.to_string()));
     }
-    Ok(Some(plan.request))
+    Ok(Some(request))
+}
+
+/// Sends a restore's re-ask (the waiting run's message again) and returns what the agent
+/// asks in its answer, which must be the request the turn answers, asked anew. Its
+/// answer is not recorded: the run that asked is in the log already.
+async fn ask_again(
+    runs: &Runs,
+    run: &StartedRun,
+    call: &TurnCall<'_>,
+    reask: &runtime_adapter::Reask,
+) -> Result<Value, Outcome> {
+    let (status, content_type, body) = runs
+        .agent
+        .exchange(&reask.request, &run.account_id, AGENT_ANSWER_CAP)
+        .await
+        .map_err(|e| Outcome::failed("agent_unreachable", e.to_string()))?;
+    if !(200..300).contains(&status) {
+        let body = String::from_utf8_lossy(&body);
+        return Err(Outcome::failed(
+            "restore_failed",
+            format!("the agent refused the waiting turn asked again (HTTP {status}): {body}"),
+        ));
+    }
+    let upstream = runs.upstream();
+    let mut parser = upstream.parser(call, &content_type);
+    let mut asked = None;
+    let mut outputs = parser.feed(&body);
+    outputs.extend(parser.finish());
+    for output in &outputs {
+        approval::track(upstream.protocol(), &mut asked, output);
+    }
+    match asked {
+        Some(asked) if approval::same_request(&reask.pending, &asked) => Ok(asked),
+        asked => Err(Outcome::failed(
+            "restore_failed",
+            format!(
+                "asked again, the agent did not ask for what was answered ({} {}): it asked {}",
+                reask.pending["tool"],
+                reask.pending["arguments"],
+                asked.map_or_else(
+                    || "nothing".to_owned(),
+                    |a| json!({"tool": a["tool"], "arguments": a["arguments"]}).to_string()
+                )
+            ),
+        )),
+    }
 }
 
 /// How much of an agent answer Tether reads when it only needs to judge it (a probe, a
@@ -341,11 +403,7 @@ impl Recorder<'_> {
         };
         let protocol = self.runs.upstream().protocol();
         for output in outputs {
-            match approval::waiting(protocol, &output) {
-                Some(Waiting::Asks(action)) => self.waiting = Some(action),
-                Some(Waiting::Goes) => self.waiting = None,
-                None => {}
-            }
+            approval::track(protocol, &mut self.waiting, &output);
             self.produced |= matches!(
                 output,
                 Output::TextDelta(_)

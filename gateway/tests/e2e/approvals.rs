@@ -320,14 +320,35 @@ fn a_client_that_answers_in_its_own_protocol_leaves_nothing_pending() {
 
 #[test]
 fn an_a2a_task_waiting_for_input_is_answered_after_the_agent_is_killed() {
+    a2a_input_answered_after_a_kill(None);
+}
+
+/// The same with Tether calling the agent over gRPC (`--a2a-upstream-transport grpc`): the
+/// waiting task, the probe that finds it forgotten, the restore and the answer all go
+/// over gRPC, as the agent's record of its calls shows.
+#[test]
+fn an_a2a_task_waiting_for_input_is_answered_over_grpc_after_the_agent_is_killed() {
+    a2a_input_answered_after_a_kill(Some("grpc"));
+}
+
+/// A2A `input-required` answered through Tether after a kill -9 of the a2a-sdk agent,
+/// Tether calling it over `transport` (JSON-RPC by default).
+fn a2a_input_answered_after_a_kill(transport: Option<&str>) {
     let Some(python) = interop_python() else {
         return;
     };
     let llm = FakeAgent::start();
     let port = free_port();
-    let agent = A2aAgent::start(&python, port, &llm.url());
+    let grpc_port = transport.map(|_| free_port());
+    let agent = A2aAgent::start_with(&python, port, grpc_port, &llm.url());
     let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let tether = Tether::start(&format!("http://127.0.0.1:{port}"), "a2a", &store.url, &[]);
+    let args: Vec<&str> = transport.map_or(vec![], |t| vec!["--a2a-upstream-transport", t]);
+    let tether = Tether::start(
+        &format!("http://127.0.0.1:{port}"),
+        "a2a",
+        &store.url,
+        &args,
+    );
     let api = Api::of(&tether);
     let send = json!({ "jsonrpc": "2.0", "id": "1", "method": "message/send", "params": {
         "message": { "kind": "message", "role": "user", "messageId": "m-1",
@@ -354,7 +375,7 @@ fn an_a2a_task_waiting_for_input_is_answered_after_the_agent_is_killed() {
     assert_eq!(pending["Approvals"][0]["Kind"], "input");
 
     agent.kill();
-    let _agent = A2aAgent::start(&python, port, &llm.url());
+    let _agent = A2aAgent::start_with(&python, port, grpc_port, &llm.url());
 
     let d = api.ok(
         "ResolveApproval",
@@ -383,16 +404,25 @@ fn an_a2a_task_waiting_for_input_is_answered_after_the_agent_is_killed() {
     });
     assert!(waiting.seq < decided && answered < last.seq);
     let (_, received) = get_json(&format!("http://127.0.0.1:{port}/_received"));
-    let texts: Vec<&str> = received
+    let answers: Vec<&Value> = received
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|r| r["text"].as_str())
+        .filter(|r| r["text"] == "Reply with OK")
         .collect();
-    assert_eq!(
-        texts.iter().filter(|t| **t == "Reply with OK").count(),
-        1,
-        "{texts:?}"
+    assert_eq!(answers.len(), 1, "{received}");
+    let over = if transport == Some("grpc") {
+        "grpc"
+    } else {
+        "http"
+    };
+    assert!(
+        received
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["transport"] == over),
+        "{received}"
     );
     let (status, again) = api.call(
         "ResolveApproval",
@@ -715,38 +745,50 @@ fn the_cli_lists_and_resolves_approvals() {
     assert!(tool_runs(&tools).is_empty());
 }
 
-/// ADK's `api_server` (in memory) serving tests/agents/adk_approval_agent, whose tool
-/// needs confirmation: the answer goes back as ADK's own `adk_request_confirmation`
-/// function response and the tool runs. (Not across a kill: the confirmation ADK waits
-/// for lives in its session, which a restore, made of the conversation, does not carry.)
-#[test]
-fn an_adk_confirmation_is_answered_through_tether() {
-    let Some(python) = interop_python() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let tools = dir.path().join("tools.jsonl");
-    let llm = FakeAgent::start();
-    let port = free_port();
-    let adk = std::path::Path::new(&python).with_file_name("adk");
-    let mut server = Command::new(adk)
-        .args(["api_server", "--session_service_uri", "memory://"])
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "."])
-        .current_dir(repo_root().join("tests/agents"))
-        .env("FAKE_LLM_URL", format!("{}/v1", llm.url()))
-        .env("APPROVAL_TOOL_LOG", &tools)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start adk api_server");
-    let agent = format!("http://127.0.0.1:{port}");
-    wait_until("adk api_server", Duration::from_secs(90), || {
-        ureq::get(&format!("{agent}/list-apps")).call().is_ok()
-    });
-    let store = TestStore::new(StoreKind::Sqlite).unwrap();
-    let tether = Tether::start(&agent, "adk", &store.url, &[]);
-    let api = Api::of(&tether);
-    let session = format!("appr-adk-{}", uuid::Uuid::new_v4().simple());
+/// ADK's `api_server` (sessions in memory) serving tests/agents/adk_approval_agent, whose
+/// tool needs confirmation, with the fake LLM as its model: a restarted server has
+/// forgotten every session, and the confirmation it was waiting on with it.
+struct AdkServer {
+    child: Child,
+}
+
+impl AdkServer {
+    fn start(python: &str, port: u16, llm: &FakeAgent, tools: &std::path::Path) -> AdkServer {
+        let adk = std::path::Path::new(python).with_file_name("adk");
+        let child = Command::new(adk)
+            .args(["api_server", "--session_service_uri", "memory://"])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "."])
+            .current_dir(repo_root().join("tests/agents"))
+            .env("FAKE_LLM_URL", format!("{}/v1", llm.url()))
+            .env("APPROVAL_TOOL_LOG", tools)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start adk api_server");
+        let url = format!("http://127.0.0.1:{port}/list-apps");
+        wait_until("adk api_server", Duration::from_secs(90), || {
+            ureq::get(&url).call().is_ok()
+        });
+        AdkServer { child }
+    }
+
+    /// SIGKILL, as `kill -9`.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for AdkServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Creates an ADK session through Tether and runs `tool:deploy` in it: the run ends
+/// `requires_action` on ADK's `adk_request_confirmation`. Returns the waiting status.
+fn adk_waiting_on_deploy(tether: &Tether, store: &TestStore, session: &str) -> Event {
     let created = post_json(
         &format!(
             "{}/apps/adk_approval_agent/users/u1/sessions/{session}",
@@ -761,8 +803,8 @@ fn an_adk_confirmation_is_answered_through_tether() {
                  "new_message": { "role": "user", "parts": [{ "text": "tool:deploy" }] } }),
     );
     assert_eq!(run.status, 200, "{}", run.body);
-    let events = store.wait_for_terminal("local", &session, 1);
-    let waiting = events.last().unwrap();
+    let events = store.wait_for_terminal("local", session, 1);
+    let waiting = events.last().unwrap().clone();
     assert_eq!(
         waiting.run_status(),
         Some(RunStatus::RequiresAction),
@@ -773,25 +815,334 @@ fn an_adk_confirmation_is_answered_through_tether() {
     assert_eq!(action["arguments"], json!({"x": 1}));
     assert_eq!(action["app_name"], "adk_approval_agent");
     assert_eq!(action["user_id"], "u1");
+    waiting
+}
+
+/// The answer's run after `waiting`: the decision (with who), then `between` (a restore,
+/// when the agent had forgotten), then the tool's result in the model's answer, then the
+/// end, in seq order; the answer's run completed. Returns the events.
+fn assert_answered_in_order(
+    events: &[Event],
+    waiting: &Event,
+    credential: &str,
+    between: Option<&dyn Fn(&Event) -> bool>,
+    result: &dyn Fn(&Event) -> bool,
+) {
+    let last = events.last().unwrap();
+    assert_eq!(last.run_status(), Some(RunStatus::Completed), "{events:#?}");
+    let decided = seq_of(events, waiting.seq, "approval_resolved", |e| {
+        e.event_type == EventType::ApprovalResolved
+    });
+    let resolved = events.iter().find(|e| e.seq == decided).unwrap();
+    assert_eq!(resolved.content["decision"], "approve");
+    assert_eq!(resolved.content["by"]["credential"], credential);
+    let mut after = decided;
+    if let Some(between) = between {
+        after = seq_of(events, after, "the restore", between);
+    }
+    let answered = seq_of(events, after, "the tool's result", result);
+    assert!(answered < last.seq, "{events:#?}");
+}
+
+/// `adk api_server` answering a confirmation through Tether: the answer goes back as ADK's
+/// own `adk_request_confirmation` function response and the tool runs.
+#[test]
+fn an_adk_confirmation_is_answered_through_tether() {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.jsonl");
+    let llm = FakeAgent::start();
+    let port = free_port();
+    let _server = AdkServer::start(&python, port, &llm, &tools);
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let tether = Tether::start(&format!("http://127.0.0.1:{port}"), "adk", &store.url, &[]);
+    let api = Api::of(&tether);
+    let session = format!("appr-adk-{}", uuid::Uuid::new_v4().simple());
+    let waiting = adk_waiting_on_deploy(&tether, &store, &session);
     assert!(tool_runs(&tools).is_empty());
-    let request_id = action["request_id"].as_str().unwrap().to_owned();
+    let request_id = waiting.content["action"]["request_id"].as_str().unwrap();
     api.ok(
         "ResolveApproval",
         json!({ "SessionId": session, "RequestId": request_id, "Decision": "approve" }),
     );
     let events = store.wait_for_terminal("local", &session, 2);
-    assert_eq!(
-        events.last().unwrap().run_status(),
-        Some(RunStatus::Completed),
-        "{events:#?}"
-    );
+    assert_answered_in_order(&events, &waiting, "local", None, &|e| {
+        e.event_type == EventType::Message && e.text() == r#"tool said: {"result": 42}"#
+    });
     assert_eq!(
         tool_runs(&tools),
         vec![json!({"tool": "deploy", "arguments": {"x": 1}})]
     );
-    assert!(events
-        .iter()
-        .any(|e| e.event_type == EventType::Message && e.text().contains("tool said")));
-    let _ = server.kill();
-    let _ = server.wait();
+}
+
+/// The same across a `kill -9` of `adk api_server` while the confirmation waits. ADK keeps
+/// the confirmation in its session and refuses it in a re-created one, so Tether puts the
+/// conversation back up to the turn that asked, sends that turn's message again (the
+/// agent asks anew, for the same call) and answers the new request: the tool runs once,
+/// and the log shows request, decision with who, the restore, and the result, in order.
+#[test]
+fn an_adk_confirmation_is_answered_through_tether_after_the_agent_is_killed() {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.jsonl");
+    let llm = FakeAgent::start();
+    let port = free_port();
+    let server = AdkServer::start(&python, port, &llm, &tools);
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let tether = Tether::start(
+        &format!("http://127.0.0.1:{port}"),
+        "adk",
+        &store.url,
+        &["--conf", &auth_conf("").arg()],
+    );
+    let session = format!("appr-adk-kill-{}", uuid::Uuid::new_v4().simple());
+    // An earlier turn, which the restore puts back.
+    let (k, v) = bearer(KEY_A);
+    let created = post(
+        &format!(
+            "{}/apps/adk_approval_agent/users/u1/sessions/{session}",
+            tether.url()
+        ),
+        "{}",
+        &[(k, &v)],
+    );
+    assert_eq!(created.status, 200, "{}", created.body);
+    let run = |text: &str| {
+        let body = json!({ "app_name": "adk_approval_agent", "user_id": "u1",
+            "session_id": session,
+            "new_message": { "role": "user", "parts": [{ "text": text }] } });
+        let r = post(
+            &format!("{}/run_sse", tether.url()),
+            &body.to_string(),
+            &[(k, &v)],
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    };
+    run("My project is named zebra42.");
+    run("tool:deploy");
+    let events = store.wait_for_terminal("acct-a", &session, 2);
+    let waiting = events.last().unwrap().clone();
+    assert_eq!(
+        waiting.run_status(),
+        Some(RunStatus::RequiresAction),
+        "{events:#?}"
+    );
+    let action = &waiting.content["action"];
+    assert_eq!(
+        (&action["tool"], &action["arguments"]),
+        (&json!("deploy"), &json!({"x": 1}))
+    );
+    let request_id = action["request_id"].as_str().unwrap().to_owned();
+    let asked = seq_of(&events, 0, "the confirmation request", |e| {
+        e.event_type == EventType::AgentEvent
+            && e.content.to_string().contains("adk_request_confirmation")
+    });
+    assert!(asked < waiting.seq);
+
+    // The agent dies while the confirmation waits, and comes back with no sessions.
+    server.kill();
+    let _server = AdkServer::start(&python, port, &llm, &tools);
+    assert!(tool_runs(&tools).is_empty(), "nothing ran before approval");
+
+    let resolved = control(
+        &tether,
+        KEY_A,
+        "ResolveApproval",
+        json!({ "SessionId": session, "RequestId": request_id, "Decision": "approve",
+                "Comment": "go" }),
+    );
+    assert_eq!(resolved.status, 200, "{}", resolved.body);
+    let events = store.wait_for_terminal("acct-a", &session, 3);
+    assert_answered_in_order(
+        &events,
+        &waiting,
+        "key:a",
+        Some(&|e: &Event| {
+            e.event_type == EventType::SessionRestore
+                && e.content["asked_again"]["request_id"] == request_id.as_str()
+        }),
+        &|e| e.event_type == EventType::Message && e.text() == r#"tool said: {"result": 42}"#,
+    );
+    assert_eq!(
+        tool_runs(&tools),
+        vec![json!({"tool": "deploy", "arguments": {"x": 1}})],
+        "the tool ran once, after the decision"
+    );
+    // The restored session holds the earlier turn: the agent still knows it.
+    let answered = events.last().unwrap().seq;
+    run("What is my project named?");
+    let events = store.wait_for_terminal("acct-a", &session, 4);
+    assert!(
+        events.iter().any(|e| e.seq > answered
+            && e.event_type == EventType::Message
+            && e.role.as_deref() == Some("assistant")
+            && e.text().contains("zebra42")),
+        "{events:#?}"
+    );
+    assert_eq!(tool_runs(&tools).len(), 1);
+}
+
+/// kagent's Python runtime (`kagent-adk run --local`, sessions in memory) serving
+/// tests/agents/kagent/kagent_adk_approval_agent, whose tool `deploy` needs approval.
+struct KagentAdk {
+    child: Child,
+}
+
+impl KagentAdk {
+    fn start(python: &str, port: u16, llm: &FakeAgent, tools: &std::path::Path) -> KagentAdk {
+        let cli = std::path::Path::new(python).with_file_name("kagent-adk");
+        let child = Command::new(cli)
+            .args([
+                "run",
+                "kagent_adk_approval_agent",
+                "--local",
+                "--working-dir",
+            ])
+            .arg(repo_root().join("tests/agents/kagent"))
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .env("FAKE_LLM_URL", format!("{}/v1", llm.url()))
+            .env("APPROVAL_TOOL_LOG", tools)
+            // kagent's runtime reads these at import; in local mode nothing calls KAGENT_URL.
+            .env("KAGENT_URL", "http://127.0.0.1:9")
+            .env("KAGENT_NAME", "kagent-adk-approval")
+            .env("KAGENT_NAMESPACE", "kagent")
+            .env("OTEL_SDK_DISABLED", "true")
+            .env("LOG_LEVEL", "warning")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start kagent-adk");
+        let url = format!("http://127.0.0.1:{port}/.well-known/agent-card.json");
+        wait_until("kagent-adk", Duration::from_secs(90), || {
+            ureq::get(&url).call().is_ok()
+        });
+        KagentAdk { child }
+    }
+
+    /// SIGKILL, as `kill -9`.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for KagentAdk {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// kagent-adk asking to approve a tool call (an A2A task in `input-required` carrying
+/// ADK's `adk_request_confirmation`), answered through Tether after a `kill -9` of the
+/// agent. kagent keeps the pending confirmation in its in-memory ADK session and reads
+/// the decision against it, so Tether puts the conversation back up to the turn that
+/// asked, sends that turn's message again (kagent asks anew, in a new task, for the same
+/// call) and sends the decision into that task: the tool runs once, the turn completes,
+/// and the log shows request, decision with who, the restore, and the result, in order.
+#[test]
+fn a_kagent_tool_approval_is_answered_through_tether_after_the_agent_is_killed() {
+    let Some(python) = required_in_ci(
+        "TETHER_STACK_PYTHON_KAGENT",
+        "the kagent approvals test",
+        "run tests/run",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.jsonl");
+    let llm = FakeAgent::start();
+    let port = free_port();
+    let agent = KagentAdk::start(&python, port, &llm, &tools);
+    let store = TestStore::new(StoreKind::Sqlite).unwrap();
+    let tether = Tether::start(
+        &format!("http://127.0.0.1:{port}"),
+        "a2a",
+        &store.url,
+        &["--conf", &auth_conf("").arg()],
+    );
+    let session = format!("appr-kagent-{}", uuid::Uuid::new_v4().simple());
+    let (k, v) = bearer(KEY_A);
+    let send = |text: &str, id: &str| {
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "message/send", "params": {
+            "message": { "kind": "message", "role": "user", "messageId": id,
+                         "parts": [{ "kind": "text", "text": text }],
+                         "contextId": session } } });
+        let r = post(&format!("{}/", tether.url()), &body.to_string(), &[(k, &v)]);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()["result"].clone()
+    };
+    let first = send("My project is named zebra42.", "m-1");
+    assert_eq!(first["status"]["state"], "completed", "{first}");
+    let task = send("tool:deploy", "m-2");
+    assert_eq!(task["status"]["state"], "input-required", "{task}");
+    let events = store.wait_for_terminal("acct-a", &session, 2);
+    let waiting = events.last().unwrap().clone();
+    assert_eq!(
+        waiting.run_status(),
+        Some(RunStatus::RequiresAction),
+        "{events:#?}"
+    );
+    let action = &waiting.content["action"];
+    assert_eq!(action["kind"], "approval", "{action}");
+    assert_eq!(action["tool"], "deploy", "{action}");
+    assert_eq!(action["arguments"], json!({"x": 1}), "{action}");
+    assert_eq!(action["task_id"], task["id"]);
+    let pending = control(
+        &tether,
+        KEY_A,
+        "ListPendingApprovals",
+        json!({ "SessionId": session }),
+    );
+    assert_eq!(pending.status, 200, "{}", pending.body);
+    let request_id = data(&pending)["Approvals"][0]["RequestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(action["request_id"], request_id.as_str());
+    let asked = seq_of(&events, 0, "the approval request", |e| {
+        e.event_type == EventType::AgentEvent && e.content.to_string().contains("input-required")
+    });
+    assert!(asked < waiting.seq);
+
+    agent.kill();
+    let _agent = KagentAdk::start(&python, port, &llm, &tools);
+    assert!(tool_runs(&tools).is_empty(), "nothing ran before approval");
+
+    let resolved = control(
+        &tether,
+        KEY_A,
+        "ResolveApproval",
+        json!({ "SessionId": session, "RequestId": request_id, "Decision": "approve" }),
+    );
+    assert_eq!(resolved.status, 200, "{}", resolved.body);
+    let events = store.wait_for_terminal("acct-a", &session, 3);
+    assert_answered_in_order(
+        &events,
+        &waiting,
+        "key:a",
+        Some(&|e: &Event| {
+            e.event_type == EventType::SessionRestore
+                && e.content["asked_again"]["request_id"] == request_id.as_str()
+        }),
+        &|e| {
+            e.event_type == EventType::AgentEvent && e.content.to_string().contains("tool said: 42")
+        },
+    );
+    assert_eq!(
+        tool_runs(&tools),
+        vec![json!({"tool": "deploy", "arguments": {"x": 1}})],
+        "the tool ran once, after the decision"
+    );
+    let again = control(
+        &tether,
+        KEY_A,
+        "ResolveApproval",
+        json!({ "SessionId": session, "RequestId": request_id, "Decision": "reject" }),
+    );
+    assert_eq!(again.status, 409, "{}", again.body);
 }

@@ -325,11 +325,19 @@ pub struct A2aAgent {
 
 impl A2aAgent {
     pub fn start(python: &str, port: u16, llm: &str) -> A2aAgent {
+        A2aAgent::start_with(python, port, None, llm)
+    }
+
+    /// With `grpc_port`, the agent serves gRPC there too.
+    pub fn start_with(python: &str, port: u16, grpc_port: Option<u16>, llm: &str) -> A2aAgent {
         let mut command = Command::new(python);
         command
             .arg(repo_root().join("tests/agents/a2a_agent.py"))
             .args(["--port", &port.to_string(), "--llm", llm])
             .stderr(Stdio::null());
+        if let Some(g) = grpc_port {
+            command.args(["--grpc-port", &g.to_string()]);
+        }
         A2aAgent {
             child: spawn_ready(command, "a2a agent"),
         }

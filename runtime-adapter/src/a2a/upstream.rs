@@ -13,9 +13,10 @@ use crate::percent::encode_segment;
 use crate::protocol::Protocol;
 use crate::turn::TurnRequest;
 use crate::upstream::{
-    AgentRequest, Answer, Cancel, CardReader, Older, Probe, Restore, StreamParser, TurnCall,
+    AgentRequest, Answer, Cancel, CardReader, Older, Probe, Reask, Restore, StreamParser, TurnCall,
     Upstream,
 };
+use crate::waited::waited;
 
 use super::card::{grpc_address, relocated, speaks_only_v03};
 use super::client::{
@@ -87,21 +88,57 @@ impl Upstream for A2aUpstream {
 
     /// One message holding the earlier turns, then the turn itself without the task it
     /// may have continued (the agent lost that too).
+    ///
+    /// A turn that answers a tool approval the task was waiting on (kagent's, an ADK
+    /// confirmation inside `input-required`) needs the agent to hold the call again: the
+    /// earlier turns are put back up to the run that asked, that run's message is sent
+    /// again, and the turn continues the task the agent asks in anew (`readdress`). A
+    /// question (`input`) needs none of that: its answer is text the agent reads with the
+    /// conversation.
     fn restore(&self, call: &TurnCall) -> Option<Restore> {
         let sent = self.sent(call.turn, call.run_id);
+        let waited = waited(call).filter(|w| {
+            w.action["kind"] == "approval"
+                && w.action["task_id"].as_str().is_some()
+                && w.action["task_id"].as_str() == sent.task_id()
+        });
+        let history = waited.as_ref().map_or(call.history, |w| w.before);
         let mut before = Vec::new();
-        if !call.history.is_empty() {
+        if !history.is_empty() {
             before.push(sent.send_text(
                 call.session_id,
                 &format!("tether-restore-{}", call.run_id),
                 &format!("{}-restore", call.run_id),
-                &transcript(call.history),
+                &transcript(history),
             ));
         }
+        let reask = waited.map(|w| {
+            let text: Vec<String> = w.input.iter().map(Item::text).collect();
+            Reask {
+                request: sent.send_text(
+                    call.session_id,
+                    &format!("tether-reask-{}", call.run_id),
+                    &format!("{}-reask", call.run_id),
+                    &text.join("\n"),
+                ),
+                pending: w.action.clone(),
+            }
+        });
         Some(Restore {
             before,
             request: sent.send(call.session_id, call.run_id, false),
+            reask,
         })
+    }
+
+    /// The turn's send, continuing the task the agent asked in anew.
+    fn readdress(&self, call: &TurnCall, asked: &Value) -> Option<AgentRequest> {
+        let task = asked["task_id"].as_str()?;
+        Some(self.sent(call.turn, call.run_id).in_task(task).send(
+            call.session_id,
+            call.run_id,
+            true,
+        ))
     }
 
     fn cancel(&self, turn: &TurnRequest) -> Option<Cancel> {
@@ -313,6 +350,20 @@ impl Sent {
     /// there.
     fn kept(turn: &TurnRequest) -> Option<(&Value, &Value)> {
         Some((turn.extra.get("client")?, turn.extra.get("a2a")?))
+    }
+
+    /// The task the client's message continues.
+    fn task_id(&self) -> Option<&str> {
+        self.params[message_key(&self.params)]["taskId"].as_str()
+    }
+
+    /// The send with its message continuing `task_id`.
+    fn in_task(mut self, task_id: &str) -> Sent {
+        let key = message_key(&self.params);
+        if let Some(message) = self.params.get_mut(key).and_then(Value::as_object_mut) {
+            message.insert("taskId".into(), json!(task_id));
+        }
+        self
     }
 
     /// The REST base path (`/rest/`) the client's send was made below.

@@ -22,7 +22,8 @@
 //! - `content`: ADK `Content` parts to transcript items and back;
 //! - `request`: what one turn asks of the agent;
 //! - `parse`: the agent's `/run` and `/run_sse` answers as outputs;
-//! - `restore`: a session the agent forgot, re-created from the history;
+//! - `restore`: a session the agent forgot, re-created from the history (and a
+//!   confirmation it was waiting on, asked for again);
 //! - `render`: committed events back as ADK's own answers.
 
 mod content;
@@ -148,5 +149,9 @@ impl Upstream for AdkUpstream {
 
     fn restore(&self, call: &TurnCall) -> Option<Restore> {
         restore::restore(call)
+    }
+
+    fn readdress(&self, call: &TurnCall, asked: &Value) -> Option<AgentRequest> {
+        restore::readdress(call, asked)
     }
 }

@@ -2,6 +2,13 @@
 //! history with `POST …/sessions {session_id, state, events}`: the items as ADK events,
 //! each under the author that said it, and the state the last turn left; unless the
 //! session was never the client's to have, or the client deleted it.
+//!
+//! A confirmation the agent was waiting on (`adk_request_confirmation`) cannot be put
+//! back: ADK refuses its own protocol calls in session-creation events (400), so that no
+//! client can forge one. When the turn answers one, the session is re-created up to the
+//! run that asked, that run's message is sent again (`/run`), and the agent asks anew for
+//! the same call; the answer then goes to the new request (`readdress`). The tool has not
+//! run (it waits for the confirmation), so it runs once, when the answer comes.
 
 use std::collections::{HashMap, HashSet};
 
@@ -10,17 +17,14 @@ use session_log::{Event, EventType, RunStatus};
 
 use super::content::item_parts;
 use super::request::AdkTurn;
+use super::{alias, RUN};
 use crate::item::Item;
 use crate::percent::encode_segment;
-use crate::upstream::{AgentRequest, Restore, TurnCall};
+use crate::upstream::{AgentRequest, Reask, Restore, TurnCall};
+use crate::waited::{waited, ADK_RESERVED_FUNCTIONS};
 
-/// Function calls ADK makes itself for human-in-the-loop flows. ADK refuses them in
-/// session-creation events (400), so a restore leaves them and their responses out.
-const ADK_RESERVED_FUNCTIONS: &[&str] = &[
-    "adk_request_credential",
-    "adk_request_confirmation",
-    "adk_request_input",
-];
+/// The function ADK asks a confirmation with.
+const CONFIRMATION: &str = "adk_request_confirmation";
 
 /// The `reason` of the compaction marker the gateway appends once the agent confirms the
 /// client deleted the session (`Surface::deletes_session`).
@@ -75,6 +79,48 @@ pub(super) fn restore(call: &TurnCall) -> Option<Restore> {
         .rev()
         .find_map(|m| m.get("author").and_then(Value::as_str))
         .unwrap_or(&app);
+    // A confirmation the turn answers: the session up to the run that asked for it, and
+    // that run's message again.
+    let waited = waited(call).filter(|w| {
+        let ids = confirmation_ids(t.body.clone());
+        w.action["request_id"]
+            .as_str()
+            .is_some_and(|id| ids.iter().any(|i| i == id))
+    });
+    let (history, events) = match &waited {
+        Some(w) => {
+            let first = events
+                .iter()
+                .position(|e| e.run_id.as_deref() == Some(w.run));
+            (w.before, &events[..first.unwrap_or(events.len())])
+        }
+        None => (call.history, events),
+    };
+    let reask = waited.map(|w| {
+        let parts: Vec<Value> = w
+            .input
+            .iter()
+            .flat_map(|item| item_parts(item, &HashMap::new()))
+            .collect();
+        let mut body = Map::new();
+        body.insert("app_name".into(), json!(app));
+        body.insert(
+            "new_message".into(),
+            json!({ "role": "user", "parts": parts }),
+        );
+        let again = AdkTurn {
+            path: RUN,
+            app: Some(app.clone()),
+            user: t.user.clone(),
+            session: t.session.clone(),
+            body,
+            from_client: t.from_client,
+        };
+        Reask {
+            request: again.request(call.account_id),
+            pending: w.action.clone(),
+        }
+    });
     let state = last_state(events).cloned().unwrap_or_default();
     let create = AgentRequest::post(
         format!(
@@ -85,13 +131,62 @@ pub(super) fn restore(call: &TurnCall) -> Option<Restore> {
         json!({
             "session_id": t.session,
             "state": state,
-            "events": history_events(call.history, &authors, agent),
+            "events": history_events(history, &authors, agent),
         }),
     );
     Some(Restore {
         before: vec![create],
         request: t.request(call.account_id),
+        reask,
     })
+}
+
+/// The turn's request with its confirmation response answering `asked` (the request the
+/// agent made anew when asked again) instead.
+pub(super) fn readdress(call: &TurnCall, asked: &Value) -> Option<AgentRequest> {
+    let id = asked["request_id"].as_str()?;
+    let mut t = AdkTurn::of(call);
+    let mut body = std::mem::take(&mut t.body);
+    let answered = {
+        let responses = confirmations(&mut body);
+        let found = !responses.is_empty();
+        for response in responses {
+            response.insert("id".into(), json!(id));
+        }
+        found
+    };
+    t.body = body;
+    answered.then(|| t.request(call.account_id))
+}
+
+/// The ids of the confirmation responses in a turn's `new_message`.
+fn confirmation_ids(mut body: Map<String, Value>) -> Vec<String> {
+    confirmations(&mut body)
+        .into_iter()
+        .filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// The confirmation responses (`adk_request_confirmation` function responses) in a turn's
+/// `new_message`.
+fn confirmations(body: &mut Map<String, Value>) -> Vec<&mut Map<String, Value>> {
+    let key = alias(body, "new_message", "newMessage");
+    let Some(parts) = body
+        .get_mut(key)
+        .and_then(|m| m.get_mut("parts"))
+        .and_then(Value::as_array_mut)
+    else {
+        return Vec::new();
+    };
+    parts
+        .iter_mut()
+        .filter_map(|p| {
+            let p = p.as_object_mut()?;
+            let key = alias(p, "function_response", "functionResponse");
+            p.get_mut(key)?.as_object_mut()
+        })
+        .filter(|r| r.get("name").and_then(Value::as_str) == Some(CONFIRMATION))
+        .collect()
 }
 
 /// The events since the client last deleted the session at the agent (all of them if it
@@ -308,6 +403,126 @@ mod tests {
                 ]
             }))
         );
+    }
+
+    #[test]
+    fn a_confirmation_the_turn_answers_is_asked_for_again() {
+        let meta =
+            json!({"adk": {"author": "assistant", "app_name": "adk_agent", "user_id": "u1"}});
+        let status = |seq: i64, run: &str, content: Value| {
+            event(
+                seq,
+                NewEvent::new("acct", "s-run", EventType::RunStatus, content).in_run(run, run),
+            )
+        };
+        let action = json!({"kind": "approval", "request_id": "adk-c1", "tool": "deploy",
+            "arguments": {"x": 1}, "protocol": "adk"});
+        let confirmation = Item::ToolCall {
+            call_id: "adk-c1".into(),
+            name: "adk_request_confirmation".into(),
+            arguments: "{}".into(),
+        };
+        let deploy = Item::ToolCall {
+            call_id: "call_1".into(),
+            name: "deploy".into(),
+            arguments: r#"{"x":1}"#.into(),
+        };
+        let history = vec![
+            Item::user_text("hi"),
+            Item::assistant_text("hello"),
+            Item::user_text("tool:deploy"),
+            deploy.clone(),
+            confirmation.clone(),
+        ];
+        let events = vec![
+            event(
+                1,
+                Item::user_text("hi")
+                    .to_event("acct", "s-run")
+                    .in_run("r1", "r1"),
+            ),
+            answered(2, "hello", meta.clone()),
+            status(3, "r1", json!({"status": "completed"})),
+            event(
+                4,
+                Item::user_text("tool:deploy")
+                    .to_event("acct", "s-run")
+                    .in_run("r2", "r2"),
+            ),
+            event(5, deploy.to_event("acct", "s-run").in_run("r2", "r2")),
+            event(6, confirmation.to_event("acct", "s-run").in_run("r2", "r2")),
+            status(
+                7,
+                "r2",
+                json!({"status": "requires_action", "action": action}),
+            ),
+        ];
+        let answer = |id: &str| {
+            run_turn(
+                "/run_sse",
+                json!({"app_name": "adk_agent", "user_id": "u1", "session_id": "s-run",
+                    "new_message": {"role": "user", "parts": [{"function_response": {
+                        "id": id, "name": "adk_request_confirmation",
+                        "response": {"confirmed": true}}}]}}),
+            )
+        };
+        let turn = answer("adk-c1");
+        let restore = AdkUpstream
+            .restore(&call(&turn, &history, &events))
+            .unwrap();
+        // The session up to the run that asked, then that run's message again.
+        assert_eq!(
+            restore.before[0].body.as_ref().unwrap()["events"],
+            json!([
+                {"author": "user", "content": {"role": "user", "parts": [{"text": "hi"}]}},
+                {"author": "assistant", "content": {"role": "model", "parts": [{"text": "hello"}]}}
+            ])
+        );
+        let reask = restore.reask.unwrap();
+        assert_eq!(reask.pending, action);
+        assert_eq!(reask.request.path, "/run");
+        assert_eq!(
+            reask.request.body,
+            Some(
+                json!({"app_name": "adk_agent", "user_id": "acct~u1", "session_id": "s-run",
+                "new_message": {"role": "user", "parts": [{"text": "tool:deploy"}]}})
+            )
+        );
+        // The answer goes to the request asked anew.
+        let asked = json!({"request_id": "adk-c2"});
+        let request = AdkUpstream
+            .readdress(&call(&turn, &history, &events), &asked)
+            .unwrap();
+        let body = request.body.unwrap();
+        assert_eq!(
+            body["new_message"]["parts"][0]["function_response"]["id"],
+            "adk-c2"
+        );
+        assert_eq!(body["user_id"], "acct~u1");
+
+        // A turn that answers something else, or a run that ran another tool, is restored
+        // as a conversation only.
+        let other = answer("adk-other");
+        let restore = AdkUpstream
+            .restore(&call(&other, &history, &events))
+            .unwrap();
+        assert_eq!(restore.reask, None);
+        let mut ran = history.clone();
+        let lookup = Item::ToolCall {
+            call_id: "call_0".into(),
+            name: "lookup".into(),
+            arguments: "{}".into(),
+        };
+        ran.insert(3, lookup.clone());
+        let mut with_lookup = events.clone();
+        with_lookup.insert(
+            4,
+            event(5, lookup.to_event("acct", "s-run").in_run("r2", "r2")),
+        );
+        let restore = AdkUpstream
+            .restore(&call(&turn, &ran, &with_lookup))
+            .unwrap();
+        assert_eq!(restore.reask, None);
     }
 
     #[test]

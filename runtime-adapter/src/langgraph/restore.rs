@@ -54,6 +54,7 @@ pub(super) fn restore(call: &TurnCall) -> Option<Restore> {
     Some(Restore {
         before: vec![create, state],
         request: t.request(call),
+        reask: None,
     })
 }
 

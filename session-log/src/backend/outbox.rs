@@ -74,8 +74,13 @@ where
             )
             .push_bind(row.account_id.clone())
             .push(" AND session_id = ")
-            .push_bind(row.session_id.clone())
-            .push(")");
+            .push_bind(row.session_id.clone());
+        for invocation in &row.idle_except {
+            query
+                .push(" AND invocation_id <> ")
+                .push_bind(invocation.clone());
+        }
+        query.push(")");
     } else {
         query.push(" WHERE 1 = 1");
     }

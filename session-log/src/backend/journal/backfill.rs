@@ -265,16 +265,47 @@ pub(super) async fn backfill(
     .await?;
     // The webhook events of what the journal committed, as the append would have written
     // them (their ids are the same, so a retried step writes nothing twice).
+    // A run's end is checked for `session.idle` as of that end, not of the chunk's.
     let routes = pg.webhooks.get();
-    let outgoing: Vec<_> = kept
-        .iter()
-        .map(|&i| &events[i])
-        .filter(|e| outbox::may_cause(e.event_type, &e.content))
-        .flat_map(|e| outbox::outgoing(&routes, e.into(), e.created_at))
-        .collect();
+    let mut outgoing = Vec::new();
+    for &i in &kept {
+        let e = &events[i];
+        if !outbox::may_cause(e.event_type, &e.content) {
+            continue;
+        }
+        let idle = idle_after(events, &keep, i);
+        for mut row in outbox::outgoing(&routes, e.into(), e.created_at) {
+            match (&idle, row.if_idle) {
+                (None, true) => continue,
+                (Some(opened), true) => row.idle_except.clone_from(opened),
+                _ => {}
+            }
+            outgoing.push(row);
+        }
+    }
     postgres::insert_outgoing(&mut tx, &outgoing).await?;
     tx.commit().await?;
     Ok(Backfilled::Committed { dropped })
+}
+
+/// How a chunk's later events bear on `session.idle` for the run that `events[i]` ends:
+/// `None` when another run was still in progress then (it ends later in the chunk, and
+/// did not open after `i`); otherwise the runs opened after `i`, which the store's check
+/// (no run of the session in progress) must pass over.
+fn idle_after(events: &[Event], keep: &[bool], i: usize) -> Option<Vec<String>> {
+    let ended = events[i].invocation_id.as_deref();
+    let mut opened = Vec::new();
+    for (e, kept) in events.iter().zip(keep).skip(i + 1) {
+        let (Some(status), Some(invocation)) = (e.run_status(), e.invocation_id.as_deref()) else {
+            continue;
+        };
+        if !status.is_terminal() {
+            opened.push(invocation.to_owned());
+        } else if *kept && Some(invocation) != ended && !opened.iter().any(|o| o == invocation) {
+            return None;
+        }
+    }
+    Some(opened)
 }
 
 /// The invocation rows of claims granted locally, with their owner and what is left of
