@@ -95,7 +95,8 @@ general_settings:
   # No master key: loopback only, and the lanes measure the proxy path, not key checks.
   dangerously_permit_weak_or_unset_master_key: true
 EOF
-      LITELLM_LOG=ERROR "$LITELLM_VENV/bin/litellm" --config "$W/litellm.yaml" --host 127.0.0.1 --port $port \
+      # The cost map it ships, not one fetched at start (this machine reaches no host).
+      LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_LOG=ERROR "$LITELLM_VENV/bin/litellm" --config "$W/litellm.yaml" --host 127.0.0.1 --port $port \
         --num_workers 1 >"$W/litellm.log" 2>&1 &
       TPID=$! ;;
     agentgateway)
