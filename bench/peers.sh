@@ -31,6 +31,13 @@ IDLE=${IDLE:-1000}
 QUICK=${QUICK:-0}
 OPEN_SECONDS=5 SAT_SECONDS=3 ROUNDS1=5
 [ "$QUICK" = 1 ] && OPEN_SECONDS=2 SAT_SECONDS=2 ROUNDS1=2
+# LiteLLM in its own venv, pinned (1.107.0 was the compromised release; 1.108+ need a
+# `litellm-proxy` package the registry here lacks). Made only when asked: PEERS_INSTALL=1.
+if [ ! -x "$LITELLM_VENV/bin/litellm" ] && [ "${PEERS_INSTALL:-0}" = 1 ]; then
+  printf '[peers] installing litellm[proxy]==%s into %s\n' "$LITELLM_VERSION" "$LITELLM_VENV" >&2
+  python3 -m venv "$LITELLM_VENV"
+  "$LITELLM_VENV/bin/pip" install -q "litellm[proxy]==$LITELLM_VERSION" >&2
+fi
 W=$(mktemp -d /tmp/tether-peers.XXXXXX)
 PIDS=()
 log() { printf '[peers %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -88,7 +95,8 @@ general_settings:
   # No master key: loopback only, and the lanes measure the proxy path, not key checks.
   dangerously_permit_weak_or_unset_master_key: true
 EOF
-      LITELLM_LOG=ERROR "$LITELLM_VENV/bin/litellm" --config "$W/litellm.yaml" --host 127.0.0.1 --port $port \
+      # The cost map it ships, not one fetched at start (this machine reaches no host).
+      LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_LOG=ERROR "$LITELLM_VENV/bin/litellm" --config "$W/litellm.yaml" --host 127.0.0.1 --port $port \
         --num_workers 1 >"$W/litellm.log" 2>&1 &
       TPID=$! ;;
     agentgateway)

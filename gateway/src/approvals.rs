@@ -12,7 +12,7 @@ use session_log::{Approval, Decision, EventType, Hub, NewEvent, Store, StoreErro
 
 use crate::config::{ApprovalsConfig, OnTimeout};
 use crate::ids::new_id;
-use crate::runs::{Runs, Seen, StartError};
+use crate::runs::{Runs, Seen, Start, StartError};
 
 /// Why a request could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -170,14 +170,15 @@ impl Approvals {
                 .map_err(ResolveError::Invalid)?;
             let follow =
                 Subscription::before_append(self.store.clone(), &self.hub, account_id, session_id);
-            let start = self.runs.start(
-                account_id,
-                session_id,
-                new_id("run"),
+            let start = self.runs.start(Box::new(Start {
+                account_id: account_id.to_owned(),
+                session_id: session_id.to_owned(),
+                run_id: new_id("run"),
                 turn,
                 follow,
-                Seen::Unread,
-            );
+                seen: Seen::Unread,
+                resume: None,
+            }));
             match Box::pin(start).await {
                 Ok(started) => break started,
                 Err(StartError::SessionBusy(_)) if tries < 50 => {

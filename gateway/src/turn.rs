@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use crate::ids::{client_id, new_id};
 use crate::metrics::{Limit, METRICS};
 use crate::quota;
-use crate::runs::{attachments, Seen, StartError, StartedRun, REQUEST_DIGEST};
+use crate::runs::{attachments, Seen, Start, StartError, StartedRun, REQUEST_DIGEST};
 use crate::state::State;
 use crate::telemetry::spans;
 
@@ -173,9 +173,9 @@ async fn prepare_run(
     if let (Target::Session(id, seen), SessionRef::Named(_), true) =
         (&target, &turn.session, resent)
     {
-        target = reconcile_history(state, account_id, id.clone(), seen.clone(), &mut turn)
-            .await
-            .map_err(|e| (e, None))?;
+        // Boxed, as the fork below: rare steps whose state a common start need not carry.
+        let reconciled = reconcile_history(state, account_id, id.clone(), seen.clone(), &mut turn);
+        target = Box::pin(reconciled).await.map_err(|e| (e, None))?;
     }
     // Every inline attachment is checked before any is stored: a refused one writes nothing.
     let (turn, uploads) = attachments::extract(&state.attachments, turn).map_err(|e| (e, None))?;
@@ -192,7 +192,7 @@ async fn prepare_run(
                     .try_acquire_run(account_id)
                     .map_err(|l| (ApiError::limited(&l), None))?,
             );
-            let fork = fork_after(state, account_id, &from)
+            let fork = Box::pin(fork_after(state, account_id, &from))
                 .await
                 .map_err(|e| (e, None))?;
             // Just made, so not archived; its row is read with its history.
@@ -203,39 +203,49 @@ async fn prepare_run(
         .await
         .map_err(|e| (e, None))?;
     let runs = state.runs.clone();
-    let (account, sid) = (account_id.to_owned(), session_id.clone());
-    let follow = Subscription::before_append(state.store.clone(), &state.hub, account_id, &sid);
-    let start = async move { runs.start(&account, &sid, run_id, turn, follow, seen).await };
-    on_core(&state.core, spans::in_client_trace(client_trace, start))
-        .await
-        .map_err(|e| {
-            let err = match e {
-                StartError::SessionBusy(_) => ApiError::new(
-                    409,
-                    "invalid_request_error",
-                    "conversation_busy",
-                    format!("{e}; wait for it to finish or cancel it"),
-                ),
-                StartError::Archived(_) => ApiError::new(
-                    409,
-                    "invalid_request_error",
-                    "session_archived",
-                    e.to_string(),
-                ),
-                StartError::ShuttingDown => {
-                    ApiError::new(503, "server_error", "shutting_down", e.to_string())
-                }
-                StartError::TooManyRuns(ref l) => {
-                    METRICS.rate_limited(Limit::Runs);
-                    ApiError::limited(l)
-                }
-                StartError::Store(_) | StartError::Write(_) => {
-                    ApiError::store_unavailable(&e, "cannot start a run")
-                }
-                StartError::Unwritable(why) => ApiError::store_unwritable(why),
-            };
-            (err, Some(session_id))
-        })
+    let follow =
+        Subscription::before_append(state.store.clone(), &state.hub, account_id, &session_id);
+    let start = Box::new(Start {
+        account_id: account_id.to_owned(),
+        session_id: session_id.clone(),
+        run_id,
+        turn,
+        follow,
+        seen,
+        resume: None,
+    });
+    // Boxed once: the hop to the core runtime then moves a pointer, not the start's state.
+    let start = Box::pin(spans::in_client_trace(client_trace, async move {
+        runs.start(start).await
+    }));
+    on_core(&state.core, start).await.map_err(|e| {
+        let err = match e {
+            StartError::SessionBusy(_) => ApiError::new(
+                409,
+                "invalid_request_error",
+                "conversation_busy",
+                format!("{e}; wait for it to finish or cancel it"),
+            ),
+            StartError::Archived(_) => ApiError::new(
+                409,
+                "invalid_request_error",
+                "session_archived",
+                e.to_string(),
+            ),
+            StartError::ShuttingDown => {
+                ApiError::new(503, "server_error", "shutting_down", e.to_string())
+            }
+            StartError::TooManyRuns(ref l) => {
+                METRICS.rate_limited(Limit::Runs);
+                ApiError::limited(l)
+            }
+            StartError::Store(_) | StartError::Write(_) => {
+                ApiError::store_unavailable(&e, "cannot start a run")
+            }
+            StartError::Unwritable(why) => ApiError::store_unwritable(why),
+        };
+        (err, Some(session_id))
+    })
 }
 
 /// How long a repeat of an `Idempotency-Key` answers with the first request's run.

@@ -17,7 +17,7 @@ use crate::core::on_core;
 use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::quota;
-use crate::runs::{ResumeFrom, StartError, StartedRun};
+use crate::runs::{ResumeFrom, Start, StartError, StartedRun};
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 200;
@@ -298,7 +298,8 @@ pub async fn resume_run(call: &Call<'_>) -> Result<Resumed, ControlError> {
     let follow =
         Subscription::before_append(state.store.clone(), &state.hub, &account, &session_id);
     let started = on_core(&state.core, async move {
-        runs.resume(&account, &session_id, turn, from, follow).await
+        runs.start(Start::resume(&account, &session_id, turn, from, follow))
+            .await
     })
     .await;
     let (started, mut subscription) = match started {

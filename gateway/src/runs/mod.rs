@@ -186,6 +186,47 @@ pub struct ResumeFrom {
     pub history: Vec<Item>,
 }
 
+/// What a run's start is given: who starts it where, the turn, and what the caller knows
+/// already. The caller boxes it once: the start's futures, moved as they are spawned and
+/// awaited, then carry a pointer to it rather than its fields.
+pub struct Start {
+    pub account_id: String,
+    pub session_id: String,
+    /// The run's id, chosen by the caller (so that an idempotency key can name it before
+    /// it exists); a resume's is the run it resumes.
+    pub run_id: String,
+    pub turn: TurnRequest,
+    /// The client's view of the session, opened before the start: it comes back as the
+    /// subscription of the run's events from its first one, which reads nothing from the
+    /// store to get there.
+    pub follow: BeforeAppend,
+    /// The session as the caller read it.
+    pub seen: Seen,
+    /// What a resume adds; `None` for a start.
+    pub resume: Option<ResumeFrom>,
+}
+
+impl Start {
+    /// A new invocation of the run `from` names, from its checkpoint.
+    pub fn resume(
+        account_id: &str,
+        session_id: &str,
+        turn: TurnRequest,
+        from: ResumeFrom,
+        follow: BeforeAppend,
+    ) -> Box<Self> {
+        Box::new(Start {
+            account_id: account_id.to_owned(),
+            session_id: session_id.to_owned(),
+            run_id: from.run_id.clone(),
+            turn,
+            follow,
+            seen: Seen::Unread,
+            resume: Some(from),
+        })
+    }
+}
+
 /// The session a run starts in, as the caller found it before the start: a turn reads
 /// the session's row once, and the start takes its archived mark and fork point from it.
 #[derive(Clone, Debug)]
@@ -440,73 +481,20 @@ impl Runs {
         self.active().by_run.len()
     }
 
-    /// Starts the run `run_id` (chosen by the caller, so that an idempotency key can name
-    /// it before it exists): records the turn's input and `in_progress`, then drives the
-    /// agent from a task of its own. Must be called on the core runtime.
-    ///
-    /// `follow` is the client's view of the session, opened before the start: it comes
-    /// back as the subscription of the run's events from its first one, which reads
-    /// nothing from the store to get there.
+    /// Starts a run: records the turn's input and `in_progress`, then drives the agent
+    /// from a task of its own. Must be called on the core runtime. A resume (`start.resume`)
+    /// starts a new invocation of an existing run from a checkpoint: the agent gets the
+    /// history cut there plus the turn's input (the resume instruction), and the
+    /// invocation's `in_progress` names the checkpoint.
     pub async fn start(
         self: &Arc<Self>,
-        account_id: &str,
-        session_id: &str,
-        run_id: String,
-        turn: TurnRequest,
-        follow: BeforeAppend,
-        seen: Seen,
+        mut start: Box<Start>,
     ) -> Result<(StartedRun, Subscription), StartError> {
-        self.launch(
-            account_id,
-            session_id,
-            Some(run_id),
-            turn,
-            None,
-            follow,
-            seen,
-        )
-        .await
-    }
-
-    /// Starts a new invocation of an existing run from a checkpoint: the agent gets
-    /// `from.history` plus the turn's input (the resume instruction), and the
-    /// invocation's `in_progress` names the checkpoint. Same rules as [`Runs::start`].
-    pub async fn resume(
-        self: &Arc<Self>,
-        account_id: &str,
-        session_id: &str,
-        turn: TurnRequest,
-        from: ResumeFrom,
-        follow: BeforeAppend,
-    ) -> Result<(StartedRun, Subscription), StartError> {
-        self.launch(
-            account_id,
-            session_id,
-            None,
-            turn,
-            Some(from),
-            follow,
-            Seen::Unread,
-        )
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)] // start's and resume's, and what each knows
-    async fn launch(
-        self: &Arc<Self>,
-        account_id: &str,
-        session_id: &str,
-        run_id: Option<String>,
-        turn: TurnRequest,
-        resume: Option<ResumeFrom>,
-        follow: BeforeAppend,
-        seen: Seen,
-    ) -> Result<(StartedRun, Subscription), StartError> {
-        let run_id = resume
-            .as_ref()
-            .map(|r| r.run_id.clone())
-            .or(run_id)
-            .unwrap_or_else(|| new_id("run"));
+        let resume = start.resume.take();
+        let seen = std::mem::replace(&mut start.seen, Seen::Unread);
+        let (account_id, session_id) = (start.account_id.as_str(), start.session_id.as_str());
+        let run_id = start.run_id.as_str();
+        let turn = &start.turn;
         self.writer.health().writable()?;
         // Taken before anything is written, and held by the supervisor until the run's end
         // is committed: a client that leaves does not free the slot, the run ending does.
@@ -518,7 +506,7 @@ impl Runs {
         let trace = spans::run(spans::Run {
             account_id,
             session_id,
-            run_id: &run_id,
+            run_id,
             invocation_id: &invocation_id,
             model: turn.model.as_deref().unwrap_or(&self.default_model),
             a2a_method: turn
@@ -549,7 +537,7 @@ impl Runs {
                     None => {
                         let run = ActiveRun {
                             session_key,
-                            run_id: run_id.clone(),
+                            run_id: run_id.to_owned(),
                             stop: Some(stop_tx),
                             finishing: false,
                             leased: false,
@@ -572,7 +560,7 @@ impl Runs {
         let claim = Claim {
             account_id,
             session_id,
-            run_id: &run_id,
+            run_id,
             invocation_id: &invocation_id,
             owner: &self.owner,
             lease: self.lease,
@@ -621,15 +609,7 @@ impl Runs {
             }
         }
         let started = self
-            .record_start(
-                account_id,
-                session_id,
-                &run_id,
-                &invocation_id,
-                &turn,
-                resume,
-                seen,
-            )
+            .record_start(&start, &invocation_id, resume, seen)
             .instrument(trace.clone())
             .await;
         let (history, committed) = match started {
@@ -646,21 +626,30 @@ impl Runs {
             invocation_id: Some(invocation_id.clone()),
             ..EventQuery::session(account_id, session_id)
         };
-        let events = follow.start(query, &committed);
         let started_at = started_at(&committed, &invocation_id).unwrap_or_else(chrono::Utc::now);
+        let model = turn
+            .model
+            .clone()
+            .unwrap_or_else(|| self.default_model.clone());
+        tracing::info!(account_id, session_id, run_id, %invocation_id, "run started");
+        let Start {
+            account_id,
+            session_id,
+            run_id,
+            turn,
+            follow,
+            ..
+        } = *start;
+        let events = follow.start(query, &committed);
         let run = StartedRun {
-            account_id: account_id.to_owned(),
-            session_id: session_id.to_owned(),
+            account_id,
+            session_id,
             run_id,
             invocation_id,
-            model: turn
-                .model
-                .clone()
-                .unwrap_or_else(|| self.default_model.clone()),
+            model,
             answered: Arc::new(watch::Sender::new(false)),
             started_at,
         };
-        tracing::info!(account_id, session_id, run_id = %run.run_id, invocation_id = %run.invocation_id, "run started");
         METRICS.run_started();
         tokio::spawn(
             self.clone()
@@ -673,17 +662,15 @@ impl Runs {
     /// Loads the history (a resume brings its own), then commits the new input,
     /// `in_progress`, and a checkpoint when the input carries tool results; returns the
     /// history and what was committed.
-    #[allow(clippy::too_many_arguments)] // launch's, for the start's events
     async fn record_start(
         &self,
-        account_id: &str,
-        session_id: &str,
-        run_id: &str,
+        start: &Start,
         invocation_id: &str,
-        turn: &TurnRequest,
         resume: Option<ResumeFrom>,
         seen: Seen,
     ) -> Result<(History, Vec<Event>), StartError> {
+        let (account_id, session_id) = (start.account_id.as_str(), start.session_id.as_str());
+        let (run_id, turn) = (start.run_id.as_str(), &start.turn);
         let mut metadata = json!({ "surface": turn.surface.as_str(), "stream": turn.stream });
         let mut history = match resume {
             Some(from) => {
@@ -696,7 +683,9 @@ impl Runs {
             }
             // A session Tether just named has no history to read.
             None if turn.session == SessionRef::New => History::default(),
-            None => self.history(account_id, session_id, turn, seen).await?,
+            // Boxed: a named session's history (its lineage, a compaction) is the largest
+            // state of a start, which a new session's start would otherwise carry too.
+            None => Box::pin(self.history(account_id, session_id, turn, seen)).await?,
         };
         // A compaction made for this turn is committed with its start, before it.
         let mut batch: Vec<NewEvent> = history.compaction.take().into_iter().flatten().collect();
@@ -982,7 +971,7 @@ impl Runs {
         // Pending before the run's end is written: whoever sees the end (the client's
         // answer) finds the request listed.
         if let Some(action) = outcome.action.clone() {
-            self.record_request(&run, action).await;
+            Box::pin(self.record_request(&run, action)).await;
         }
         Box::pin(self.record_end(&run, outcome)).await;
         self.forget(&run.account_id, &run.invocation_id);

@@ -19,6 +19,9 @@ pub(crate) struct PendingClaim {
     /// [`Store::set_agent_ref`](crate::Store::set_agent_ref)); the append that inserts
     /// the row writes it too.
     pub agent_ref: Option<String>,
+    /// The claim was fresh ([`Claim::fresh`]): its session was named for this run just
+    /// now, so no other process can have opened a run in it since.
+    pub fresh: bool,
     /// Forgotten after this unless renewed, like a lease: a start that failed before its
     /// append leaves nothing behind.
     expires: Instant,
@@ -60,6 +63,7 @@ impl PendingClaims {
                 owner: claim.owner.to_owned(),
                 lease: claim.lease,
                 agent_ref,
+                fresh: claim.fresh,
                 expires: now + claim.lease,
             },
         );

@@ -445,7 +445,13 @@ impl SqliteStore {
                 InvocationOp::Drop => keep[i] = false,
             }
         }
-        let claimed: Vec<_> = opens.iter().filter(|o| o.5.is_some()).collect();
+        // A fresh claim's session was named for its run just now: no other process can
+        // have opened a run in it, so only the others are checked (a new session's start
+        // is then one round trip).
+        let claimed: Vec<_> = opens
+            .iter()
+            .filter(|o| o.5.as_ref().is_some_and(|c| !c.fresh))
+            .collect();
 
         let mut closed = HashSet::new();
         let mut busy: HashMap<(String, String), Vec<String>> = HashMap::new();
