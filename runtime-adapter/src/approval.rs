@@ -166,7 +166,7 @@ fn adk_confirmation(event: &Value) -> Option<Waiting> {
     let call = parts.iter().find_map(|p| {
         p.get("functionCall")
             .or_else(|| p.get("function_call"))
-            .filter(|c| c["name"] == "adk_request_confirmation")
+            .filter(|c| c["name"] == crate::waited::ADK_CONFIRMATION)
     })?;
     let id = call["id"].as_str()?;
     let args = &call["args"];

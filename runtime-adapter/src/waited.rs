@@ -8,10 +8,13 @@ use session_log::{EventType, RunStatus};
 use crate::item::Item;
 use crate::upstream::TurnCall;
 
+/// The function call an agent built on ADK asks a tool confirmation with.
+pub const ADK_CONFIRMATION: &str = "adk_request_confirmation";
+
 /// Function calls agents built on ADK make themselves for human-in-the-loop flows.
 pub const ADK_RESERVED_FUNCTIONS: &[&str] = &[
     "adk_request_credential",
-    "adk_request_confirmation",
+    ADK_CONFIRMATION,
     "adk_request_input",
 ];
 

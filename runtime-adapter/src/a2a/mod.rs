@@ -88,7 +88,7 @@ pub(crate) fn task_wait(frame: &Value) -> Option<Value> {
                     .or_else(|| data.get("function_call"))?,
             };
             match call["name"].as_str() {
-                Some("adk_request_confirmation") => call["args"]
+                Some(crate::waited::ADK_CONFIRMATION) => call["args"]
                     .get("originalFunctionCall")
                     .or_else(|| call["args"].get("original_function_call"))
                     .cloned(),

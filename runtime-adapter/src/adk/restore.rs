@@ -21,10 +21,7 @@ use super::{alias, RUN};
 use crate::item::Item;
 use crate::percent::encode_segment;
 use crate::upstream::{AgentRequest, Reask, Restore, TurnCall};
-use crate::waited::{waited, ADK_RESERVED_FUNCTIONS};
-
-/// The function ADK asks a confirmation with.
-const CONFIRMATION: &str = "adk_request_confirmation";
+use crate::waited::{waited, ADK_CONFIRMATION, ADK_RESERVED_FUNCTIONS};
 
 /// The `reason` of the compaction marker the gateway appends once the agent confirms the
 /// client deleted the session (`Surface::deletes_session`).
@@ -185,7 +182,7 @@ fn confirmations(body: &mut Map<String, Value>) -> Vec<&mut Map<String, Value>> 
             let key = alias(p, "function_response", "functionResponse");
             p.get_mut(key)?.as_object_mut()
         })
-        .filter(|r| r.get("name").and_then(Value::as_str) == Some(CONFIRMATION))
+        .filter(|r| r.get("name").and_then(Value::as_str) == Some(ADK_CONFIRMATION))
         .collect()
 }
 
