@@ -7,6 +7,7 @@
 #   RUNS=5 bench/run.sh          # more repetitions per cell (medians are taken over them)
 #   QUICK=1 bench/run.sh         # shorter smoke run (fewer/shorter cells, 2k idle streams)
 #
+# Needs nginx at /usr/sbin/nginx (Debian's nginx-light) and PostgreSQL.
 # The A2A-over-gRPC rows (section 6) need a Python with a2a-sdk and grpcio: TETHER_VENV
 # (default .venv, made from tests/interop/requirements.txt when missing, as tests/run does).
 #
@@ -44,6 +45,8 @@ mkdir -p "$BIN"
 rm -f "$LAST/peers.jsonl"
 PIDS=()
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+# nginx is a baseline of every lane; a new machine lacks it.
+[ -x /usr/sbin/nginx ] || { log "needs /usr/sbin/nginx: apt-get install nginx-light"; exit 1; }
 
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

@@ -27,10 +27,7 @@ pub(crate) struct Dialect {
     metadata_value: &'static str,
     /// The condition (` AND ...`) that one of the session's messages has every one of the
     /// search's words (the account is bound as `$1`), binding what it needs.
-    text_condition: fn(&str, &[String], &mut Vec<Arg>) -> String,
-    /// The page's order when it searches text, written so that the matching sessions are
-    /// found first and then sorted, not found by walking the listing's index in order.
-    text_order: &'static str,
+    text_condition: fn(&[String], &mut Vec<Arg>) -> String,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -45,7 +42,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     // are read, each kept if its text holds every word (lowercased, as `search_words`
     // makes them) as a whole word, between characters other than ASCII letters and
     // digits, and its item was not deleted.
-    text_condition: |_, words, args| {
+    text_condition: |words, args| {
         let q = bind(
             args,
             Arg::Text(serde_json::to_string(words).expect("strings serialize")),
@@ -61,7 +58,6 @@ pub(crate) const SQLITE: Dialect = Dialect {
              AND json_extract(d.content_json, '$.seq') = e.seq))"
         )
     },
-    text_order: ORDER,
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -75,14 +71,13 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     // its statistics do not list, walked the account's sessions newest first probing the
     // index with each: quick for a common word, every session for a rare one (306 ms
     // against 1 ms at 100,000 sessions).
-    text_condition: |_, words, args| {
+    text_condition: |words, args| {
         let q = bind(args, Arg::Text(words.join(" ")));
         format!(
             " AND s.session_id = ANY (ARRAY(SELECT t.session_id FROM message_text AS t \
              WHERE t.account_id = $1 AND t.terms @@ plainto_tsquery('simple', {q})))"
         )
     },
-    text_order: ORDER,
 };
 
 /// The listing's order: most recently updated first, ties by id.
@@ -143,7 +138,7 @@ fn conditions(dialect: &Dialect, account_id: &str, filter: &SessionFilter) -> (S
     if let Some(text) = &filter.text {
         let words = search_words(text);
         if !words.is_empty() {
-            sql.push_str(&(dialect.text_condition)(account_id, &words, &mut args));
+            sql.push_str(&(dialect.text_condition)(&words, &mut args));
         }
     }
     (sql, args)
@@ -192,11 +187,6 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     let (filter_sql, mut args) = conditions(dialect, account_id, filter);
-    let searches = filter
-        .text
-        .as_deref()
-        .is_some_and(|t| !search_words(t).is_empty());
-    let order = if searches { dialect.text_order } else { ORDER };
     let count_sql = format!("SELECT COUNT(*) FROM sessions AS s {filter_sql}");
     let total: i64 = bound::<DB>(&count_sql, &args)
         .fetch_one(pool)
@@ -205,7 +195,7 @@ where
     args.push(Arg::Int(limit.max(0)));
     args.push(Arg::Int(offset.max(0)));
     let page_sql = format!(
-        "{}{filter_sql} ORDER BY {order} LIMIT ${} OFFSET ${}",
+        "{}{filter_sql} ORDER BY {ORDER} LIMIT ${} OFFSET ${}",
         select_sessions!(),
         args.len() - 1,
         args.len()
