@@ -21,7 +21,9 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
-use super::{approvals, archive, feedback, idempotency, listing, outbox, removal, retention, sql};
+use super::{
+    approvals, archive, feedback, idempotency, listing, outbox, removal, retention, signatures, sql,
+};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{Deletion, Removal, Removed};
@@ -1701,7 +1703,8 @@ fn closed_invocations<'a>(
 }
 
 /// SQLite's process-wide settings, before its first connection (every SQLite database
-/// this crate opens calls it first). Memory statistics off: with them on, every
+/// this crate opens calls it first): the text index's SQL functions on every connection
+/// (see [`signatures`]), and memory statistics off: with them on, every
 /// allocation SQLite makes takes a global mutex to count itself, which cost the writer
 /// 5-12 % of its throughput in `append_throughput`.
 pub(crate) fn configure_sqlite() {
@@ -1722,6 +1725,7 @@ pub(crate) fn configure_sqlite() {
                 "SQLite was initialised already; memory statistics stay on"
             );
         }
+        signatures::register_on_every_connection();
     });
 }
 
