@@ -173,16 +173,25 @@ async fn a_large_session_is_removed_in_steps(store: &dyn Store, raw: &Raw) {
         run_status_content(RunStatus::InProgress, None),
     )];
     for i in 1..EVENTS {
-        batch.push(event(EventType::Message, json!({ "text": format!("private word {i}") })));
+        batch.push(event(
+            EventType::Message,
+            json!({ "text": format!("private word {i}") }),
+        ));
     }
     store.append(&batch).await.expect("seed");
     let events = |account: String| async move {
-        raw.count("SELECT COUNT(*) FROM events WHERE account_id = $1", &account)
-            .await
+        raw.count(
+            "SELECT COUNT(*) FROM events WHERE account_id = $1",
+            &account,
+        )
+        .await
     };
 
     // A run in progress refuses it before anything changes (it is not even archived).
-    let refused = store.remove(&removal("del-live", session())).await.expect("remove");
+    let refused = store
+        .remove(&removal("del-live", session()))
+        .await
+        .expect("remove");
     assert!(matches!(refused, Deletion::LiveRun { .. }), "{refused:?}");
     assert_eq!(events(account.clone()).await, EVENTS);
     assert_eq!(store.archived_at(&account, big).await.expect("read"), None);
@@ -201,13 +210,22 @@ async fn a_large_session_is_removed_in_steps(store: &dyn Store, raw: &Raw) {
         checkpoint_id: "c".into(),
     };
     let fork = NewEvent::new(&account, "fork", EventType::SessionFork, point.content());
-    store.create_session(&fork).await.expect("fork").expect("new");
-    let refused = store.remove(&removal("del-forked", session())).await.expect("remove");
+    store
+        .create_session(&fork)
+        .await
+        .expect("fork")
+        .expect("new");
+    let refused = store
+        .remove(&removal("del-forked", session()))
+        .await
+        .expect("remove");
     assert!(
         matches!(&refused, Deletion::Forked { forks, .. } if forks == &["fork".to_owned()]),
         "{refused:?}"
     );
-    let read = Lineage::resolve(store, &account, "fork").await.expect("read");
+    let read = Lineage::resolve(store, &account, "fork")
+        .await
+        .expect("read");
     assert_eq!(read.expect("the fork reads").links().len(), 2);
     let gone = store
         .remove(&removal("del-fork", Scope::Session("fork".into())))
@@ -217,8 +235,12 @@ async fn a_large_session_is_removed_in_steps(store: &dyn Store, raw: &Raw) {
 
     // Interrupted on its third step: two steps' events are gone, and the session is found
     // by no reader and no listing, is archived (no run starts in it), has no audit row.
-    raw.interrupt(&format!("stop_{}", &account[6..]), &account, total - 2 * STEP - 1)
-        .await;
+    raw.interrupt(
+        &format!("stop_{}", &account[6..]),
+        &account,
+        total - 2 * STEP - 1,
+    )
+    .await;
     let first = store.remove(&removal("del-1", session())).await;
     assert!(first.is_err(), "interrupted: {first:?}");
     let left = events(account.clone()).await;
@@ -234,14 +256,25 @@ async fn a_large_session_is_removed_in_steps(store: &dyn Store, raw: &Raw) {
         .await
         .expect("list");
     assert_eq!(listed, 0, "no listing names it");
-    assert!(store.archived_at(&account, big).await.expect("read").is_some());
+    assert!(store
+        .archived_at(&account, big)
+        .await
+        .expect("read")
+        .is_some());
     let audit = "SELECT COUNT(*) FROM deletions WHERE account_id = $1";
-    assert_eq!(raw.count(audit, &account).await, 0, "the audit row comes last");
+    assert_eq!(
+        raw.count(audit, &account).await,
+        0,
+        "the audit row comes last"
+    );
 
     // The same request finishes it: nothing of it is left, the audit row counts what this
     // run removed.
     raw.resume(&format!("stop_{}", &account[6..])).await;
-    let again = store.remove(&removal("del-2", session())).await.expect("rerun");
+    let again = store
+        .remove(&removal("del-2", session()))
+        .await
+        .expect("rerun");
     let Deletion::Removed(removed) = again else {
         panic!("{again:?}")
     };
@@ -251,7 +284,11 @@ async fn a_large_session_is_removed_in_steps(store: &dyn Store, raw: &Raw) {
         let sql = format!("SELECT COUNT(*) FROM {table} WHERE account_id = $1");
         assert_eq!(raw.count(&sql, &account).await, 0, "{table}");
     }
-    assert_eq!(raw.count(audit, &account).await, 2, "the fork's and the session's");
+    assert_eq!(
+        raw.count(audit, &account).await,
+        2,
+        "the fork's and the session's"
+    );
     let tombstones = "SELECT COUNT(*) FROM removed_sessions WHERE account_id = $1";
     assert_eq!(raw.count(tombstones, &account).await, 2);
 }

@@ -247,18 +247,48 @@ async fn messages_written_before_the_postgres_text_index_are_found_after_it() {
     // and 5), the second deleted by position 5. Item deletions as written before 0016:
     // `position` only.
     let rows: [(&str, i64, &str, serde_json::Value); 7] = [
-        ("root", 1, "message", serde_json::json!({"text": "alpha in the root"})),
-        ("root", 2, "message", serde_json::json!({"text": "bravo deleted"})),
-        ("root", 3, "item_deleted", serde_json::json!({"item_id": "item_2", "position": 2})),
+        (
+            "root",
+            1,
+            "message",
+            serde_json::json!({"text": "alpha in the root"}),
+        ),
+        (
+            "root",
+            2,
+            "message",
+            serde_json::json!({"text": "bravo deleted"}),
+        ),
+        (
+            "root",
+            3,
+            "item_deleted",
+            serde_json::json!({"item_id": "item_2", "position": 2}),
+        ),
         (
             "fork",
             1,
             "session_fork",
             serde_json::json!({"parent_session_id": "root", "parent_seq": 2, "checkpoint_id": "c"}),
         ),
-        ("fork", 2, "message", serde_json::json!({"text": "charlie in the fork"})),
-        ("fork", 3, "message", serde_json::json!({"text": "delta deleted"})),
-        ("fork", 4, "item_deleted", serde_json::json!({"item_id": "item_5", "position": 5})),
+        (
+            "fork",
+            2,
+            "message",
+            serde_json::json!({"text": "charlie in the fork"}),
+        ),
+        (
+            "fork",
+            3,
+            "message",
+            serde_json::json!({"text": "delta deleted"}),
+        ),
+        (
+            "fork",
+            4,
+            "item_deleted",
+            serde_json::json!({"item_id": "item_5", "position": 5}),
+        ),
     ];
     for session in ["root", "fork"] {
         let last = rows.iter().filter(|r| r.0 == session).count() as i64;
@@ -331,7 +361,10 @@ async fn messages_written_before_the_postgres_text_index_are_found_after_it() {
         scope,
         by: "test".into(),
     };
-    let removed = store.remove(&removal(Scope::Account)).await.expect("remove");
+    let removed = store
+        .remove(&removal(Scope::Account))
+        .await
+        .expect("remove");
     assert!(matches!(removed, Deletion::Removed(_)), "{removed:?}");
     let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM message_text")
         .fetch_one(store.pool())

@@ -1250,7 +1250,8 @@ impl Store for PgStore {
             }
             removal::drop_files::<Postgres>(&mut tx, account, &plan.files, &mut removed).await?;
         } else {
-            let mark = removal::mark::<Postgres>(&mut tx, dialect, removal, &plan, now, &mut removed);
+            let mark =
+                removal::mark::<Postgres>(&mut tx, dialect, removal, &plan, now, &mut removed);
             if let Some(refused) = mark.await? {
                 return Ok(refused);
             }

@@ -24,9 +24,7 @@ use std::collections::{BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 use sqlx::{Database, Decode, Encode, Executor, IntoArguments, Row, Type};
 
-use crate::removal::{
-    rows_per_step, upload_ids, Deletion, Removal, Removed, Scope, UPLOAD_SCHEME,
-};
+use crate::removal::{rows_per_step, upload_ids, Deletion, Removal, Removed, Scope, UPLOAD_SCHEME};
 use crate::store::StoreError;
 
 /// What the dialects write differently.
@@ -386,7 +384,9 @@ where
     // The plan checked the runs of a user's or an account's sessions; one session asked
     // for is checked here, under the claims' lock.
     if let Scope::Session(id) = &removal.scope {
-        if let Some(refused) = live_run::<DB>(conn, dialect, account, &[id.clone()]).await? {
+        if let Some(refused) =
+            live_run::<DB>(conn, dialect, account, std::slice::from_ref(id)).await?
+        {
             return Ok(Some(refused));
         }
     }
@@ -733,4 +733,39 @@ where
     rows.iter()
         .map(|r| r.try_get::<String, _>(0).map_err(StoreError::from))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Plan, Step, CHUNK};
+
+    /// A large session is shrunk and purged alone, between the runs of the others, which
+    /// are purged up to `CHUNK` at a time in the plan's order (forks first).
+    #[test]
+    fn a_large_session_is_a_step_of_its_own_in_the_plans_order() {
+        let sessions: Vec<String> = (0..CHUNK + 5).map(|i| format!("s{i:03}")).collect();
+        let plan = Plan {
+            sessions: sessions.clone(),
+            files: Vec::new(),
+            large: ["s003".to_owned()].into(),
+        };
+        assert!(!plan.is_small());
+        assert_eq!(
+            plan.steps(),
+            [
+                Step::Purge(&sessions[0..3]),
+                Step::Shrink("s003"),
+                Step::Purge(&sessions[3..4]),
+                Step::Purge(&sessions[4..4 + CHUNK]),
+                Step::Purge(&sessions[4 + CHUNK..]),
+            ]
+        );
+        let small = Plan {
+            sessions: sessions[..2].to_vec(),
+            files: Vec::new(),
+            large: Default::default(),
+        };
+        assert!(small.is_small());
+        assert_eq!(small.steps(), [Step::Purge(&sessions[..2])]);
+    }
 }
