@@ -12,8 +12,43 @@
 //!   first (a run's events are still coming, and would outlive the delete).
 //! - One audit row ([`Removed`], table `deletions`) is written in the delete's
 //!   transaction: counts and ids, never content.
+//! - A removal too large for one transaction (more than 100 sessions, or a session of
+//!   more than [`rows_per_step`] events) goes in steps, and gives way to the writes
+//!   around it: after each step it pauses as long as the step took ([`give_way`]), so it
+//!   takes at most about half of the writer's time.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+
+/// Events of one session deleted per transaction when it has more (see
+/// [`rows_per_step`]).
+pub const ROWS_PER_STEP: i64 = 10_000;
+
+static ROWS: AtomicI64 = AtomicI64::new(ROWS_PER_STEP);
+
+/// Events of one session a removal deletes per transaction: a session with more is
+/// hidden first (no reader finds it, no run starts in it), then emptied this many events
+/// at a time, newest first, and removed whole last. [`ROWS_PER_STEP`] unless a test set
+/// it lower.
+pub fn rows_per_step() -> i64 {
+    ROWS.load(Ordering::Relaxed)
+}
+
+/// Sets [`rows_per_step`] for the whole process (at least 1): for tests, which make a
+/// session larger than a step without writing 10,000 events.
+#[doc(hidden)]
+pub fn set_rows_per_step(rows: i64) {
+    ROWS.store(rows.max(1), Ordering::Relaxed);
+}
+
+/// The pause after a removal's step that held the writer for `took`: as long again, so
+/// that the writes queued meanwhile commit and a long removal (an erasure, a retention
+/// sweep) takes at most about half of the writer's time.
+pub async fn give_way(took: Duration) {
+    tokio::time::sleep(took).await;
+}
 
 /// Scheme of the references the log holds in place of an attachment's bytes
 /// (`tether-upload://<file_id>`).

@@ -1,5 +1,7 @@
 //! Retention: sessions idle longer than a maximum age are removed in the background, one
-//! session per transaction (the writer's other commits go between them), by the one
+//! session per transaction, each followed by a pause as long as it took
+//! ([`give_way`]: the writer's other commits go between them, and the sweep takes at
+//! most about half of the writer's time), by the one
 //! replica holding the sweeper's lease, each with its audit row (`deleted_by` =
 //! `retention`). A session with a run in progress is never swept (its delete is refused),
 //! nor one whose forks still read it (it goes once they do).
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use crate::removal::{Deletion, Removal, Removed, Scope};
+use crate::removal::{give_way, Deletion, Removal, Removed, Scope};
 use crate::store::Store;
 
 /// Who the audit trail names for a sweep's deletes.
@@ -109,7 +111,10 @@ pub async fn sweep(
                 scope: Scope::Session(session_id),
                 by: BY.to_owned(),
             };
-            match store.remove(&removal).await? {
+            let started = std::time::Instant::now();
+            let outcome = store.remove(&removal).await?;
+            give_way(started.elapsed()).await;
+            match outcome {
                 Deletion::Removed(r) => {
                     count += 1;
                     removed(&r);

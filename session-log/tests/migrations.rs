@@ -171,6 +171,10 @@ const POSTGRES: &[(i64, &str)] = &[
         22,
         "e1de79c3aa7651945b28ed0da4f7722bc85991bac1b6287815b75be7418a65278e039e44c3639ce38ad8bd6d40fd03bf",
     ),
+    (
+        24,
+        "94f0914ea111863c7716a79ed087bd7554d8c1abd0a87db8a932f802ac85aefd9298ce88284b962cd152cb09646f7087",
+    ),
 ];
 
 const ADVICE: &str = "an applied migration was edited (existing databases would refuse \
@@ -297,4 +301,176 @@ async fn sqlite_messages_from_before_the_search_index_are_found_after_it() {
         .await
         .unwrap();
     assert_eq!(found("zanzibar airport").await, ["s2"]);
+/// A database that held messages before PostgreSQL's migration 0016 (the text index)
+/// finds them after it, and not those whose items a client had deleted: in a session, and
+/// in a fork, whose positions count its inherited history first (0016's fill missed
+/// those; 0024 removes them). After the migrations, deletions are keyed by seq.
+#[tokio::test]
+async fn messages_written_before_the_postgres_text_index_are_found_after_it() {
+    use session_log::{Deletion, Removal, Scope, SessionFilter, Store};
+
+    let url = match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some() => panic!("TEST_DATABASE_URL must be set in CI"),
+        _ => return eprintln!("TEST_DATABASE_URL is not set: skipping"),
+    };
+    let admin = sqlx::PgPool::connect(&url).await.expect("connect");
+    let name = format!("tether_pre_search_{}", std::process::id());
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+        .execute(&admin)
+        .await;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .expect("create database");
+    let fresh = match url.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{name}"),
+        None => panic!("TEST_DATABASE_URL names no database: {url}"),
+    };
+    let pool = sqlx::PgPool::connect(&fresh).await.expect("connect fresh");
+
+    // The schema as it was before 0016.
+    let mut before = sqlx::migrate!("./migrations/postgres");
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version < 16)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    before.run(&pool).await.expect("migrations before 0016");
+
+    // `root`: two messages, the second deleted (position 2 = seq 2). `fork`: forked from
+    // `root` at its seq 2, so its base is 2; its own messages at seqs 2 and 3 (positions 4
+    // and 5), the second deleted by position 5. Item deletions as written before 0016:
+    // `position` only.
+    let rows: [(&str, i64, &str, serde_json::Value); 7] = [
+        (
+            "root",
+            1,
+            "message",
+            serde_json::json!({"text": "alpha in the root"}),
+        ),
+        (
+            "root",
+            2,
+            "message",
+            serde_json::json!({"text": "bravo deleted"}),
+        ),
+        (
+            "root",
+            3,
+            "item_deleted",
+            serde_json::json!({"item_id": "item_2", "position": 2}),
+        ),
+        (
+            "fork",
+            1,
+            "session_fork",
+            serde_json::json!({"parent_session_id": "root", "parent_seq": 2, "checkpoint_id": "c"}),
+        ),
+        (
+            "fork",
+            2,
+            "message",
+            serde_json::json!({"text": "charlie in the fork"}),
+        ),
+        (
+            "fork",
+            3,
+            "message",
+            serde_json::json!({"text": "delta deleted"}),
+        ),
+        (
+            "fork",
+            4,
+            "item_deleted",
+            serde_json::json!({"item_id": "item_5", "position": 5}),
+        ),
+    ];
+    for session in ["root", "fork"] {
+        let last = rows.iter().filter(|r| r.0 == session).count() as i64;
+        sqlx::query(
+            "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
+             VALUES ('old', $1, $2, now(), now())",
+        )
+        .bind(session)
+        .bind(last)
+        .execute(&pool)
+        .await
+        .expect("session row");
+    }
+    for (session, seq, kind, content) in &rows {
+        sqlx::query(
+            "INSERT INTO events (account_id, session_id, seq, event_type, role, content_json, \
+             metadata_json, created_at) VALUES ('old', $1, $2, $3, 'user', $4, '{}', now())",
+        )
+        .bind(session)
+        .bind(seq)
+        .bind(kind)
+        .bind(content)
+        .execute(&pool)
+        .await
+        .expect("event row");
+    }
+    pool.close().await;
+
+    // Opening the store applies the rest.
+    let store = session_log::postgres::PgStore::connect(&fresh)
+        .await
+        .expect("migrate");
+    let found = |text: &'static str| {
+        let store = &store;
+        async move {
+            let filter = SessionFilter {
+                text: Some(text.into()),
+                ..Default::default()
+            };
+            let (sessions, _) = store
+                .list_sessions("old", &filter, 0, 10)
+                .await
+                .expect("search");
+            let mut ids: Vec<String> = sessions.into_iter().map(|s| s.session_id).collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(found("alpha").await, ["root"]);
+    assert_eq!(found("charlie").await, ["fork"]);
+    assert!(found("bravo").await.is_empty(), "deleted in the root");
+    assert!(
+        found("delta").await.is_empty(),
+        "deleted in the fork (by position, before 0016)"
+    );
+
+    // After the migrations: a deletion as written now (with the item's seq), and a
+    // removal, each drop what they take from the index.
+    let deleted = session_log::NewEvent::new(
+        "old",
+        "fork",
+        session_log::EventType::ItemDeleted,
+        serde_json::json!({"item_id": "item_4", "position": 4, "seq": 2}),
+    );
+    store.append(&[deleted]).await.expect("delete an item");
+    assert!(found("charlie").await.is_empty(), "deleted by seq");
+    let removal = |scope| Removal {
+        deletion_id: "del-old".into(),
+        account_id: "old".into(),
+        scope,
+        by: "test".into(),
+    };
+    let removed = store
+        .remove(&removal(Scope::Account))
+        .await
+        .expect("remove");
+    assert!(matches!(removed, Deletion::Removed(_)), "{removed:?}");
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM message_text")
+        .fetch_one(store.pool())
+        .await
+        .expect("count");
+    assert_eq!(left, 0, "a removal leaves no row of the index");
+    store.close().await;
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&admin)
+        .await;
 }

@@ -17,10 +17,11 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
+use super::removal::{Shrunk, Step};
 use super::{approvals, archive, feedback, idempotency, listing, outbox, removal, retention, sql};
 use crate::event::{Event, NewEvent, Seq, Session};
 use crate::import;
-use crate::removal::{Deletion, Removal};
+use crate::removal::{give_way, Deletion, Removal};
 use crate::store::{
     Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Feedback,
     IdempotentRun, Imported, Invocation, Lease, Renewed, SessionFilter, Store, StoreError, Usage,
@@ -1228,6 +1229,7 @@ impl Store for PgStore {
         // belong to the stream of commits. The steps are `removal`'s (see there).
         let dialect = &removal::POSTGRES;
         let account = removal.account_id.as_str();
+        let mut started = Instant::now();
         let mut tx = self.pool.begin().await?;
         let plan = match removal::plan::<Postgres>(&mut tx, dialect, removal).await? {
             Ok(plan) => plan,
@@ -1248,17 +1250,53 @@ impl Store for PgStore {
             }
             removal::drop_files::<Postgres>(&mut tx, account, &plan.files, &mut removed).await?;
         } else {
-            removal::mark::<Postgres>(&mut tx, removal, &plan, now, &mut removed).await?;
-            tx.commit().await?;
-            for chunk in plan.sessions.chunks(removal::CHUNK) {
-                let mut tx = self.pool.begin().await?;
-                let purge =
-                    removal::purge::<Postgres>(&mut tx, dialect, account, chunk, now, &mut removed);
-                if let Some(refused) = purge.await? {
-                    return Ok(refused);
-                }
-                tx.commit().await?;
+            let mark =
+                removal::mark::<Postgres>(&mut tx, dialect, removal, &plan, now, &mut removed);
+            if let Some(refused) = mark.await? {
+                return Ok(refused);
             }
+            tx.commit().await?;
+            // Each step in a transaction of its own, after a pause as long as the last.
+            for step in plan.steps() {
+                loop {
+                    give_way(started.elapsed()).await;
+                    started = Instant::now();
+                    let mut tx = self.pool.begin().await?;
+                    let done = match step {
+                        Step::Purge(sessions) => {
+                            let purge = removal::purge::<Postgres>(
+                                &mut tx,
+                                dialect,
+                                account,
+                                sessions,
+                                now,
+                                &mut removed,
+                            );
+                            purge.await?.map_or(Shrunk::Done, Shrunk::Refused)
+                        }
+                        Step::Shrink(session) => {
+                            let shrink = removal::shrink::<Postgres>(
+                                &mut tx,
+                                dialect,
+                                account,
+                                session,
+                                now,
+                                &mut removed,
+                            );
+                            shrink.await?
+                        }
+                    };
+                    match done {
+                        Shrunk::Refused(refused) => return Ok(refused),
+                        Shrunk::More => tx.commit().await?,
+                        Shrunk::Done => {
+                            tx.commit().await?;
+                            break;
+                        }
+                    }
+                }
+            }
+            give_way(started.elapsed()).await;
             tx = self.pool.begin().await?;
         }
         removal::audit::<Postgres>(&mut tx, removal, &removed).await?;

@@ -6,19 +6,25 @@
 //!   to; it changes nothing.
 //! - A removal of at most [`CHUNK`] sessions then runs [`drop_files`], [`purge`] and
 //!   [`audit`] in the same transaction as its plan: all of it commits or none does.
-//! - A larger one (a user's or an account's erasure) first runs [`mark`] in the plan's
-//!   transaction: the attachments go and every session it takes is archived, so from that
-//!   commit on none of them is in the default listing and none takes a new run; then
-//!   [`purge`] removes [`CHUNK`] sessions per transaction, each whole; then [`audit`]
-//!   writes the audit row, last. Interrupted (a crash, a run started meanwhile), what is
-//!   left is archived sessions, each whole or gone; the same request again finishes it.
+//! - A larger one (a user's or an account's erasure, or a session of more than
+//!   [`rows_per_step`] events) first runs [`mark`] in the plan's transaction: the
+//!   attachments go and every session it takes is archived, so from that commit on none
+//!   of them is in the default listing and none takes a new run; then it runs the plan's
+//!   [`Plan::steps`], each in a transaction of its own: [`purge`] removes up to [`CHUNK`]
+//!   sessions whole, and a session of more events is first [`shrink`]ed (hidden from
+//!   every reader, then emptied [`rows_per_step`] events per transaction) and then purged
+//!   alone; then [`audit`] writes the audit row, last. Interrupted (a crash, a run started
+//!   meanwhile), what is left is archived sessions, each whole, hidden, or gone; the same
+//!   request again finishes it.
+//! - After each step but the last, the store pauses as long as the step took
+//!   ([`give_way`](crate::removal::give_way)).
 
 use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
 use sqlx::{Database, Decode, Encode, Executor, IntoArguments, Row, Type};
 
-use crate::removal::{upload_ids, Deletion, Removal, Removed, Scope, UPLOAD_SCHEME};
+use crate::removal::{rows_per_step, upload_ids, Deletion, Removal, Removed, Scope, UPLOAD_SCHEME};
 use crate::store::StoreError;
 
 /// What the dialects write differently.
@@ -35,6 +41,10 @@ pub(crate) struct Dialect {
     pub forks: &'static str,
     /// The runs in progress of a session (`$1` account, `$2` session): (run, invocation).
     pub open_runs: &'static str,
+    /// Hides a session (`$1` account, `$2` session) from every reader, as a client's
+    /// delete does (`client_deleted`: no listing names it, no read finds it), and archives
+    /// it (`$3` the time) if it is not: a session being emptied in steps.
+    pub hide: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -49,6 +59,8 @@ pub(crate) const SQLITE: Dialect = Dialect {
                 INDEXED BY invocations_open_by_session \
                 WHERE account_id = $1 AND session_id = $2 AND status = 'in_progress' \
                 ORDER BY invocation_id",
+    hide: "UPDATE sessions SET client_deleted = 1, archived_at = COALESCE(archived_at, $3) \
+           WHERE account_id = $1 AND session_id = $2",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -61,6 +73,8 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     open_runs: "SELECT run_id, invocation_id FROM invocations \
                 WHERE account_id = $1 AND session_id = $2 AND status = 'in_progress' \
                 ORDER BY invocation_id",
+    hide: "UPDATE sessions SET client_deleted = TRUE, archived_at = COALESCE(archived_at, $3) \
+           WHERE account_id = $1 AND session_id = $2",
 };
 
 /// The tables keyed by (account, session) whose rows go with a session, besides
@@ -81,6 +95,18 @@ pub(crate) struct Plan {
     pub sessions: Vec<String>,
     /// The attachments that go with them.
     pub files: Vec<String>,
+    /// Those of the sessions that may hold more than [`rows_per_step`] events (their
+    /// `last_seq` is more): each is [`shrink`]ed before it is purged.
+    pub large: BTreeSet<String>,
+}
+
+/// One transaction of a removal after its [`mark`] (see [`Plan::steps`]).
+#[derive(Debug, PartialEq)]
+pub(crate) enum Step<'a> {
+    /// [`purge`] these sessions.
+    Purge(&'a [String]),
+    /// [`shrink`] this session: as many transactions as it takes.
+    Shrink(&'a str),
 }
 
 impl Plan {
@@ -98,7 +124,25 @@ impl Plan {
 
     /// Whether the removal runs in one transaction.
     pub fn is_small(&self) -> bool {
-        self.sessions.len() <= CHUNK
+        self.sessions.len() <= CHUNK && self.large.is_empty()
+    }
+
+    /// The transactions of a removal that is not small, after its [`mark`], in the
+    /// sessions' order (forks first): runs of up to [`CHUNK`] sessions purged together,
+    /// and each large session shrunk and then purged alone (its forks are gone by then).
+    pub fn steps(&self) -> Vec<Step<'_>> {
+        let mut steps = Vec::new();
+        let mut start = 0;
+        for (at, session) in self.sessions.iter().enumerate() {
+            if self.large.contains(session) {
+                steps.extend(self.sessions[start..at].chunks(CHUNK).map(Step::Purge));
+                steps.push(Step::Shrink(session));
+                steps.push(Step::Purge(&self.sessions[at..=at]));
+                start = at + 1;
+            }
+        }
+        steps.extend(self.sessions[start..].chunks(CHUNK).map(Step::Purge));
+        steps
     }
 }
 
@@ -114,6 +158,7 @@ where
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
     let account = removal.account_id.as_str();
@@ -132,9 +177,12 @@ where
             }
             strings::<DB>(rows)?.into_iter().collect()
         }
+        // The session row's `user_id` too: a session shrunk by an interrupted erasure may
+        // have lost the events that named the user.
         Scope::User(user) => {
             let select = format!(
-                "SELECT DISTINCT session_id FROM events WHERE account_id = $1 AND {} = $2",
+                "SELECT DISTINCT session_id FROM events WHERE account_id = $1 AND {} = $2 \
+                 UNION SELECT session_id FROM sessions WHERE account_id = $1 AND user_id = $2",
                 dialect.user_id
             );
             let rows = sqlx::query(&select)
@@ -281,34 +329,67 @@ where
         }
         d
     };
+    // The sessions that may have more events than a step deletes (`last_seq` counts them,
+    // and more where some were skipped).
+    let large = match &removal.scope {
+        Scope::Session(id) => sqlx::query(
+            "SELECT session_id FROM sessions \
+             WHERE account_id = $1 AND last_seq > $2 AND session_id = $3",
+        )
+        .bind(account)
+        .bind(rows_per_step())
+        .bind(id.as_str()),
+        _ => sqlx::query("SELECT session_id FROM sessions WHERE account_id = $1 AND last_seq > $2")
+            .bind(account)
+            .bind(rows_per_step()),
+    };
+    let large = strings::<DB>(large.fetch_all(&mut *conn).await?)?
+        .into_iter()
+        .filter(|s| targets.contains(s))
+        .collect();
+
     let mut sessions: Vec<(usize, String)> = targets.into_iter().map(|s| (depth(&s), s)).collect();
     sessions.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     Ok(Ok(Plan {
         sessions: sessions.into_iter().map(|(_, s)| s).collect(),
         files,
+        large,
     }))
 }
 
-/// The first transaction of a removal larger than [`CHUNK`], after its plan: the
+/// The first transaction of a removal that is not small, after its plan: the
 /// attachments go and every session it takes is archived (hidden from the default
-/// listing, runs refused), so a half-done removal shows nothing half-removed.
+/// listing, runs refused), so a half-done removal shows nothing half-removed; or, with
+/// nothing changed, the run in progress in the one session asked for that refuses it
+/// (the caller rolls back).
 pub(crate) async fn mark<DB>(
     conn: &mut DB::Connection,
+    dialect: &Dialect,
     removal: &Removal,
     plan: &Plan,
     now: DateTime<Utc>,
     removed: &mut Removed,
-) -> Result<(), StoreError>
+) -> Result<Option<Deletion>, StoreError>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Decode<'q, DB> + Type<DB>,
     for<'q> i64: Decode<'q, DB> + Type<DB>,
     for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
     let account = removal.account_id.as_str();
+    // The plan checked the runs of a user's or an account's sessions; one session asked
+    // for is checked here, under the claims' lock.
+    if let Scope::Session(id) = &removal.scope {
+        if let Some(refused) =
+            live_run::<DB>(conn, dialect, account, std::slice::from_ref(id)).await?
+        {
+            return Ok(Some(refused));
+        }
+    }
     match removal.scope {
         Scope::Account => {
             sqlx::query(
@@ -337,7 +418,8 @@ where
             }
         }
     }
-    drop_files::<DB>(conn, account, &plan.files, removed).await
+    drop_files::<DB>(conn, account, &plan.files, removed).await?;
+    Ok(None)
 }
 
 /// Deletes the plan's attachments, counting them into `removed`.
@@ -400,34 +482,9 @@ where
     for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    // Locked in key order, as claims lock one session each: no deadlock. Held to the
-    // commit, so no run starts in them between the check below and the deletes.
-    let mut locked: Vec<&String> = sessions.iter().collect();
-    locked.sort();
-    if let Some(lock) = dialect.lock_session {
-        for session in &locked {
-            sqlx::query(lock)
-                .bind(account)
-                .bind(session.as_str())
-                .execute(&mut *conn)
-                .await?;
-        }
+    if let Some(refused) = live_run::<DB>(conn, dialect, account, sessions).await? {
+        return Ok(Some(refused));
     }
-    for session in &locked {
-        let open = sqlx::query(dialect.open_runs)
-            .bind(account)
-            .bind(session.as_str())
-            .fetch_optional(&mut *conn)
-            .await?;
-        if let Some(row) = open {
-            return Ok(Some(Deletion::LiveRun {
-                session_id: (*session).clone(),
-                run_id: row.try_get(0)?,
-                invocation_id: row.try_get(1)?,
-            }));
-        }
-    }
-
     let bytes = format!(
         "SELECT COUNT(*), SUM({}) FROM events WHERE account_id = $1 AND session_id = $2",
         dialect.event_bytes
@@ -496,6 +553,133 @@ where
     Ok(None)
 }
 
+/// Locks `sessions` as a run's claim does and finds a run in progress in one of them:
+/// the run that refuses a step of a removal. The locks are held to the commit, so no run
+/// starts in them between this check and the step's deletes.
+async fn live_run<DB>(
+    conn: &mut DB::Connection,
+    dialect: &Dialect,
+    account: &str,
+    sessions: &[String],
+) -> Result<Option<Deletion>, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Decode<'q, DB> + Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    // Locked in key order, as claims lock one session each: no deadlock.
+    let mut locked: Vec<&String> = sessions.iter().collect();
+    locked.sort();
+    if let Some(lock) = dialect.lock_session {
+        for session in &locked {
+            sqlx::query(lock)
+                .bind(account)
+                .bind(session.as_str())
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    for session in &locked {
+        let open = sqlx::query(dialect.open_runs)
+            .bind(account)
+            .bind(session.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+        if let Some(row) = open {
+            return Ok(Some(Deletion::LiveRun {
+                session_id: (*session).clone(),
+                run_id: row.try_get(0)?,
+                invocation_id: row.try_get(1)?,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// What one [`shrink`] transaction did.
+#[derive(Debug)]
+pub(crate) enum Shrunk {
+    /// Deleted a step's events: more are left.
+    More,
+    /// At most [`rows_per_step`] events are left, for [`purge`]; nothing changed.
+    Done,
+    /// A run in progress refuses it; nothing changed (the caller rolls back).
+    Refused(Deletion),
+}
+
+/// One transaction of a large session's removal: hides the session (see
+/// [`Dialect::hide`]) and deletes its newest [`rows_per_step`] events, counting them into
+/// `removed`, while it has more than that. A reader finds the session whole, or not at
+/// all; [`purge`] removes the rest, and the row, last.
+pub(crate) async fn shrink<DB>(
+    conn: &mut DB::Connection,
+    dialect: &Dialect,
+    account: &str,
+    session: &str,
+    now: DateTime<Utc>,
+    removed: &mut Removed,
+) -> Result<Shrunk, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Decode<'q, DB>,
+    for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let owned = [session.to_owned()];
+    if let Some(refused) = live_run::<DB>(conn, dialect, account, &owned).await? {
+        return Ok(Shrunk::Refused(refused));
+    }
+    // The seq below the newest step's worth of events, if there are more than a step.
+    let below: Option<i64> = sqlx::query(
+        "SELECT seq FROM events WHERE account_id = $1 AND session_id = $2 \
+         ORDER BY seq DESC LIMIT 1 OFFSET $3",
+    )
+    .bind(account)
+    .bind(session)
+    .bind(rows_per_step())
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|r| r.try_get(0))
+    .transpose()?;
+    let Some(below) = below else {
+        return Ok(Shrunk::Done);
+    };
+    sqlx::query(dialect.hide)
+        .bind(account)
+        .bind(session)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    let bytes = format!(
+        "SELECT COUNT(*), SUM({}) FROM events \
+         WHERE account_id = $1 AND session_id = $2 AND seq > $3",
+        dialect.event_bytes
+    );
+    let row = sqlx::query(&bytes)
+        .bind(account)
+        .bind(session)
+        .bind(below)
+        .fetch_one(&mut *conn)
+        .await?;
+    removed.events += row.try_get::<i64, _>(0)?;
+    removed.event_bytes += row.try_get::<Option<i64>, _>(1)?.unwrap_or(0);
+    sqlx::query("DELETE FROM events WHERE account_id = $1 AND session_id = $2 AND seq > $3")
+        .bind(account)
+        .bind(session)
+        .bind(below)
+        .execute(&mut *conn)
+        .await?;
+    Ok(Shrunk::More)
+}
+
 /// Writes the audit row of a removal whose sessions and attachments are all gone.
 pub(crate) async fn audit<DB>(
     conn: &mut DB::Connection,
@@ -549,4 +733,39 @@ where
     rows.iter()
         .map(|r| r.try_get::<String, _>(0).map_err(StoreError::from))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Plan, Step, CHUNK};
+
+    /// A large session is shrunk and purged alone, between the runs of the others, which
+    /// are purged up to `CHUNK` at a time in the plan's order (forks first).
+    #[test]
+    fn a_large_session_is_a_step_of_its_own_in_the_plans_order() {
+        let sessions: Vec<String> = (0..CHUNK + 5).map(|i| format!("s{i:03}")).collect();
+        let plan = Plan {
+            sessions: sessions.clone(),
+            files: Vec::new(),
+            large: ["s003".to_owned()].into(),
+        };
+        assert!(!plan.is_small());
+        assert_eq!(
+            plan.steps(),
+            [
+                Step::Purge(&sessions[0..3]),
+                Step::Shrink("s003"),
+                Step::Purge(&sessions[3..4]),
+                Step::Purge(&sessions[4..4 + CHUNK]),
+                Step::Purge(&sessions[4 + CHUNK..]),
+            ]
+        );
+        let small = Plan {
+            sessions: sessions[..2].to_vec(),
+            files: Vec::new(),
+            large: Default::default(),
+        };
+        assert!(small.is_small());
+        assert_eq!(small.steps(), [Step::Purge(&sessions[..2])]);
+    }
 }

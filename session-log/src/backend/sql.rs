@@ -50,7 +50,8 @@ pub(crate) use invocation_columns;
 /// are kept by triggers, migrations `session_search`), the content of a fork's
 /// `session_fork` (its seq 1, a lookup on the events' primary key) as `fork`, and its
 /// count of `session_deleted` events as `deleted` (through `events_session_updates`,
-/// empty for most sessions). JSON as text in both dialects (PostgreSQL casts its JSONB),
+/// empty for most sessions), or 1 when its row says it is hidden (`client_deleted`: a
+/// removal emptying it in steps sets it without such an event). JSON as text in both dialects (PostgreSQL casts its JSONB),
 /// so one decoder reads it.
 macro_rules! select_sessions {
     () => {
@@ -59,10 +60,10 @@ macro_rules! select_sessions {
              s.user_id, s.agent_id, s.last_run_status, s.archived_at, \
              CAST(s.metadata_json AS TEXT) AS metadata, \
              CAST(f.content_json AS TEXT) AS fork, \
-             (SELECT COUNT(*) FROM events AS d \
+             CASE WHEN s.client_deleted THEN 1 ELSE (SELECT COUNT(*) FROM events AS d \
              WHERE d.account_id = s.account_id AND d.session_id = s.session_id AND ",
             $crate::backend::sql::updates_condition!(),
-            " AND d.event_type = 'session_deleted') AS deleted \
+            " AND d.event_type = 'session_deleted') END AS deleted \
              FROM sessions AS s \
              LEFT JOIN events AS f ON f.account_id = s.account_id AND f.session_id = s.session_id \
              AND f.seq = 1 AND f.event_type = 'session_fork' "

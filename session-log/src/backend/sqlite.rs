@@ -21,12 +21,13 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
+use super::removal::{Shrunk, Step};
 use super::{
     approvals, archive, feedback, idempotency, listing, outbox, removal, retention, signatures, sql,
 };
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
-use crate::removal::{Deletion, Removal, Removed};
+use crate::removal::{give_way, Deletion, Removal, Removed};
 use crate::store::{
     Appended, Approval, ApprovalFilter, Attachment, Claim, Claimed, Decision, EventQuery, Fault,
     Feedback, IdempotentRun, Imported, Invocation, Lease, Renewed, SessionFilter, Store,
@@ -1247,9 +1248,11 @@ impl Store for SqliteStore {
         let now = plan::commit_time();
         // The steps are `removal`'s (see there), each a write turn of its own, so the
         // appends queued meanwhile commit between them (the turns are first come, first
-        // served). Every turn overwrites what its deletes free with zeros (`secure_delete`).
-        let first = {
+        // served), and each followed by a pause as long as its turn (`give_way`). Every
+        // turn overwrites what its deletes free with zeros (`secure_delete`).
+        let (first, mut started) = {
             let mut turn = self.write_turn().await?;
+            let started = Instant::now();
             secure_delete(&mut turn, true).await?;
             let outcome = first_removal_step(&mut turn, removal, now).await;
             let reset = secure_delete(&mut turn, false).await;
@@ -1258,24 +1261,31 @@ impl Store for SqliteStore {
             if let RemovalStep::Done(Deletion::Removed(_)) = &outcome {
                 self.scrub_wal(turn).await?;
             }
-            outcome
+            (outcome, started)
         };
         let (plan, mut removed) = match first {
             RemovalStep::Done(outcome) => return Ok(outcome),
             RemovalStep::Marked(plan, removed) => (plan, removed),
         };
         let account = removal.account_id.as_str();
-        for chunk in plan.sessions.chunks(removal::CHUNK) {
-            let mut turn = self.write_turn().await?;
-            secure_delete(&mut turn, true).await?;
-            let refused = purge_on(&mut turn, account, chunk, now, &mut removed).await;
-            let reset = secure_delete(&mut turn, false).await;
-            let refused = refused?;
-            reset?;
-            if let Some(refused) = refused {
-                return Ok(refused);
+        for step in plan.steps() {
+            loop {
+                give_way(started.elapsed()).await;
+                let mut turn = self.write_turn().await?;
+                started = Instant::now();
+                secure_delete(&mut turn, true).await?;
+                let done = step_on(&mut turn, account, &step, now, &mut removed).await;
+                let reset = secure_delete(&mut turn, false).await;
+                let done = done?;
+                reset?;
+                match done {
+                    Shrunk::More => continue,
+                    Shrunk::Done => break,
+                    Shrunk::Refused(refused) => return Ok(refused),
+                }
             }
         }
+        give_way(started.elapsed()).await;
         let mut turn = self.write_turn().await?;
         let mut tx = Connection::begin(&mut *turn).await?;
         removal::audit::<Sqlite>(&mut tx, removal, &removed).await?;
@@ -1310,7 +1320,10 @@ async fn first_removal_step(
     };
     let mut removed = plan.removed(removal, now);
     if !plan.is_small() {
-        removal::mark::<Sqlite>(&mut tx, removal, &plan, now, &mut removed).await?;
+        let mark = removal::mark::<Sqlite>(&mut tx, dialect, removal, &plan, now, &mut removed);
+        if let Some(refused) = mark.await? {
+            return Ok(RemovalStep::Done(refused));
+        }
         tx.commit().await?;
         return Ok(RemovalStep::Marked(plan, removed));
     }
@@ -1325,22 +1338,34 @@ async fn first_removal_step(
     Ok(RemovalStep::Done(Deletion::Removed(removed)))
 }
 
-/// One purge of [`Store::remove`] in a transaction of its own on the write connection.
-async fn purge_on(
+/// One transaction of a step of [`Store::remove`] on the write connection: a purge
+/// (`Done` once committed) or a shrink.
+async fn step_on(
     conn: &mut SqliteConnection,
     account: &str,
-    sessions: &[String],
+    step: &Step<'_>,
     now: DateTime<Utc>,
     removed: &mut Removed,
-) -> Result<Option<Deletion>, StoreError> {
+) -> Result<Shrunk, StoreError> {
+    let dialect = &removal::SQLITE;
     let mut tx = Connection::begin(conn).await?;
-    let refused =
-        removal::purge::<Sqlite>(&mut tx, &removal::SQLITE, account, sessions, now, removed)
-            .await?;
-    if refused.is_none() {
+    let done = match step {
+        Step::Purge(sessions) => {
+            match removal::purge::<Sqlite>(&mut tx, dialect, account, sessions, now, removed)
+                .await?
+            {
+                Some(refused) => Shrunk::Refused(refused),
+                None => Shrunk::Done,
+            }
+        }
+        Step::Shrink(session) => {
+            removal::shrink::<Sqlite>(&mut tx, dialect, account, session, now, removed).await?
+        }
+    };
+    if !matches!(done, Shrunk::Refused(_)) {
         tx.commit().await?;
     }
-    Ok(refused)
+    Ok(done)
 }
 
 /// Turns `secure_delete` on or off on the write connection: on, what a removal's deletes
