@@ -99,6 +99,10 @@ enum Mode {
         hold_ms: u64,
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
+        /// How long to keep the streams open after RSS is read, for a profiler to look at
+        /// them (`bench/idle_mem.sh`); "idle: held" on stderr says when that starts.
+        #[arg(long, default_value_t = 0)]
+        linger_ms: u64,
     },
     Replay {
         #[arg(long)]
@@ -165,7 +169,8 @@ fn main() {
                 pids,
                 hold_ms,
                 timeout,
-            } => idle(addr, streams, pids, hold_ms, timeout).await,
+                linger_ms,
+            } => idle(addr, streams, pids, hold_ms, timeout, linger_ms).await,
             Mode::Replay {
                 addr,
                 events,
@@ -493,6 +498,7 @@ async fn idle(
     pids: String,
     hold_ms: u64,
     timeout: f64,
+    linger_ms: u64,
 ) -> serde_json::Value {
     let before = rss_kib(&pids);
     let req = Arc::new(model_request(&addr, "chat", 2, hold_ms));
@@ -553,6 +559,10 @@ async fn idle(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = rss_kib(&pids);
     let n = ready.load(Ordering::Relaxed);
+    if linger_ms > 0 {
+        eprintln!("idle: held");
+        tokio::time::sleep(Duration::from_millis(linger_ms)).await;
+    }
     release.notify_waiters();
     json!({
         "mode": "idle", "streams": streams, "open": n, "failed": failed.load(Ordering::Relaxed),
