@@ -301,6 +301,8 @@ async fn sqlite_messages_from_before_the_search_index_are_found_after_it() {
         .await
         .unwrap();
     assert_eq!(found("zanzibar airport").await, ["s2"]);
+}
+
 /// A database that held messages before PostgreSQL's migration 0016 (the text index)
 /// finds them after it, and not those whose items a client had deleted: in a session, and
 /// in a fork, whose positions count its inherited history first (0016's fill missed
