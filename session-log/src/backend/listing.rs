@@ -29,8 +29,6 @@ pub(crate) struct Dialect {
     /// The condition (` AND ...`) that one of the session's messages has every one of the
     /// search's words (the account is bound as `$1`), binding what it needs.
     text_condition: fn(&[String], &mut Vec<Arg>) -> String,
-    /// The order of a page of a text search's matches (the listing's order).
-    searched_order: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -69,10 +67,6 @@ pub(crate) const SQLITE: Dialect = Dialect {
              AND json_extract(d.content_json, '$.seq') = e.seq))"
         )
     },
-    // `+` keeps SQLite from walking `sessions_listed` newest first and testing each
-    // session against the matches (a rare word then read all 100,000 sessions: 540 ms
-    // against 109 ms for a common one); it looks the matches up and sorts them.
-    searched_order: "+s.updated_at DESC, s.session_id",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -93,7 +87,6 @@ pub(crate) const POSTGRES: Dialect = Dialect {
              WHERE t.account_id = $1 AND t.terms @@ plainto_tsquery('simple', {q})))"
         )
     },
-    searched_order: ORDER,
 };
 
 /// The listing's order: most recently updated first, ties by id.
@@ -108,13 +101,8 @@ enum Arg {
 }
 
 /// The listing's `WHERE` clause for `account_id` and `filter`, with `$n` placeholders,
-/// what they bind, in order, and the order of its page.
-fn conditions(
-    dialect: &Dialect,
-    account_id: &str,
-    filter: &SessionFilter,
-) -> (String, Vec<Arg>, &'static str) {
-    let mut order = ORDER;
+/// and what they bind, in order.
+fn conditions(dialect: &Dialect, account_id: &str, filter: &SessionFilter) -> (String, Vec<Arg>) {
     let mut args = vec![Arg::Text(account_id.to_owned())];
     let mut sql = String::from("WHERE s.account_id = $1");
     // Written as `sessions_listed` (migrations `session_search`) writes its condition, so
@@ -161,10 +149,9 @@ fn conditions(
         let words = search_words(text);
         if !words.is_empty() {
             sql.push_str(&(dialect.text_condition)(&words, &mut args));
-            order = dialect.searched_order;
         }
     }
-    (sql, args, order)
+    (sql, args)
 }
 
 /// Adds `arg` to `args`: its placeholder.
@@ -212,7 +199,7 @@ where
     &'static str: ColumnIndex<DB::Row>,
     usize: ColumnIndex<DB::Row>,
 {
-    let (filter_sql, mut args, order) = conditions(dialect, account_id, filter);
+    let (filter_sql, mut args) = conditions(dialect, account_id, filter);
     let count_sql = format!("SELECT COUNT(*) FROM sessions AS s {filter_sql}");
     let total: i64 = bound::<DB>(&count_sql, &args)
         .fetch_one(pool)
@@ -221,7 +208,7 @@ where
     args.push(Arg::Int(limit.max(0)));
     args.push(Arg::Int(offset.max(0)));
     let page_sql = format!(
-        "{}{filter_sql} ORDER BY {order} LIMIT ${} OFFSET ${}",
+        "{}{filter_sql} ORDER BY {ORDER} LIMIT ${} OFFSET ${}",
         select_sessions!(),
         args.len() - 1,
         args.len()
