@@ -40,9 +40,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     metadata_key: |key| format!("$.\"{key}\""),
     metadata_value: "json_extract(s.metadata_json, ",
     // The account's message signatures (migration `message_signatures`) name the blocks
-    // of messages that may hold every word (read first: `CROSS JOIN` keeps SQLite's
-    // planner from walking the account's events instead, as fast as the scan it
-    // replaces); only their messages are read, each kept if its
+    // of messages that may hold every word; only their messages are read, each kept if its
     // text holds every word (lowercased, as `search_words` makes them) as a whole word,
     // between characters other than ASCII letters and digits, and its item was not
     // deleted.
@@ -54,8 +52,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
         );
         format!(
             " AND s.session_id IN (SELECT b.session_id FROM message_signatures AS b \
-             CROSS JOIN events AS e ON e.account_id = b.account_id \
-             AND e.session_id = b.session_id \
+             JOIN events AS e ON e.account_id = b.account_id AND e.session_id = b.session_id \
              AND e.seq BETWEEN b.first_seq AND b.last_seq \
              WHERE b.account_id = $1 AND tether_signature_has(b.signature, {m}) \
              AND e.event_type = 'message' \
