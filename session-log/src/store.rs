@@ -204,8 +204,7 @@ pub fn metadata_key_is_valid(key: &str) -> bool {
 
 /// The words a text search looks for: `text` split at every character that is not a
 /// letter or digit, lower-cased (both stores' indexes read message text so: SQLite's
-/// message signatures are made of these words, PostgreSQL's `simple` configuration splits
-/// and lower-cases alike).
+/// FTS5 `unicode61` tokenizer and PostgreSQL's `simple` configuration).
 pub fn search_words(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())

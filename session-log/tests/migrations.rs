@@ -81,10 +81,6 @@ const SQLITE: &[(i64, &str)] = &[
         20,
         "8c42ad186c38c60447bfab84b48fb275e11ec2cbc39aad5dae750b8009e4e9b5ede82fdbe98c21c07f0607ef57b46d8e",
     ),
-    (
-        23,
-        "cdc7204f7b1316449b4fee1c99af031d6dfb5dcdea27e264d756f58f80c8d27a20fadaf16609d48a86dbc218ed981da3",
-    ),
 ];
 const POSTGRES: &[(i64, &str)] = &[
     (
@@ -205,102 +201,6 @@ fn applied_sqlite_migrations_are_unchanged() {
 fn applied_postgres_migrations_are_unchanged() {
     let now = checksums(&sqlx::migrate!("./migrations/postgres"));
     assert_eq!(now, pinned(POSTGRES), "{ADVICE}");
-}
-
-/// Messages a database held before migration 23 (`message_signatures`, SQLite's search
-/// index) are found after it: the migration feeds every message event already in the log
-/// into the index, and an append after it joins the same session's blocks.
-#[tokio::test]
-async fn sqlite_messages_from_before_the_search_index_are_found_after_it() {
-    use session_log::sqlite::SqliteStore;
-    use session_log::{EventType, NewEvent, SessionFilter, Store};
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
-
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("old.sqlite");
-    // The migrations before 23, as an older Tether applied them.
-    let old = dir.path().join("migrations");
-    std::fs::create_dir(&old).unwrap();
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite");
-    for entry in std::fs::read_dir(source).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name().into_string().unwrap();
-        if name[..4].parse::<i64>().unwrap() < 23 {
-            std::fs::copy(entry.path(), old.join(&name)).unwrap();
-        }
-    }
-    let options = SqliteConnectOptions::new()
-        .filename(&path)
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal);
-    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-    sqlx::migrate::Migrator::new(old.as_path())
-        .await
-        .unwrap()
-        .run(&pool)
-        .await
-        .unwrap();
-    let now = "2026-12-01T00:00:00Z";
-    for (session, texts) in [
-        ("s1", ["Where is Zanzibar?", "Off the coast of Tanzania."]),
-        ("s2", ["book a flight", "Which airport?"]),
-    ] {
-        sqlx::query(
-            "INSERT INTO sessions (account_id, session_id, last_seq, created_at, updated_at) \
-             VALUES ('acct', $1, 2, $2, $2)",
-        )
-        .bind(session)
-        .bind(now)
-        .execute(&pool)
-        .await
-        .unwrap();
-        for (seq, text) in texts.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO events (account_id, session_id, seq, event_type, role, \
-                 content_json, metadata_json, created_at) \
-                 VALUES ('acct', $1, $2, 'message', 'user', $3, '{}', $4)",
-            )
-            .bind(session)
-            .bind(seq as i64 + 1)
-            .bind(serde_json::json!({ "text": text }).to_string())
-            .bind(now)
-            .execute(&pool)
-            .await
-            .unwrap();
-        }
-    }
-    pool.close().await;
-
-    let store = SqliteStore::open(path.to_str().unwrap()).await.unwrap();
-    let found = |text: &str| {
-        let filter = SessionFilter {
-            text: Some(text.to_owned()),
-            ..SessionFilter::default()
-        };
-        let store = &store;
-        async move {
-            let (sessions, _) = store.list_sessions("acct", &filter, 0, 10).await.unwrap();
-            sessions
-                .into_iter()
-                .map(|s| s.session_id)
-                .collect::<Vec<_>>()
-        }
-    };
-    assert_eq!(found("zanzibar").await, ["s1"]);
-    assert_eq!(found("coast tanzania").await, ["s1"]);
-    assert_eq!(found("airport").await, ["s2"]);
-    assert!(found("zanzibar tanzania").await.is_empty(), "two messages");
-    store
-        .append(&[NewEvent::new(
-            "acct",
-            "s2",
-            EventType::Message,
-            serde_json::json!({ "text": "Zanzibar airport, please" }),
-        )
-        .with_role("user")])
-        .await
-        .unwrap();
-    assert_eq!(found("zanzibar airport").await, ["s2"]);
 }
 
 /// A database that held messages before PostgreSQL's migration 0016 (the text index)

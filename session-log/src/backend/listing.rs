@@ -3,14 +3,13 @@
 //! [`SessionFilter`], a page of them most recently updated first and the count of all.
 //!
 //! Every filter reads a column of `sessions` (kept by triggers on `events`, migrations
-//! `session_search`) or the message text index (PostgreSQL's `message_text`, SQLite's
-//! `message_signatures`), so a listing never reads a session's
+//! `session_search`) or the message text index (PostgreSQL's `message_text`; SQLite reads
+//! the message events), so a listing never reads a session's
 //! events to decide whether it matches.
 
 use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type};
 
-use super::signatures;
 use super::sql::{self, select_sessions};
 use crate::event::Session;
 use crate::store::{search_words, ArchivedFilter, SessionFilter, StoreError};
@@ -39,23 +38,18 @@ pub(crate) const SQLITE: Dialect = Dialect {
     // the edge (`metadata_key_is_valid`).
     metadata_key: |key| format!("$.\"{key}\""),
     metadata_value: "json_extract(s.metadata_json, ",
-    // The account's message signatures (migration `message_signatures`) name the blocks
-    // of messages that may hold every word; only their messages are read, each kept if its
-    // text holds every word (lowercased, as `search_words` makes them) as a whole word,
-    // between characters other than ASCII letters and digits, and its item was not
-    // deleted.
+    // No word index (migration `session_search` says why): the account's message events
+    // are read, each kept if its text holds every word (lowercased, as `search_words`
+    // makes them) as a whole word, between characters other than ASCII letters and
+    // digits, and its item was not deleted.
     text_condition: |words, args| {
-        let m = bind(args, Arg::Bytes(signatures::mask(words)));
         let q = bind(
             args,
             Arg::Text(serde_json::to_string(words).expect("strings serialize")),
         );
         format!(
-            " AND s.session_id IN (SELECT b.session_id FROM message_signatures AS b \
-             JOIN events AS e ON e.account_id = b.account_id AND e.session_id = b.session_id \
-             AND e.seq BETWEEN b.first_seq AND b.last_seq \
-             WHERE b.account_id = $1 AND tether_signature_has(b.signature, {m}) \
-             AND e.event_type = 'message' \
+            " AND s.session_id IN (SELECT e.session_id FROM events AS e \
+             WHERE e.account_id = $1 AND e.event_type = 'message' \
              AND NOT EXISTS (SELECT 1 FROM json_each({q}) AS w \
              WHERE ' ' || lower(json_extract(e.content_json, '$.text')) || ' ' \
              NOT GLOB '*[^a-z0-9]' || w.value || '[^a-z0-9]*') \
@@ -94,7 +88,6 @@ enum Arg {
     Text(String),
     Time(DateTime<Utc>),
     Int(i64),
-    Bytes(Vec<u8>),
 }
 
 /// The listing's `WHERE` clause for `account_id` and `filter`, with `$n` placeholders,
@@ -164,13 +157,11 @@ where
     &'q str: Encode<'q, DB> + Type<DB>,
     i64: Encode<'q, DB> + Type<DB>,
     DateTime<Utc>: Encode<'q, DB> + Type<DB>,
-    &'q [u8]: Encode<'q, DB> + Type<DB>,
 {
     args.iter().fold(sqlx::query(text), |q, arg| match arg {
         Arg::Text(s) => q.bind(s.as_str()),
         Arg::Time(t) => q.bind(*t),
         Arg::Int(n) => q.bind(*n),
-        Arg::Bytes(b) => q.bind(b.as_slice()),
     })
 }
 
@@ -192,7 +183,6 @@ where
     for<'q> String: Decode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
     for<'q> DateTime<Utc>: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
-    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     &'static str: ColumnIndex<DB::Row>,
     usize: ColumnIndex<DB::Row>,
 {

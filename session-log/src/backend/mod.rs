@@ -2,9 +2,8 @@
 //! PostgreSQL behind the outage journal), what they share, and the factory that builds
 //! one from its configuration.
 //!
-//! `plan`, `sql`, `approvals`, `feedback`, `idempotency`, `outbox`, `removal`, `archive`, `listing` and `retention` are shared by both dialects and import no store;
-//! `signatures` is SQLite's text-search index (its SQL functions, and the mask `listing`
-//! compares); `sqlite` and `postgres` import only those (and `claims`); `journal` builds on both stores, and
+//! `plan`, `sql`, `approvals`, `feedback`, `idempotency`, `outbox`, `removal`, `archive`, `listing` and `retention` are shared by both dialects and import no store; `sqlite` and
+//! `postgres` import only those (and `claims`); `journal` builds on both stores, and
 //! `factory` on all three. Nothing here imports `factory` or `journal` back.
 
 mod approvals;
@@ -20,6 +19,5 @@ mod plan;
 pub mod postgres;
 mod removal;
 mod retention;
-mod signatures;
 mod sql;
 pub mod sqlite;

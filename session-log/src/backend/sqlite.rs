@@ -22,9 +22,7 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Row, Sqlite};
 use super::claims::{PendingClaim, PendingClaims};
 use super::plan::{self, InvocationOp};
 use super::removal::{Shrunk, Step};
-use super::{
-    approvals, archive, feedback, idempotency, listing, outbox, removal, retention, signatures, sql,
-};
+use super::{approvals, archive, feedback, idempotency, listing, outbox, removal, retention, sql};
 use crate::event::{Event, EventType, NewEvent, Seq, Session};
 use crate::import;
 use crate::removal::{give_way, Deletion, Removal, Removed};
@@ -1728,8 +1726,7 @@ fn closed_invocations<'a>(
 }
 
 /// SQLite's process-wide settings, before its first connection (every SQLite database
-/// this crate opens calls it first): the text index's SQL functions on every connection
-/// (see [`signatures`]), and memory statistics off: with them on, every
+/// this crate opens calls it first). Memory statistics off: with them on, every
 /// allocation SQLite makes takes a global mutex to count itself, which cost the writer
 /// 5-12 % of its throughput in `append_throughput`.
 pub(crate) fn configure_sqlite() {
@@ -1750,7 +1747,6 @@ pub(crate) fn configure_sqlite() {
                 "SQLite was initialised already; memory statistics stay on"
             );
         }
-        signatures::register_on_every_connection();
     });
 }
 

@@ -14,7 +14,6 @@ use super::*;
 store_suite!(
     sessions_are_found_by_every_filter,
     removed_and_deleted_text_cannot_be_found,
-    long_sessions_are_found_message_by_message,
 );
 
 /// An ADK event of `user` talking to `agent` (the metadata the ADK surface records).
@@ -228,11 +227,12 @@ async fn sessions_are_found_by_every_filter(b: Backend) {
 }
 
 /// What the text search can still find of a session, read raw: PostgreSQL's index rows,
-/// SQLite's messages that a signature block covers and that were not deleted.
+/// SQLite's searchable message events.
 async fn indexed(b: &Backend, account: &str, session: &str) -> i64 {
     match &b.raw {
         Raw::Sqlite(pool) => {
-            // No FTS5 index: it keeps removed words in the file until a merge.
+            // SQLite keeps no index of words (it would keep removed words in the file):
+            // a search reads the message events a session still has, as counted here.
             let fts: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM sqlite_master WHERE sql LIKE '%USING fts%'",
             )
@@ -243,9 +243,6 @@ async fn indexed(b: &Backend, account: &str, session: &str) -> i64 {
             sqlx::query_scalar(
                 "SELECT COUNT(*) FROM events AS e WHERE e.account_id = $1 \
                  AND e.session_id = $2 AND e.event_type = 'message' \
-                 AND EXISTS (SELECT 1 FROM message_signatures AS b \
-                 WHERE b.account_id = e.account_id AND b.session_id = e.session_id \
-                 AND e.seq BETWEEN b.first_seq AND b.last_seq) \
                  AND NOT EXISTS (SELECT 1 FROM events AS d WHERE d.account_id = e.account_id \
                  AND d.session_id = e.session_id AND d.event_type = 'item_deleted' \
                  AND json_extract(d.content_json, '$.seq') = e.seq)",
@@ -265,22 +262,6 @@ async fn indexed(b: &Backend, account: &str, session: &str) -> i64 {
         .await
         .unwrap(),
     }
-}
-
-/// SQLite's signature blocks of a session (`None` on PostgreSQL).
-async fn blocks(b: &Backend, account: &str, session: &str) -> Option<i64> {
-    let Raw::Sqlite(pool) = &b.raw else {
-        return None;
-    };
-    let n = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM message_signatures WHERE account_id = $1 AND session_id = $2",
-    )
-    .bind(account)
-    .bind(session)
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    Some(n)
 }
 
 async fn removed_and_deleted_text_cannot_be_found(b: Backend) {
@@ -318,7 +299,6 @@ async fn removed_and_deleted_text_cannot_be_found(b: Backend) {
     assert_eq!(ids(store, &account, word("zanzibar")).await.0, ["kept"]);
     assert_eq!(ids(store, &account, word("secret")).await.1, 0);
     assert_eq!(indexed(&b, &account, "gone").await, 0);
-    assert!(matches!(blocks(&b, &account, "gone").await, None | Some(0)));
 
     // A deleted item (seq 2 of `kept`) is no longer found; the other message still is.
     store
@@ -333,64 +313,4 @@ async fn removed_and_deleted_text_cannot_be_found(b: Backend) {
     assert_eq!(ids(store, &account, word("swordfish")).await.1, 0);
     assert_eq!(ids(store, &account, word("holiday")).await.0, ["kept"]);
     assert_eq!(indexed(&b, &account, "kept").await, 1);
-}
-
-/// A session of many messages, each with words of its own, appended in batches of
-/// several messages (as a run's end writes them): every message is found by its words,
-/// words of two different messages find nothing, and on SQLite the messages are spread
-/// over several signature blocks, which the search reads (without them it finds nothing).
-async fn long_sessions_are_found_message_by_message(b: Backend) {
-    let store = &*b.store;
-    let account = unique("acct");
-    let text = |i: usize| {
-        let words: Vec<String> = (0..40).map(|k| format!("m{i}x{k}")).collect();
-        format!("Message {i}: {}.", words.join(", "))
-    };
-    for chunk in (0..60).collect::<Vec<_>>().chunks(7) {
-        let batch: Vec<NewEvent> = chunk
-            .iter()
-            .flat_map(|&i| {
-                [
-                    message(&account, "long", "user", &text(i)),
-                    message(&account, "long", "assistant", "noted"),
-                ]
-            })
-            .collect();
-        store.append(&batch).await.unwrap();
-    }
-    store
-        .append(&[message(&account, "short", "user", "m0x1 only here")])
-        .await
-        .unwrap();
-    let search = |w: &str| SessionFilter {
-        text: Some(w.to_owned()),
-        ..SessionFilter::default()
-    };
-    for i in [0, 1, 6, 7, 29, 58, 59] {
-        let words = format!("m{i}x0 M{i}X39 message {i}");
-        assert_eq!(
-            ids(store, &account, search(&words)).await.0,
-            ["long"],
-            "{words}"
-        );
-    }
-    assert_eq!(
-        ids(store, &account, search("m0x1")).await.0,
-        ["short", "long"]
-    );
-    // Every word is in the session, but no one message has both.
-    assert_eq!(ids(store, &account, search("m3x0 m4x0")).await.1, 0);
-    assert_eq!(ids(store, &account, search("m60x0")).await.1, 0);
-    assert_eq!(indexed(&b, &account, "long").await, 120);
-
-    if let (Some(n), Raw::Sqlite(pool)) = (blocks(&b, &account, "long").await, &b.raw) {
-        // 40 words of 3 bits each: a 2,048-bit block at 30 % takes 5 messages.
-        assert!((10..=20).contains(&n), "{n} blocks");
-        sqlx::query("DELETE FROM message_signatures WHERE account_id = $1 AND session_id = 'long'")
-            .bind(&account)
-            .execute(pool)
-            .await
-            .unwrap();
-        assert_eq!(ids(store, &account, search("m0x1")).await.0, ["short"]);
-    }
 }
